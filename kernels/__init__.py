@@ -1,0 +1,18 @@
+"""Triton FlashAttention kernels, their launcher and the space they declare.
+
+``flash_attention`` (the op) is imported lazily, so that the pure-data parts
+(``Config``, the tunable space, the resource model) load without torch or triton.
+"""
+
+from flashtune.kernels.config import Config
+from flashtune.kernels.space import SAFE_DEFAULT, TUNABLES, all_configs, validate_config
+
+__all__ = ["Config", "SAFE_DEFAULT", "TUNABLES", "all_configs", "flash_attention", "validate_config"]
+
+
+def __getattr__(name: str):
+    if name == "flash_attention":
+        from flashtune.kernels.attention import flash_attention
+
+        return flash_attention
+    raise AttributeError(f"module 'flashtune.kernels' has no attribute {name!r}")

@@ -1,0 +1,124 @@
+"""FlashAttention forward as a Triton kernel (pointer loads, online softmax in base 2).
+
+One program computes one BLOCK_M tile of queries for one (batch, query head). It walks
+the keys in two phases: tiles that need no mask (fully inside the sequence and, when
+causal, fully below the diagonal), then the remaining tiles with masks (the diagonal
+band and the ragged tail). Splitting keeps the hot loop free of mask arithmetic.
+
+Causal masking is aligned bottom-right, as in FlashAttention 2: query i sees key j when
+j <= i + (kv_len - q_len). Rows that see no key at all write zeros.
+"""
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _attend_tiles(
+    acc, l_i, m_i, q,
+    k_base, v_base, stride_kn, stride_vn,
+    offs_m, offs_d, lo, hi, kv_len, causal_offset, qk_scale,
+    BLOCK_N: tl.constexpr,
+    MASKED: tl.constexpr,
+    IS_CAUSAL: tl.constexpr,
+):
+    offs_n = tl.arange(0, BLOCK_N)
+    for start_n in range(lo, hi, BLOCK_N):
+        start_n = tl.multiple_of(start_n, BLOCK_N)
+        cols = start_n + offs_n
+        k_ptrs = k_base + cols[None, :] * stride_kn + offs_d[:, None]
+        v_ptrs = v_base + cols[:, None] * stride_vn + offs_d[None, :]
+        if MASKED:
+            k = tl.load(k_ptrs, mask=cols[None, :] < kv_len, other=0.0)
+            v = tl.load(v_ptrs, mask=cols[:, None] < kv_len, other=0.0)
+        else:
+            k = tl.load(k_ptrs)
+            v = tl.load(v_ptrs)
+        qk = tl.dot(q, k) * qk_scale
+        if MASKED:
+            keep = cols[None, :] < kv_len
+            if IS_CAUSAL:
+                keep = keep & (cols[None, :] <= offs_m[:, None] + causal_offset)
+            qk = tl.where(keep, qk, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(qk, 1))
+            # A row with no visible key so far keeps m = -inf; subtract 0 instead so that
+            # exp2 gives 0 rather than NaN (-inf - -inf).
+            m_sub = tl.where(m_new == float("-inf"), 0.0, m_new)
+        else:
+            m_new = tl.maximum(m_i, tl.max(qk, 1))
+            m_sub = m_new
+        p = tl.math.exp2(qk - m_sub[:, None])
+        alpha = tl.math.exp2(m_i - m_sub)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None]
+        acc = tl.dot(p.to(v.dtype), v, acc)
+        m_i = m_new
+    return acc, l_i, m_i
+
+
+@triton.jit
+def attention_forward_kernel(
+    Q, K, V, Out,
+    stride_qz, stride_qh, stride_qm,
+    stride_kz, stride_kh, stride_kn,
+    stride_vz, stride_vh, stride_vn,
+    stride_oz, stride_oh, stride_om,
+    q_heads, kv_group, q_len, kv_len, qk_scale,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    IS_CAUSAL: tl.constexpr,
+):
+    # Causal tiles near the end of the sequence carry the most work: schedule them first.
+    num_m_blocks = tl.cdiv(q_len, BLOCK_M)
+    pid_m = tl.program_id(0)
+    if IS_CAUSAL:
+        pid_m = num_m_blocks - 1 - pid_m
+    pid_zh = tl.program_id(1)
+    off_z = pid_zh // q_heads
+    off_h = pid_zh % q_heads
+    off_kv_h = off_h // kv_group  # grouped-query: kv_group query heads share one K/V head
+
+    start_m = pid_m * BLOCK_M
+    offs_m = start_m + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, HEAD_DIM)
+
+    q_base = Q + off_z.to(tl.int64) * stride_qz + off_h.to(tl.int64) * stride_qh
+    k_base = K + off_z.to(tl.int64) * stride_kz + off_kv_h.to(tl.int64) * stride_kh
+    v_base = V + off_z.to(tl.int64) * stride_vz + off_kv_h.to(tl.int64) * stride_vh
+    o_base = Out + off_z.to(tl.int64) * stride_oz + off_h.to(tl.int64) * stride_oh
+
+    row_ok = offs_m[:, None] < q_len
+    q = tl.load(q_base + offs_m[:, None] * stride_qm + offs_d[None, :], mask=row_ok, other=0.0)
+
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+
+    full_tiles_end = (kv_len // BLOCK_N) * BLOCK_N
+    if IS_CAUSAL:
+        causal_offset = kv_len - q_len
+        # Keys every row of this tile may see: j <= start_m + causal_offset.
+        unmasked_end = ((start_m + causal_offset + 1) // BLOCK_N) * BLOCK_N
+        unmasked_end = tl.maximum(tl.minimum(unmasked_end, full_tiles_end), 0)
+        # Keys some row of this tile may see.
+        masked_end = tl.maximum(tl.minimum(start_m + BLOCK_M + causal_offset, kv_len), 0)
+    else:
+        causal_offset = 0
+        unmasked_end = full_tiles_end
+        masked_end = kv_len
+
+    acc, l_i, m_i = _attend_tiles(
+        acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn,
+        offs_m, offs_d, 0, unmasked_end, kv_len, causal_offset, qk_scale,
+        BLOCK_N, False, IS_CAUSAL,
+    )
+    acc, l_i, m_i = _attend_tiles(
+        acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn,
+        offs_m, offs_d, unmasked_end, masked_end, kv_len, causal_offset, qk_scale,
+        BLOCK_N, True, IS_CAUSAL,
+    )
+
+    l_safe = tl.where(l_i == 0.0, 1.0, l_i)  # rows that saw no key: 0 / 1 = 0
+    out = acc / l_safe[:, None]
+    tl.store(o_base + offs_m[:, None] * stride_om + offs_d[None, :], out.to(Out.dtype.element_ty), mask=row_ok)

@@ -1,0 +1,156 @@
+"""The torch-facing op and its launcher: validate inputs, pick the grid, launch the kernel."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+import triton
+
+from flashtune.kernels._flash_fwd import attention_forward_kernel
+from flashtune.kernels.config import Config, Value
+from flashtune.kernels.space import SAFE_DEFAULT, validate_config
+
+SUPPORTED_HEAD_DIMS = (32, 64, 128, 256)
+SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+LOG2_E = 1.4426950408889634
+
+
+def check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+    """Raise TypeError/ValueError naming the argument when q, k, v cannot be attended."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dim() != 4:
+            raise ValueError(
+                f"{name} must have rank 4 (batch, heads, seq_len, head_dim), got shape {tuple(t.shape)}"
+            )
+        if t.dtype not in SUPPORTED_DTYPES:
+            raise TypeError(f"{name}.dtype must be float16, bfloat16 or float32, got {t.dtype}")
+        if t.shape[-1] > 1 and t.stride(-1) != 1:
+            raise ValueError(f"{name} must be contiguous in its last dim (head_dim), got strides {t.stride()}")
+    if not (q.dtype == k.dtype == v.dtype):
+        raise TypeError(f"q, k, v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    if not (q.device == k.device == v.device):
+        raise ValueError(f"q, k, v must be on one device, got {q.device}, {k.device}, {v.device}")
+    if k.shape != v.shape:
+        raise ValueError(f"k and v must have the same shape, got {tuple(k.shape)} and {tuple(v.shape)}")
+    batch, q_heads, _, head_dim = q.shape
+    if k.shape[0] != batch:
+        raise ValueError(f"k batch {k.shape[0]} differs from q batch {batch}")
+    if k.shape[3] != head_dim:
+        raise ValueError(f"k head_dim {k.shape[3]} differs from q head_dim {head_dim}")
+    if head_dim not in SUPPORTED_HEAD_DIMS:
+        raise ValueError(f"head_dim must be one of {list(SUPPORTED_HEAD_DIMS)}, got {head_dim}")
+    kv_heads = k.shape[1]
+    if kv_heads == 0 or q_heads % kv_heads:
+        raise ValueError(f"q heads ({q_heads}) must be a multiple of k/v heads ({kv_heads})")
+    if q.shape[2] == 0 or k.shape[2] == 0 or batch == 0 or q_heads == 0:
+        raise ValueError(f"empty input: q {tuple(q.shape)}, k {tuple(k.shape)}")
+    if q.device.type == "cpu" and not _interpreting():
+        raise ValueError("q is on the CPU: move it to a CUDA device, or set TRITON_INTERPRET=1 to run the interpreter")
+
+
+def _interpreting() -> bool:
+    import os
+
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def launch(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    out: torch.Tensor,
+    *,
+    causal: bool,
+    scale: float,
+    config: Config,
+) -> Any:
+    """Launch the kernel into ``out`` with an already validated config.
+
+    Returns Triton's compiled-kernel handle (registers, spills, shared memory), or None
+    under the interpreter. Triton errors (OutOfResources, compilation) propagate: the
+    objective turns them into statuses.
+    """
+    batch, q_heads, q_len, head_dim = q.shape
+    kv_heads, kv_len = k.shape[1], k.shape[2]
+    block_m = int(config["BLOCK_M"])
+    grid = (triton.cdiv(q_len, block_m), batch * q_heads)
+    return attention_forward_kernel[grid](
+        q, k, v, out,
+        q.stride(0), q.stride(1), q.stride(2),
+        k.stride(0), k.stride(1), k.stride(2),
+        v.stride(0), v.stride(1), v.stride(2),
+        out.stride(0), out.stride(1), out.stride(2),
+        q_heads, q_heads // kv_heads, q_len, kv_len, scale * LOG2_E,
+        HEAD_DIM=head_dim,
+        BLOCK_M=block_m,
+        BLOCK_N=int(config["BLOCK_N"]),
+        IS_CAUSAL=bool(causal),
+        num_warps=int(config["num_warps"]),
+        num_stages=int(config["num_stages"]),
+    )
+
+
+def resolve_scale(scale: float | None, head_dim: int) -> float:
+    if scale is None:
+        return 1.0 / math.sqrt(head_dim)
+    if not isinstance(scale, (int, float)) or isinstance(scale, bool) or not math.isfinite(scale) or scale <= 0:
+        raise ValueError(f"scale must be a positive finite number, got {scale!r}")
+    return float(scale)
+
+
+def flash_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    causal: bool = False,
+    scale: float | None = None,
+    config: Mapping[str, Value] | None = None,
+) -> torch.Tensor:
+    """Scaled dot-product attention, forward, with an explicit kernel config.
+
+    Args:
+        q: (batch, q_heads, q_len, head_dim), float16/bfloat16 (float32 for the interpreter).
+        k: (batch, kv_heads, kv_len, head_dim); q_heads must be a multiple of kv_heads.
+        v: same shape as k.
+        causal: mask future keys, aligned bottom-right when q_len != kv_len.
+        scale: softmax scale; 1/sqrt(head_dim) when None.
+        config: the tunables (see ``flashtune.kernels.space.TUNABLES``); None uses the
+            static safe default. ``flashtune.runtime.flash_attention`` picks tuned ones.
+
+    Returns:
+        (batch, q_heads, q_len, head_dim) in q's dtype.
+
+    Raises:
+        TypeError, ValueError: bad inputs or config, naming the argument.
+    """
+    check_inputs(q, k, v)
+    cfg = SAFE_DEFAULT if config is None else validate_config(config)
+    if not isinstance(causal, bool):
+        raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
+    scale_value = resolve_scale(scale, q.shape[-1])
+    _check_fits(cfg, q)
+    out = torch.empty_like(q, memory_format=torch.contiguous_format)
+    launch(q, k, v, out, causal=causal, scale=scale_value, config=cfg)
+    return out
+
+
+def _check_fits(config: Config, q: torch.Tensor) -> None:
+    """Reject a config that cannot fit this device's shared memory, before Triton does."""
+    if q.device.type != "cuda":
+        return
+    from flashtune.kernels.resources import shared_memory_bytes
+
+    props = torch.cuda.get_device_properties(q.device)
+    limit = getattr(props, "shared_memory_per_block_optin", 0) or props.shared_memory_per_block
+    need = shared_memory_bytes(config, head_dim=q.shape[-1], dtype_bytes=q.element_size())
+    if need > limit:
+        raise ValueError(
+            f"config {config.to_dict()} needs about {need} bytes of shared memory; "
+            f"{torch.cuda.get_device_name(q.device)} allows {limit} per block"
+        )

@@ -1,0 +1,57 @@
+"""The tunable space the FlashAttention kernel declares, as data, and its validation.
+
+The search space, the feasibility model, the sweep and the op all read this one table.
+
+Two knobs of the original design map onto this table (BENCHMARKS.md, "The space"):
+``prefetch distance`` is ``num_stages`` (Triton's software pipeliner keeps
+``num_stages - 1`` K/V tiles in flight ahead of the one being used), and ``use_fp8`` is
+left to the kernel-performance issue, where it gets scaling and its own accuracy budget.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator, Mapping
+from types import MappingProxyType
+
+from flashtune.kernels.config import Config, Value
+
+#: Every tunable and its allowed values, in the order the grid enumerates them.
+TUNABLES: Mapping[str, tuple[Value, ...]] = MappingProxyType(
+    {
+        "BLOCK_M": (32, 64, 128, 256),
+        "BLOCK_N": (32, 64, 128),
+        "num_warps": (4, 8),
+        "num_stages": (1, 2, 3, 4, 5),
+    }
+)
+
+#: A config that compiles and fits every GPU flashtune knows at every head dim
+#: (about 50 KB of shared memory at head_dim 256); slow but safe.
+SAFE_DEFAULT = Config(BLOCK_M=64, BLOCK_N=32, num_warps=4, num_stages=2)
+
+
+def validate_config(config: Mapping[str, Value]) -> Config:
+    """Return ``config`` as a :class:`Config`, or raise naming what is wrong.
+
+    Raises:
+        ValueError: a key is unknown or missing, or a value is not among the allowed ones.
+    """
+    unknown = sorted(set(config) - set(TUNABLES))
+    if unknown:
+        raise ValueError(f"config: unknown key(s) {unknown}; known keys are {list(TUNABLES)}")
+    missing = sorted(set(TUNABLES) - set(config))
+    if missing:
+        raise ValueError(f"config: missing key(s) {missing}")
+    for name, allowed in TUNABLES.items():
+        value = config[name]
+        if type(value) is not type(allowed[0]) or value not in allowed:
+            raise ValueError(f"config: {name}={value!r} is not one of {list(allowed)}")
+    return config if isinstance(config, Config) else Config(config)
+
+
+def all_configs() -> Iterator[Config]:
+    """Every config of the declared space, in a deterministic order."""
+    names = list(TUNABLES)
+    for values in itertools.product(*(TUNABLES[n] for n in names)):
+        yield Config(dict(zip(names, values)))

@@ -1,0 +1,185 @@
+"""The values that flow between objectives, strategies and experiments.
+
+Pure Python and JSON-ready: strategies and stores read them without torch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from flashtune.kernels.config import Config
+
+DTYPES = ("float16", "bfloat16", "float32")
+
+
+class Status(str, enum.Enum):
+    """How a trial ended. Only ``ok`` carries a time; every other one is a failure value."""
+
+    OK = "ok"
+    INFEASIBLE = "infeasible"  # rejected by the static model before compiling
+    OUT_OF_RESOURCES = "out_of_resources"  # Triton's OutOfResources at launch
+    COMPILE_ERROR = "compile_error"
+    WRONG_RESULT = "wrong_result"
+    TIMEOUT = "timeout"
+    CRASHED = "crashed"
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One attention problem: the shapes, dtype and masking a config is tuned for."""
+
+    batch: int
+    q_heads: int
+    kv_heads: int
+    q_len: int
+    kv_len: int
+    head_dim: int
+    dtype: str = "bfloat16"
+    causal: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("batch", "q_heads", "kv_heads", "q_len", "kv_len", "head_dim"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"Workload.{name} must be a positive int, got {value!r}")
+        if self.q_heads % self.kv_heads:
+            raise ValueError(f"Workload.q_heads ({self.q_heads}) must be a multiple of kv_heads ({self.kv_heads})")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"Workload.dtype must be one of {DTYPES}, got {self.dtype!r}")
+        if not isinstance(self.causal, bool):
+            raise ValueError(f"Workload.causal must be a bool, got {self.causal!r}")
+
+    @property
+    def name(self) -> str:
+        heads = f"h{self.q_heads}" if self.q_heads == self.kv_heads else f"hq{self.q_heads}kv{self.kv_heads}"
+        length = f"n{self.q_len}" if self.q_len == self.kv_len else f"q{self.q_len}k{self.kv_len}"
+        mask = "causal" if self.causal else "full"
+        return f"b{self.batch}_{heads}_{length}_d{self.head_dim}_{mask}_{self.dtype}"
+
+    @property
+    def flops(self) -> float:
+        """Forward FLOPs: two matmuls of 2*Nq*Nk*D each per (batch, head); about half when causal."""
+        pairs = float(self.q_len) * self.kv_len
+        if self.causal:
+            # Pairs (i, j) with j <= i + (kv_len - q_len), counted exactly.
+            offset = self.kv_len - self.q_len
+            pairs = float(sum(max(0, min(self.kv_len, i + offset + 1)) for i in range(self.q_len)))
+        return 4.0 * self.batch * self.q_heads * pairs * self.head_dim
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Workload:
+        fields = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(data) - fields
+        if unknown:
+            raise ValueError(f"Workload: unknown field(s) {sorted(unknown)}")
+        return cls(**data)
+
+    @classmethod
+    def parse(cls, text: str) -> Workload:
+        """Parse ``B,H,N,D[,causal]`` or ``B,HQ/HKV,NQ/NK,D[,causal][,dtype]`` (the CLI form)."""
+        parts = [p.strip() for p in text.split(",")]
+        if len(parts) < 4:
+            raise ValueError(f"workload {text!r}: expected B,H,N,D[,causal][,dtype]")
+        try:
+            batch = int(parts[0])
+            hq, _, hkv = parts[1].partition("/")
+            nq, _, nk = parts[2].partition("/")
+            head_dim = int(parts[3])
+            q_heads, kv_heads = int(hq), int(hkv or hq)
+            q_len, kv_len = int(nq), int(nk or nq)
+        except ValueError as exc:
+            raise ValueError(f"workload {text!r}: {exc}") from None
+        causal, dtype = False, "bfloat16"
+        for extra in parts[4:]:
+            if extra in ("causal", "yes", "true"):
+                causal = True
+            elif extra in ("full", "no", "false"):
+                causal = False
+            elif extra in DTYPES:
+                dtype = extra
+            else:
+                raise ValueError(f"workload {text!r}: unknown field {extra!r}")
+        return cls(batch, q_heads, kv_heads, q_len, kv_len, head_dim, dtype, causal)
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """The outcome of one config on one workload on one GPU; failures included."""
+
+    config: Config
+    workload: Workload
+    status: Status
+    fingerprint: str = ""
+    hardware: str = ""
+    median_ms: float = math.inf
+    p20_ms: float = math.inf
+    p80_ms: float = math.inf
+    tflops: float = 0.0
+    compile_s: float = math.nan
+    registers: int | None = None
+    spills: int | None = None
+    shared_bytes: int | None = None
+    rel_error: float = math.nan
+    sm_clock_mhz: float | None = None
+    temperature_c: float | None = None
+    error: str = ""
+    source: str = "measured"  # measured | replayed | prior
+    versions: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.status is Status.OK
+
+    def to_dict(self) -> dict[str, Any]:
+        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        data["config"] = self.config.to_dict()
+        data["workload"] = self.workload.to_dict()
+        data["status"] = self.status.value
+        # JSON has no inf/nan: store them as null.
+        for key, value in data.items():
+            if isinstance(value, float) and not math.isfinite(value):
+                data[key] = None
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Measurement:
+        known = {f.name: f for f in dataclasses.fields(cls)}
+        unknown = set(data) - set(known)
+        if unknown:
+            raise ValueError(f"Measurement: unknown field(s) {sorted(unknown)}")
+        values = dict(data)
+        values["config"] = Config.from_dict(values["config"])
+        values["workload"] = Workload.from_dict(values["workload"])
+        values["status"] = Status(values["status"])
+        for name in ("median_ms", "p20_ms", "p80_ms"):
+            if values.get(name) is None:
+                values[name] = math.inf
+        for name in ("compile_s", "rel_error"):
+            if values.get(name) is None:
+                values[name] = math.nan
+        if values.get("tflops") is None:
+            values["tflops"] = 0.0
+        return cls(**values)
+
+    @classmethod
+    def failure(cls, config: Config, workload: Workload, status: Status, error: str = "", **extra: Any) -> Measurement:
+        return cls(config=config, workload=workload, status=status, error=error[:2000], **extra)
+
+
+#: The workload suite of the foundation issue (bf16 forward).
+SUITE: tuple[Workload, ...] = (
+    Workload(4, 32, 32, 4096, 4096, 128, "bfloat16", False),
+    Workload(4, 32, 32, 4096, 4096, 128, "bfloat16", True),
+    Workload(16, 16, 16, 1024, 1024, 64, "bfloat16", False),
+    Workload(1, 32, 32, 16384, 16384, 128, "bfloat16", True),
+    Workload(8, 16, 16, 2048, 2048, 64, "bfloat16", True),
+    Workload(2, 16, 16, 8192, 8192, 256, "bfloat16", False),
+    Workload(4, 32, 8, 4096, 4096, 128, "bfloat16", True),
+)
