@@ -1,0 +1,1 @@
+"""Studies per GPU model, MLflow tracking, priors, strategy comparison and the CLI."""

@@ -1,0 +1,34 @@
+"""``flashtune`` command line: one subcommand per module, each adding its own parser."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# Each module defines ``add_parser(subparsers)`` and sets ``func`` on its parser.
+_SUBCOMMAND_MODULES = (
+    "flashtune.experiments.sweep",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="flashtune", description="Hardware-aware autotuner for Triton FlashAttention")
+    subparsers = parser.add_subparsers(dest="command", required=True)
+    for module in _SUBCOMMAND_MODULES:
+        importlib.import_module(module).add_parser(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except (ValueError, TypeError, FileNotFoundError) as exc:
+        # Bad input from the command line: one clear line, not a traceback.
+        print(f"flashtune {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Serving tuned configs: store, dispatch with fallback, online re-tuning."""

@@ -1,0 +1,103 @@
+"""The one interface every search strategy implements, and the registry of strategies.
+
+Strategies import neither torch, triton nor mlflow: they see configs and numbers. The
+loop (``flashtune.search.loop``) owns ask -> evaluate -> tell -> callbacks.
+"""
+
+from __future__ import annotations
+
+import abc
+import math
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar
+
+from flashtune.kernels.config import Config
+from flashtune.objectives.types import Measurement
+from flashtune.search.space import SearchSpace
+
+#: Multiplier on the worst time seen, told to strategies for a failed config: failures
+#: must look worse than any success, never 0 (which a minimizer would love).
+FAILURE_PENALTY_FACTOR = 10.0
+#: Told for a failure before any success was seen (milliseconds).
+FAILURE_PENALTY_MS = 1.0e4
+
+
+def cost_ms(measurement: Measurement) -> float:
+    """The value strategies minimize: median ms, or inf for a failure."""
+    return measurement.median_ms if measurement.ok and math.isfinite(measurement.median_ms) else math.inf
+
+
+class Strategy(abc.ABC):
+    """Ask for a config, tell its measurement. Seeded; unknown options raise.
+
+    Subclasses declare ``name`` and ``options`` (option name -> default) and read their
+    options from ``self.options``.
+    """
+
+    name: ClassVar[str]
+    options_defaults: ClassVar[Mapping[str, Any]] = {}
+
+    def __init__(self, space: SearchSpace, *, seed: int = 0, **options: Any) -> None:
+        if not isinstance(space, SearchSpace):
+            raise TypeError(f"space must be a SearchSpace, got {type(space).__name__}")
+        if not isinstance(seed, int) or isinstance(seed, bool):
+            raise TypeError(f"seed must be an int, got {seed!r}")
+        unknown = sorted(set(options) - set(self.options_defaults))
+        if unknown:
+            raise ValueError(
+                f"{self.name}: unknown option(s) {unknown}; known options are {sorted(self.options_defaults)}"
+            )
+        self.space = space
+        self.seed = seed
+        self.options: dict[str, Any] = {**self.options_defaults, **options}
+        self._worst_ok_ms = 0.0
+
+    @abc.abstractmethod
+    def ask(self) -> Config | None:
+        """The next config to measure, or None when the strategy has nothing left to try."""
+
+    @abc.abstractmethod
+    def tell(self, config: Config, measurement: Measurement) -> None:
+        """Record a measurement; ``config`` may be one ``ask`` never produced (a prior)."""
+
+    def penalized_ms(self, measurement: Measurement) -> float:
+        """A finite cost for model-based strategies: the time, or a penalty for failures."""
+        value = cost_ms(measurement)
+        if math.isfinite(value):
+            self._worst_ok_ms = max(self._worst_ok_ms, value)
+            return value
+        if self._worst_ok_ms > 0:
+            return self._worst_ok_ms * FAILURE_PENALTY_FACTOR
+        return FAILURE_PENALTY_MS
+
+
+_REGISTRY: dict[str, type[Strategy]] = {}
+
+
+def register(cls: type[Strategy]) -> type[Strategy]:
+    """Class decorator: make a strategy available by its ``name``."""
+    if cls.name in _REGISTRY and _REGISTRY[cls.name] is not cls:
+        raise ValueError(f"strategy name {cls.name!r} is registered twice")
+    _REGISTRY[cls.name] = cls
+    return cls
+
+
+def strategy_names() -> list[str]:
+    _load_builtin()
+    return sorted(_REGISTRY)
+
+
+def make_strategy(name: str, space: SearchSpace, *, seed: int = 0, **options: Any) -> Strategy:
+    """Build a registered strategy by name (``"tpe"``, ``"random"``, ...)."""
+    _load_builtin()
+    if name not in _REGISTRY:
+        raise ValueError(f"unknown strategy {name!r}; registered: {sorted(_REGISTRY)}")
+    return _REGISTRY[name](space, seed=seed, **options)
+
+
+def _load_builtin() -> None:
+    # Importing the package registers the built-in strategies (one module each).
+    import flashtune.search.strategies  # noqa: F401
+
+
+StrategyFactory = Callable[..., Strategy]
