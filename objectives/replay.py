@@ -1,0 +1,116 @@
+"""Replay objective: answer from a recorded sweep table instead of the GPU.
+
+A table is JSON lines, one ``Measurement.to_dict()`` per config of one workload on one
+GPU, failures included (``flashtune sweep`` writes them). Replaying gives the same
+``Measurement`` a live run gave, with ``source="replayed"``; an optional noise model
+draws each time from the recorded 20/80 % quantiles, so strategies meet the spread the
+GPU showed (Kernel Tuner's simulation mode).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+import numpy as np
+
+from flashtune.kernels.config import Config
+from flashtune.objectives.types import Measurement, Status, Workload
+
+# 20th..80th percentile of a normal distribution spans 2 * 0.8416 standard deviations.
+_P20_P80_SIGMAS = 2 * 0.8416212335729143
+
+
+def load_table(path: str | Path) -> list[Measurement]:
+    """Read a recorded table, naming the file and line of any bad record."""
+    path = Path(path)
+    measurements = []
+    try:
+        lines = path.read_text().splitlines()
+    except OSError as exc:
+        raise ValueError(f"replay table {path}: {exc}") from None
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            measurements.append(Measurement.from_dict(json.loads(line)))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ValueError(f"replay table {path}, line {number}: {exc}") from None
+    if not measurements:
+        raise ValueError(f"replay table {path} is empty")
+    workloads = {m.workload for m in measurements}
+    if len(workloads) != 1:
+        raise ValueError(f"replay table {path} mixes {len(workloads)} workloads; one table holds one")
+    return measurements
+
+
+def write_table(path: str | Path, measurements: Iterable[Measurement]) -> None:
+    """Write a table atomically (temp file, then rename): a killed sweep leaves no half file."""
+    path = Path(path)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    with tmp.open("w") as fh:
+        for m in measurements:
+            fh.write(json.dumps(m.to_dict(), sort_keys=True) + "\n")
+    tmp.replace(path)
+
+
+class ReplayObjective:
+    """Measurements from recorded tables, keyed by workload and config.
+
+    Args:
+        tables: recorded measurements (any number of workloads, one GPU).
+        noise: draw times from the recorded quantiles instead of the median.
+        seed: seeds the noise.
+    """
+
+    def __init__(self, tables: Iterable[Measurement], *, noise: bool = False, seed: int = 0) -> None:
+        self._table: dict[Workload, dict[Config, Measurement]] = {}
+        for m in tables:
+            self._table.setdefault(m.workload, {})[m.config] = m
+        if not self._table:
+            raise ValueError("ReplayObjective: no measurements given")
+        self._noise = noise
+        self._rng = np.random.default_rng(seed)
+
+    @classmethod
+    def from_files(cls, paths: Iterable[str | Path], **kwargs) -> ReplayObjective:  # noqa: ANN003
+        measurements: list[Measurement] = []
+        for path in paths:
+            measurements.extend(load_table(path))
+        return cls(measurements, **kwargs)
+
+    @property
+    def workloads(self) -> list[Workload]:
+        return list(self._table)
+
+    def table(self, workload: Workload) -> Mapping[Config, Measurement]:
+        return self._table[self._check_workload(workload)]
+
+    def evaluate(self, config: Config, workload: Workload) -> Measurement:
+        recorded = self.table(workload).get(config)
+        if recorded is None:
+            # Outside the recorded space: a failure value, never an exception.
+            return Measurement.failure(config, workload, Status.INFEASIBLE, "config not in the recorded table",
+                                       source="replayed")
+        replayed = dataclasses.replace(recorded, source="replayed")
+        if self._noise and recorded.ok:
+            sigma = max(recorded.p80_ms - recorded.p20_ms, 0.0) / _P20_P80_SIGMAS
+            median = max(float(self._rng.normal(recorded.median_ms, sigma)), recorded.median_ms * 0.5)
+            replayed = dataclasses.replace(replayed, median_ms=median, tflops=workload.flops / (median * 1e-3) / 1e12)
+        return replayed
+
+    def optimum(self, workload: Workload) -> Measurement:
+        """The fastest recorded ok config (the exhaustive optimum)."""
+        ok = [m for m in self.table(workload).values() if m.ok and math.isfinite(m.median_ms)]
+        if not ok:
+            raise ValueError(f"no config of {workload.name} ran correctly in the recorded table")
+        return min(ok, key=lambda m: m.median_ms)
+
+    def _check_workload(self, workload: Workload) -> Workload:
+        if workload not in self._table:
+            names = sorted(w.name for w in self._table)
+            raise ValueError(f"workload {workload.name} was not recorded; recorded: {names}")
+        return workload
