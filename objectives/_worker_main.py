@@ -1,0 +1,57 @@
+"""Entry point of the benchmark worker process: JSON requests in, JSON measurements out.
+
+Protocol (one JSON object per line): the worker first writes ``{"hello": spec}`` with
+its HardwareSpec (or null on a CPU), then answers each request
+``{"config": {...}, "workload": {...}, "seed": int, "launcher": str, "tolerance": float|null}``
+with a ``Measurement.to_dict()``. A ContextLost error is answered, then the process exits:
+its CUDA context cannot be trusted any more.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+
+def main() -> None:
+    # Keep the protocol channel private: anything else writing to fd 1 (Triton, ptxas,
+    # print) goes to stderr instead of corrupting the JSON stream.
+    channel = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+
+    from flashtune.kernels.config import Config
+    from flashtune.objectives.bench import ContextLost, measure
+    from flashtune.objectives.hardware import HardwareSpec
+    from flashtune.objectives.types import Measurement, Status, Workload
+
+    import torch
+
+    spec = HardwareSpec.from_device().to_dict() if torch.cuda.is_available() else None
+    channel.write(json.dumps({"hello": spec}) + "\n")
+
+    for line in sys.stdin:
+        request = json.loads(line)
+        config = Config.from_dict(request["config"])
+        workload = Workload.from_dict(request["workload"])
+        try:
+            result = measure(
+                config, workload,
+                seed=int(request.get("seed", 0)),
+                launcher=request.get("launcher") or "flashtune.kernels.attention:launch",
+                tolerance=request.get("tolerance"),
+            )
+            channel.write(json.dumps(result.to_dict()) + "\n")
+        except ContextLost as exc:
+            crashed = Measurement.failure(config, workload, Status.CRASHED, str(exc))
+            channel.write(json.dumps(crashed.to_dict()) + "\n")
+            channel.flush()
+            os._exit(3)
+        except Exception as exc:  # noqa: BLE001 - anything unexpected is a crash of this trial
+            crashed = Measurement.failure(config, workload, Status.CRASHED, f"{type(exc).__name__}: {exc}")
+            channel.write(json.dumps(crashed.to_dict()) + "\n")
+
+
+if __name__ == "__main__":
+    main()

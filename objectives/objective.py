@@ -1,0 +1,109 @@
+"""The live objective: Objective.evaluate(config, workload) -> Measurement on a real GPU.
+
+Order of checks, cheapest first: the config is valid for the kernel's space, the static
+model says it fits the GPU, then the worker compiles, verifies and times it. Each stage's
+failure is a status; nothing a config does raises into the study.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping
+
+from flashtune.kernels.config import Config, Value
+from flashtune.kernels.space import validate_config
+from flashtune.objectives.feasibility import check
+from flashtune.objectives.hardware import HardwareSpec
+from flashtune.objectives.precompile import CompilePool
+from flashtune.objectives.types import Measurement, Status, Workload
+from flashtune.objectives.worker import BenchmarkWorker
+
+
+class Objective:
+    """Measure configs on one GPU through an isolated worker process.
+
+    Args:
+        hardware: the target's spec; None reads it from the worker's device.
+        device: CUDA device index for the worker (``CUDA_VISIBLE_DEVICES``).
+        timeout_s: per-config budget before the worker is killed (``timeout``).
+        precompile: pool processes compiling ahead (0: the worker compiles inline).
+        tolerance: relative-error budget; None uses the dtype's default.
+        seed: inputs of trial ``i`` are drawn with ``seed + i`` (fresh for every config).
+        static_check: skip configs the feasibility model rejects; False compiles them
+            anyway, so a sweep records Triton's own verdict and can grade the model.
+        launcher, env: passed to the worker (tests inject faults; CPU runs set the interpreter).
+    """
+
+    def __init__(
+        self,
+        *,
+        hardware: HardwareSpec | None = None,
+        device: int | None = None,
+        timeout_s: float = 120.0,
+        precompile: int = 0,
+        tolerance: float | None = None,
+        seed: int = 0,
+        static_check: bool = True,
+        launcher: str | None = None,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        self.worker = BenchmarkWorker(device=device, timeout_s=timeout_s, launcher=launcher, env=env)
+        self.pool = CompilePool(precompile)
+        self.tolerance = tolerance
+        self._hardware = hardware
+        self._seed = seed
+        self.static_check = static_check
+        self._trials = 0
+
+    @property
+    def hardware(self) -> HardwareSpec:
+        if self._hardware is None:
+            if self.worker.hardware is None:
+                self.worker.start()
+            if self.worker.hardware is None:
+                raise RuntimeError("no GPU in the worker: pass a HardwareSpec to simulate one")
+            self._hardware = self.worker.hardware
+        return self._hardware
+
+    def prefetch(self, configs: Iterable[Config], workload: Workload) -> None:
+        """Start compiling configs that will be measured soon (feasible ones only)."""
+        if self.pool.processes <= 0:
+            return
+        for config in configs:
+            if not self.static_check or check(config, workload, self.hardware).feasible:
+                self.pool.submit(config, workload)
+
+    def evaluate(self, config: Mapping[str, Value], workload: Workload) -> Measurement:
+        self._trials += 1
+        hw = self.hardware
+        stamp = {"fingerprint": hw.fingerprint, "hardware": hw.name,
+                 "versions": {"torch": hw.torch, "triton": hw.triton, "cuda": hw.cuda, "driver": hw.driver}}
+        try:
+            cfg = validate_config(config)
+        except ValueError as exc:
+            return Measurement.failure(_as_config(config), workload, Status.INFEASIBLE, str(exc), **stamp)
+        verdict = check(cfg, workload, hw)
+        if self.static_check and not verdict.feasible:
+            return Measurement.failure(cfg, workload, Status.INFEASIBLE, verdict.reason,
+                                       shared_bytes=verdict.shared_bytes, **stamp)
+        self.pool.wait(cfg, workload, timeout_s=self.worker.timeout_s)
+        measured = self.worker.evaluate(cfg, workload, seed=self._seed + self._trials, tolerance=self.tolerance)
+        return dataclasses.replace(measured, **stamp)
+
+    def close(self) -> None:
+        self.pool.close()
+        self.worker.close()
+
+    def __enter__(self) -> Objective:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _as_config(config: Mapping[str, object]) -> Config:
+    """Keep a rejected config recordable even when its values are of the wrong type."""
+    try:
+        return Config(dict(config))
+    except TypeError:
+        return Config({str(k): v if isinstance(v, (int, bool, str)) else repr(v) for k, v in config.items()})

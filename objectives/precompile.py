@@ -1,0 +1,83 @@
+"""Compile upcoming configs in a pool of processes while the GPU times the current one.
+
+Compilation is nearly all of a trial's cost (about 1 s against 0.1 s of timing,
+REFERENCE.md). Pool processes call ``JITFunction.warmup``, which compiles into Triton's
+disk cache without launching; the benchmark worker then finds the binary there. The
+warm-up uses the workload's real integer arguments, because Triton specializes integers
+equal to 1 and divisibility by 16: a warm-up with other values would compile a
+different binary. OutOfResources appears only at launch, so the worker still reports it.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from concurrent.futures import Future, ProcessPoolExecutor
+
+from flashtune.kernels.config import Config
+from flashtune.objectives.types import Workload
+
+
+def _compile(config: dict, workload: dict) -> str:
+    """Runs in a pool process: compile one config for one workload, return '' or the error."""
+    import math
+
+    import torch
+
+    from flashtune.kernels._flash_fwd import attention_forward_kernel
+    from flashtune.kernels.attention import LOG2_E
+    from flashtune.objectives.bench import _TORCH_DTYPES
+
+    w = Workload.from_dict(workload)
+    dtype = _TORCH_DTYPES[w.dtype]
+    # Tiny buffers: warm-up reads pointers' alignment and the integer values, not data.
+    buf = torch.empty(64, device="cuda", dtype=dtype)
+    q_strides = (w.q_heads * w.q_len * w.head_dim, w.q_len * w.head_dim, w.head_dim)
+    kv_strides = (w.kv_heads * w.kv_len * w.head_dim, w.kv_len * w.head_dim, w.head_dim)
+    try:
+        attention_forward_kernel.warmup(
+            buf, buf, buf, buf,
+            *q_strides, *kv_strides, *kv_strides, *q_strides,
+            w.q_heads, w.q_heads // w.kv_heads, w.q_len, w.kv_len, LOG2_E / math.sqrt(w.head_dim),
+            HEAD_DIM=w.head_dim, BLOCK_M=config["BLOCK_M"], BLOCK_N=config["BLOCK_N"], IS_CAUSAL=w.causal,
+            num_warps=config["num_warps"], num_stages=config["num_stages"], grid=(1,),
+        )
+    except Exception as exc:  # noqa: BLE001 - reported to the parent; the worker will classify it
+        return f"{type(exc).__name__}: {exc}"
+    return ""
+
+
+class CompilePool:
+    """A spawn pool that fills Triton's disk cache ahead of the benchmark worker.
+
+    Args:
+        processes: pool size (0 disables precompilation); defaults to the CPU count.
+    """
+
+    def __init__(self, processes: int | None = None) -> None:
+        self.processes = (os.cpu_count() or 1) if processes is None else processes
+        self._pool: ProcessPoolExecutor | None = None
+        self._futures: dict[tuple[Config, Workload], Future[str]] = {}
+
+    def submit(self, config: Config, workload: Workload) -> None:
+        """Queue a compile; repeated submissions of the same pair are ignored."""
+        if self.processes <= 0 or (config, workload) in self._futures:
+            return
+        if self._pool is None:
+            self._pool = ProcessPoolExecutor(self.processes, mp_context=multiprocessing.get_context("spawn"))
+        self._futures[(config, workload)] = self._pool.submit(_compile, config.to_dict(), workload.to_dict())
+
+    def wait(self, config: Config, workload: Workload, timeout_s: float | None = None) -> str | None:
+        """Block until a queued compile finished; its error text, '' if fine, None if not queued."""
+        future = self._futures.get((config, workload))
+        if future is None:
+            return None
+        try:
+            return future.result(timeout=timeout_s)
+        except Exception as exc:  # noqa: BLE001 - a broken pool or a hang: the worker compiles itself
+            return f"{type(exc).__name__}: {exc}"
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
