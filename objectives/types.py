@@ -106,7 +106,10 @@ class Workload:
                 dtype = extra
             else:
                 raise ValueError(f"workload {text!r}: unknown field {extra!r}")
-        return cls(batch, q_heads, kv_heads, q_len, kv_len, head_dim, dtype, causal)
+        try:
+            return cls(batch, q_heads, kv_heads, q_len, kv_len, head_dim, dtype, causal)
+        except ValueError as exc:
+            raise ValueError(f"workload {text!r}: {exc}") from None
 
 
 @dataclass(frozen=True)

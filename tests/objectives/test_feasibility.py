@@ -1,0 +1,38 @@
+"""The static resource model and the feasibility verdict."""
+
+import pytest
+
+from flashtune.kernels import Config, all_configs
+from flashtune.kernels.resources import shared_memory_bytes
+from flashtune.objectives import SUITE, Workload, known_specs
+from flashtune.objectives.feasibility import check
+
+
+def test_model_matches_the_requirement_measured_on_the_h200():
+    # REFERENCE.md: 64/128/stages 4 at head_dim 128 needed exactly 278,528 B.
+    cfg = Config(BLOCK_M=64, BLOCK_N=128, num_warps=4, num_stages=4)
+    assert shared_memory_bytes(cfg, head_dim=128) == 278_528
+
+
+def test_verdict_follows_the_gpu_limit():
+    h200, l40s = known_specs()["h200"], known_specs()["l40s"]
+    w = Workload(1, 1, 1, 4096, 4096, 128)
+    cfg = Config(BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=4)  # 163,840 B
+    assert check(cfg, w, h200).feasible
+    verdict = check(cfg, w, l40s)
+    assert not verdict.feasible and "NVIDIA L40S" in verdict.reason
+
+
+@pytest.mark.parametrize("name", ["h200", "h100", "a100", "l40s", "rtx4090"])
+def test_every_shipped_gpu_has_feasible_and_infeasible_configs(name):
+    spec = known_specs()[name]
+    for workload in SUITE:
+        verdicts = [check(c, workload, spec).feasible for c in all_configs()]
+        assert any(verdicts), (name, workload.name)
+    # head_dim 256 with deep pipelines exceeds every GPU's shared memory
+    assert not all(check(c, SUITE[5], spec).feasible for c in all_configs())
+
+
+def test_fp32_needs_twice_the_shared_memory():
+    cfg = Config(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=2)
+    assert shared_memory_bytes(cfg, head_dim=64, dtype_bytes=4) == 2 * shared_memory_bytes(cfg, head_dim=64)
