@@ -23,8 +23,10 @@ from flashtune.objectives.replay import write_table
 from flashtune.objectives.types import SUITE, Measurement, Status, Workload
 
 
-def sweep_workload(objective: Objective, workload: Workload, out_dir: Path, *, progress: bool = True) -> list[Measurement]:
-    """Measure every config of the space on ``workload``; resume from a partial table."""
+def sweep_workload(
+    objective: Objective, workload: Workload, out_dir: Path, *, progress: bool = True, limit: int | None = None
+) -> list[Measurement]:
+    """Measure every config of the space on ``workload`` (or the first ``limit``); resume from a partial table."""
     out_dir.mkdir(parents=True, exist_ok=True)
     table = out_dir / f"{workload.name}.jsonl"
     partial = table.with_suffix(".jsonl.partial")
@@ -36,7 +38,7 @@ def sweep_workload(objective: Objective, workload: Workload, out_dir: Path, *, p
             except (ValueError, KeyError, TypeError):
                 continue  # a line cut short by a kill: measure that config again
             done[m.config] = m
-    configs = list(all_configs())
+    configs = list(all_configs())[:limit]
     todo = [c for c in configs if c not in done]
     objective.prefetch(todo, workload)
     with partial.open("a") as fh:
@@ -70,6 +72,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--hardware", default=None, help="simulate a shipped spec or JSON file (needed without a GPU)")
     p.add_argument("--no-static-check", action="store_true",
                    help="compile configs the feasibility model rejects too (grades the model)")
+    p.add_argument("--limit", type=int, default=None, help="only the first N configs of the space (throughput runs)")
     p.add_argument("--interpret", action="store_true", help="run the kernel in Triton's CPU interpreter")
     p.set_defaults(func=run_sweep)
 
@@ -89,10 +92,10 @@ def run_sweep(args: argparse.Namespace) -> int:
     with Objective(hardware=hardware, timeout_s=args.timeout, env=env, precompile=precompile,
                    static_check=not args.no_static_check) as objective:
         for workload in workloads:
-            measurements = sweep_workload(objective, workload, args.out)
+            measurements = sweep_workload(objective, workload, args.out, limit=args.limit)
             lines.append(summarize(workload, measurements))
     elapsed = time.perf_counter() - started
-    total = len(workloads) * sum(1 for _ in all_configs())
+    total = len(workloads) * len(list(all_configs())[: args.limit])
     print(f"\n{total} trials in {elapsed:.1f} s ({total / elapsed * 60:.1f} trials/min); tables in {args.out}/")
     print("\n".join(lines))
     return 0

@@ -41,3 +41,43 @@ def check(config: Mapping[str, Value], workload: Workload, hardware: HardwareSpe
             f"needs {shared} B of shared memory, {hardware.name} allows {hardware.shared_memory_per_block_bytes} B per block",
         )
     return Verdict(True, shared, regs)
+
+
+@dataclass(frozen=True)
+class Agreement:
+    """How often the static model's verdict matched Triton's outcome on recorded trials."""
+
+    total: int
+    agreed: int
+    false_feasible: list  # predicted to fit, Triton said OutOfResources
+    false_infeasible: list  # predicted not to fit, Triton ran it
+
+    @property
+    def fraction(self) -> float:
+        return self.agreed / self.total if self.total else float("nan")
+
+
+def grade(measurements, hardware: HardwareSpec) -> Agreement:  # noqa: ANN001 - Iterable[Measurement]
+    """Compare predictions with a sweep recorded without the static check.
+
+    Only trials that reached the launch count (compiled: ok, wrong_result,
+    out_of_resources); a static ``infeasible`` or a timeout says nothing about the model.
+    """
+    from flashtune.objectives.types import Status
+
+    judged = {Status.OK, Status.WRONG_RESULT, Status.OUT_OF_RESOURCES}
+    total = agreed = 0
+    false_feasible, false_infeasible = [], []
+    for m in measurements:
+        if m.status not in judged:
+            continue
+        total += 1
+        predicted = check(m.config, m.workload, hardware).feasible
+        actual = m.status is not Status.OUT_OF_RESOURCES
+        if predicted == actual:
+            agreed += 1
+        elif predicted:
+            false_feasible.append(m)
+        else:
+            false_infeasible.append(m)
+    return Agreement(total, agreed, false_feasible, false_infeasible)
