@@ -16,8 +16,23 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="flashtune", description="Hardware-aware autotuner for Triton FlashAttention")
     subparsers = parser.add_subparsers(dest="command", required=True)
     for module in _SUBCOMMAND_MODULES:
-        importlib.import_module(module).add_parser(subparsers)
+        try:
+            importlib.import_module(module).add_parser(subparsers)
+        except ImportError as exc:
+            # A GPU box may lack the study's packages (mlflow, optuna): keep the other
+            # subcommands working and say what is missing when this one is asked for.
+            name = module.rsplit(".", 1)[-1]
+            stub = subparsers.add_parser(name, help=f"unavailable: {exc}")
+            stub.set_defaults(func=_missing(name, exc))
     return parser
+
+
+def _missing(name: str, exc: ImportError):
+    def run(args: argparse.Namespace) -> int:
+        print(f"flashtune {name}: needs a package that is not installed: {exc}", file=sys.stderr)
+        return 2
+
+    return run
 
 
 def main(argv: list[str] | None = None) -> int:

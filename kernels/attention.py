@@ -148,7 +148,8 @@ def _check_fits(config: Config, q: torch.Tensor) -> None:
 
     props = torch.cuda.get_device_properties(q.device)
     limit = getattr(props, "shared_memory_per_block_optin", 0) or props.shared_memory_per_block
-    need = shared_memory_bytes(config, head_dim=q.shape[-1], dtype_bytes=q.element_size())
+    need = shared_memory_bytes(config, head_dim=q.shape[-1], dtype_bytes=q.element_size(),
+                               compute_capability=(props.major, props.minor))
     if need > limit:
         raise ValueError(
             f"config {config.to_dict()} needs about {need} bytes of shared memory; "

@@ -1,9 +1,11 @@
 """Static resource model of the forward kernel: what a config needs before it compiles.
 
-Shared memory: Triton's pipeliner keeps ``num_stages`` buffers of the K and V tiles
-(BLOCK_N x HEAD_DIM each) and one Q tile (BLOCK_M x HEAD_DIM). REFERENCE.md found this
-exact on the H200 for stages >= 2; the GPU sweep checks the model against Triton's own
-``OutOfResources`` outcome on the whole space (BENCHMARKS.md, "Feasibility model").
+Shared memory, fitted to Triton 3.6's own figures on the H200 (BENCHMARKS.md,
+"Feasibility model"): with Hopper's wgmma (compute capability 9, BLOCK_M >= 64) the
+pipeliner keeps ``num_stages`` buffers of the K and V tiles (BLOCK_N x HEAD_DIM each) plus
+one Q tile (BLOCK_M x HEAD_DIM). On the mma.sync path (older GPUs, or BLOCK_M = 32 on
+Hopper) it keeps ``num_stages - 1`` K/V buffers plus a BLOCK_N x 64-byte scratch once
+pipelined; one stage is one K/V buffer either way.
 
 Registers: the fp32 accumulator (BLOCK_M x HEAD_DIM), the fp32 score tile
 (BLOCK_M x BLOCK_N) and Q (BLOCK_M x HEAD_DIM, 16-bit) spread over the program's
@@ -21,13 +23,26 @@ MAX_REGISTERS_PER_THREAD = 255
 _REGISTER_OVERHEAD = 40
 
 
-def shared_memory_bytes(config: Mapping[str, Value], *, head_dim: int, dtype_bytes: int = 2) -> int:
+def uses_wgmma(config: Mapping[str, Value], compute_capability: tuple[int, int]) -> bool:
+    """Whether Triton lowers the dots to Hopper's wgmma (a warpgroup needs 64 rows)."""
+    return compute_capability[0] == 9 and int(config["BLOCK_M"]) >= 64
+
+
+def shared_memory_bytes(
+    config: Mapping[str, Value],
+    *,
+    head_dim: int,
+    dtype_bytes: int = 2,
+    compute_capability: tuple[int, int] = (9, 0),
+) -> int:
     """Predicted shared memory per program in bytes."""
     block_m, block_n = int(config["BLOCK_M"]), int(config["BLOCK_N"])
     stages = max(int(config["num_stages"]), 1)
-    kv_tiles = stages * 2 * block_n * head_dim * dtype_bytes
+    kv_tile = 2 * block_n * head_dim * dtype_bytes
     q_tile = block_m * head_dim * dtype_bytes
-    return kv_tiles + q_tile
+    if stages == 1 or uses_wgmma(config, compute_capability):
+        return q_tile + stages * kv_tile
+    return q_tile + (stages - 1) * kv_tile + block_n * 64
 
 
 def registers_per_thread(config: Mapping[str, Value], *, head_dim: int, dtype_bytes: int = 2) -> int:

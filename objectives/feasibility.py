@@ -33,7 +33,8 @@ class Verdict:
 def check(config: Mapping[str, Value], workload: Workload, hardware: HardwareSpec) -> Verdict:
     """Predict whether ``config`` fits ``hardware`` for ``workload``."""
     dtype_bytes = _DTYPE_BYTES[workload.dtype]
-    shared = shared_memory_bytes(config, head_dim=workload.head_dim, dtype_bytes=dtype_bytes)
+    shared = shared_memory_bytes(config, head_dim=workload.head_dim, dtype_bytes=dtype_bytes,
+                                 compute_capability=hardware.compute_capability)
     regs = registers_per_thread(config, head_dim=workload.head_dim, dtype_bytes=dtype_bytes)
     if shared > hardware.shared_memory_per_block_bytes:
         return Verdict(
