@@ -18,9 +18,10 @@ from flashtune.kernels.config import Config
 from flashtune.objectives.types import Workload
 
 
-def _compile(config: dict, workload: dict) -> str:
-    """Runs in a pool process: compile one config for one workload, return '' or the error."""
+def _compile(config: dict, workload: dict) -> tuple[str, float]:
+    """Runs in a pool process: compile one config for one workload; (error or '', seconds)."""
     import math
+    import time
 
     import torch
 
@@ -34,6 +35,7 @@ def _compile(config: dict, workload: dict) -> str:
     buf = torch.empty(64, device="cuda", dtype=dtype)
     q_strides = (w.q_heads * w.q_len * w.head_dim, w.q_len * w.head_dim, w.head_dim)
     kv_strides = (w.kv_heads * w.kv_len * w.head_dim, w.kv_len * w.head_dim, w.head_dim)
+    started = time.perf_counter()
     try:
         attention_forward_kernel.warmup(
             buf, buf, buf, buf,
@@ -43,8 +45,8 @@ def _compile(config: dict, workload: dict) -> str:
             num_warps=config["num_warps"], num_stages=config["num_stages"], grid=(1,),
         )
     except Exception as exc:  # noqa: BLE001 - reported to the parent; the worker will classify it
-        return f"{type(exc).__name__}: {exc}"
-    return ""
+        return f"{type(exc).__name__}: {exc}", time.perf_counter() - started
+    return "", time.perf_counter() - started
 
 
 class CompilePool:
@@ -57,7 +59,7 @@ class CompilePool:
     def __init__(self, processes: int | None = None) -> None:
         self.processes = (os.cpu_count() or 1) if processes is None else processes
         self._pool: ProcessPoolExecutor | None = None
-        self._futures: dict[tuple[Config, Workload], Future[str]] = {}
+        self._futures: dict[tuple[Config, Workload], Future[tuple[str, float]]] = {}
 
     def submit(self, config: Config, workload: Workload) -> None:
         """Queue a compile; repeated submissions of the same pair are ignored."""
@@ -67,15 +69,15 @@ class CompilePool:
             self._pool = ProcessPoolExecutor(self.processes, mp_context=multiprocessing.get_context("spawn"))
         self._futures[(config, workload)] = self._pool.submit(_compile, config.to_dict(), workload.to_dict())
 
-    def wait(self, config: Config, workload: Workload, timeout_s: float | None = None) -> str | None:
-        """Block until a queued compile finished; its error text, '' if fine, None if not queued."""
+    def wait(self, config: Config, workload: Workload, timeout_s: float | None = None) -> tuple[str, float] | None:
+        """Block until a queued compile finished: (error text or '', compile seconds); None if not queued."""
         future = self._futures.get((config, workload))
         if future is None:
             return None
         try:
             return future.result(timeout=timeout_s)
         except Exception as exc:  # noqa: BLE001 - a broken pool or a hang: the worker compiles itself
-            return f"{type(exc).__name__}: {exc}"
+            return f"{type(exc).__name__}: {exc}", 0.0
 
     def close(self) -> None:
         if self._pool is not None:
