@@ -1,5 +1,7 @@
 """The static resource model and the feasibility verdict."""
 
+from pathlib import Path
+
 import pytest
 
 from flashtune.kernels import Config, all_configs
@@ -36,3 +38,22 @@ def test_every_shipped_gpu_has_feasible_and_infeasible_configs(name):
 def test_fp32_needs_twice_the_shared_memory():
     cfg = Config(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=2)
     assert shared_memory_bytes(cfg, head_dim=64, dtype_bytes=4) == 2 * shared_memory_bytes(cfg, head_dim=64)
+
+
+RECORDED = sorted((Path(__file__).parents[2] / "experiments" / "data" / "h200").glob("*.jsonl"))
+
+
+@pytest.mark.skipif(not RECORDED, reason="no recorded H200 tables")
+def test_model_agrees_with_triton_on_the_recorded_h200_space():
+    """The sweeps compiled every config (--no-static-check): grade the model on them."""
+    from flashtune.objectives.feasibility import grade
+    from flashtune.objectives.replay import load_table
+
+    measurements = [m for path in RECORDED for m in load_table(path)]
+    result = grade(measurements, known_specs()["h200"])
+    assert result.total >= 400
+    assert result.fraction >= 0.98, (result.false_feasible[:3], result.false_infeasible[:3])
+    # Where Triton reported its shared memory, the model predicts the very byte count.
+    for m in measurements:
+        if m.shared_bytes is not None and m.status.value != "infeasible":
+            assert shared_memory_bytes(m.config, head_dim=m.workload.head_dim) == m.shared_bytes, m.config
