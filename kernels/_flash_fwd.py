@@ -5,6 +5,10 @@ the keys in two phases: tiles that need no mask (fully inside the sequence and, 
 causal, fully below the diagonal), then the remaining tiles with masks (the diagonal
 band and the ragged tail). Splitting keeps the hot loop free of mask arithmetic.
 
+K and V tiles come either from pointer loads or from device-side tensor descriptors
+(TMA on Hopper, ``USE_TMA``); the unmasked loop may be warp-specialized
+(``WARP_SPECIALIZE``: producer warps issue the loads, consumer warps do the math).
+
 Causal masking is aligned bottom-right, as in FlashAttention 2: query i sees key j when
 j <= i + (kv_len - q_len). Rows that see no key at all write zeros.
 """
@@ -16,24 +20,31 @@ import triton.language as tl
 @triton.jit
 def _attend_tiles(
     acc, l_i, m_i, q,
-    k_base, v_base, stride_kn, stride_vn,
+    k_base, v_base, stride_kn, stride_vn, k_desc, v_desc,
     offs_m, offs_d, lo, hi, kv_len, causal_offset, qk_scale,
     BLOCK_N: tl.constexpr,
     MASKED: tl.constexpr,
     IS_CAUSAL: tl.constexpr,
+    USE_TMA: tl.constexpr,
+    WARP_SPECIALIZE: tl.constexpr,
 ):
     offs_n = tl.arange(0, BLOCK_N)
-    for start_n in range(lo, hi, BLOCK_N):
+    for start_n in tl.range(lo, hi, BLOCK_N, warp_specialize=WARP_SPECIALIZE):
         start_n = tl.multiple_of(start_n, BLOCK_N)
         cols = start_n + offs_n
-        k_ptrs = k_base + cols[None, :] * stride_kn + offs_d[:, None]
-        v_ptrs = v_base + cols[:, None] * stride_vn + offs_d[None, :]
-        if MASKED:
-            k = tl.load(k_ptrs, mask=cols[None, :] < kv_len, other=0.0)
-            v = tl.load(v_ptrs, mask=cols[:, None] < kv_len, other=0.0)
+        if USE_TMA:
+            # Rows past kv_len come back as zeros (the descriptor's padding).
+            k = k_desc.load([start_n, 0]).T
+            v = v_desc.load([start_n, 0])
         else:
-            k = tl.load(k_ptrs)
-            v = tl.load(v_ptrs)
+            k_ptrs = k_base + cols[None, :] * stride_kn + offs_d[:, None]
+            v_ptrs = v_base + cols[:, None] * stride_vn + offs_d[None, :]
+            if MASKED:
+                k = tl.load(k_ptrs, mask=cols[None, :] < kv_len, other=0.0)
+                v = tl.load(v_ptrs, mask=cols[:, None] < kv_len, other=0.0)
+            else:
+                k = tl.load(k_ptrs)
+                v = tl.load(v_ptrs)
         qk = tl.dot(q, k) * qk_scale
         if MASKED:
             keep = cols[None, :] < kv_len
@@ -68,6 +79,8 @@ def attention_forward_kernel(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     IS_CAUSAL: tl.constexpr,
+    USE_TMA: tl.constexpr,
+    WARP_SPECIALIZE: tl.constexpr,
 ):
     # Causal tiles near the end of the sequence carry the most work: schedule them first.
     num_m_blocks = tl.cdiv(q_len, BLOCK_M)
@@ -87,6 +100,15 @@ def attention_forward_kernel(
     k_base = K + off_z.to(tl.int64) * stride_kz + off_kv_h.to(tl.int64) * stride_kh
     v_base = V + off_z.to(tl.int64) * stride_vz + off_kv_h.to(tl.int64) * stride_vh
     o_base = Out + off_z.to(tl.int64) * stride_oz + off_h.to(tl.int64) * stride_oh
+
+    if USE_TMA:
+        k_desc = tl.make_tensor_descriptor(k_base, shape=[kv_len, HEAD_DIM], strides=[stride_kn, 1],
+                                           block_shape=[BLOCK_N, HEAD_DIM])
+        v_desc = tl.make_tensor_descriptor(v_base, shape=[kv_len, HEAD_DIM], strides=[stride_vn, 1],
+                                           block_shape=[BLOCK_N, HEAD_DIM])
+    else:
+        k_desc = k_base
+        v_desc = v_base
 
     row_ok = offs_m[:, None] < q_len
     q = tl.load(q_base + offs_m[:, None] * stride_qm + offs_d[None, :], mask=row_ok, other=0.0)
@@ -109,14 +131,15 @@ def attention_forward_kernel(
         masked_end = kv_len
 
     acc, l_i, m_i = _attend_tiles(
-        acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn,
+        acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, k_desc, v_desc,
         offs_m, offs_d, 0, unmasked_end, kv_len, causal_offset, qk_scale,
-        BLOCK_N, False, IS_CAUSAL,
+        BLOCK_N, False, IS_CAUSAL, USE_TMA, WARP_SPECIALIZE,
     )
+    # The diagonal band and the tail: a few tiles, never warp-specialized.
     acc, l_i, m_i = _attend_tiles(
-        acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn,
+        acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, k_desc, v_desc,
         offs_m, offs_d, unmasked_end, masked_end, kv_len, causal_offset, qk_scale,
-        BLOCK_N, True, IS_CAUSAL,
+        BLOCK_N, True, IS_CAUSAL, USE_TMA, False,
     )
 
     l_safe = tl.where(l_i == 0.0, 1.0, l_i)  # rows that saw no key: 0 / 1 = 0

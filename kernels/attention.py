@@ -78,6 +78,9 @@ def launch(
     batch, q_heads, q_len, head_dim = q.shape
     kv_heads, kv_len = k.shape[1], k.shape[2]
     block_m = int(config["BLOCK_M"])
+    if config["loads"] != "pointer":
+        # Device-side descriptors live in a scratch buffer that Triton asks for at launch.
+        triton.set_allocator(_descriptor_scratch)
     grid = (triton.cdiv(q_len, block_m), batch * q_heads)
     return attention_forward_kernel[grid](
         q, k, v, out,
@@ -86,13 +89,27 @@ def launch(
         v.stride(0), v.stride(1), v.stride(2),
         out.stride(0), out.stride(1), out.stride(2),
         q_heads, q_heads // kv_heads, q_len, kv_len, scale * LOG2_E,
-        HEAD_DIM=head_dim,
-        BLOCK_M=block_m,
-        BLOCK_N=int(config["BLOCK_N"]),
-        IS_CAUSAL=bool(causal),
-        num_warps=int(config["num_warps"]),
-        num_stages=int(config["num_stages"]),
+        **compile_options(config, head_dim=head_dim, causal=causal),
     )
+
+
+def compile_options(config: Config, *, head_dim: int, causal: bool) -> dict[str, Any]:
+    """The kernel's constexprs and launch options for a config (one place: launch and precompile)."""
+    loads = config["loads"]
+    return {
+        "HEAD_DIM": head_dim,
+        "BLOCK_M": int(config["BLOCK_M"]),
+        "BLOCK_N": int(config["BLOCK_N"]),
+        "IS_CAUSAL": bool(causal),
+        "USE_TMA": loads != "pointer",
+        "WARP_SPECIALIZE": loads == "tma_ws",
+        "num_warps": int(config["num_warps"]),
+        "num_stages": int(config["num_stages"]),
+    }
+
+
+def _descriptor_scratch(size: int, alignment: int, stream: int | None) -> torch.Tensor:
+    return torch.empty(size, dtype=torch.int8, device="cuda")
 
 
 def resolve_scale(scale: float | None, head_dim: int) -> float:
@@ -135,9 +152,22 @@ def flash_attention(
         raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
     scale_value = resolve_scale(scale, q.shape[-1])
     _check_fits(cfg, q)
+    if cfg["loads"] != "pointer":
+        _check_descriptor_alignment(q, k, v)
     out = torch.empty_like(q, memory_format=torch.contiguous_format)
     launch(q, k, v, out, causal=causal, scale=scale_value, config=cfg)
     return out
+
+
+def _check_descriptor_alignment(*tensors: torch.Tensor) -> None:
+    """Tensor descriptors (TMA) need 16-byte aligned bases and row strides."""
+    for name, t in zip("kv", tensors[1:]):
+        misaligned = [s for s in t.stride()[:-1] if (s * t.element_size()) % 16]
+        if t.data_ptr() % 16 or misaligned:
+            raise ValueError(
+                f"config loads='tma'/'tma_ws' needs {name} with a 16-byte aligned start and strides, "
+                f"got strides {t.stride()}; use loads='pointer' for this layout"
+            )
 
 
 def _check_fits(config: Config, q: torch.Tensor) -> None:

@@ -23,16 +23,25 @@ TUNABLES: Mapping[str, tuple[Value, ...]] = MappingProxyType(
         "BLOCK_N": (32, 64, 128),
         "num_warps": (4, 8),
         "num_stages": (1, 2, 3, 4, 5),
+        # How K/V tiles are loaded: pointer loads, or tensor descriptors (TMA), optionally
+        # with the main loop warp-specialized (load warps apart from math warps).
+        "loads": ("pointer", "tma", "tma_ws"),
     }
 )
 
+#: Knobs a config may omit, with the value that omission means. Knobs added to the space
+#: after configs were recorded (tables, stores, priors) go here, so old configs keep
+#: meaning the kernel they were measured on.
+IMPLIED: Mapping[str, Value] = MappingProxyType({"loads": "pointer"})
+
 #: A config that compiles and fits every GPU flashtune knows at every head dim
 #: (about 50 KB of shared memory at head_dim 256); slow but safe.
-SAFE_DEFAULT = Config(BLOCK_M=64, BLOCK_N=32, num_warps=4, num_stages=2)
+SAFE_DEFAULT = Config(BLOCK_M=64, BLOCK_N=32, num_warps=4, num_stages=2, loads="pointer")
 
 
 def validate_config(config: Mapping[str, Value]) -> Config:
-    """Return ``config`` as a :class:`Config`, or raise naming what is wrong.
+    """Return ``config`` as a complete :class:`Config` (implied knobs filled in), or raise
+    naming what is wrong.
 
     Raises:
         ValueError: a key is unknown or missing, or a value is not among the allowed ones.
@@ -40,6 +49,7 @@ def validate_config(config: Mapping[str, Value]) -> Config:
     unknown = sorted(set(config) - set(TUNABLES))
     if unknown:
         raise ValueError(f"config: unknown key(s) {unknown}; known keys are {list(TUNABLES)}")
+    config = {**IMPLIED, **config}
     missing = sorted(set(TUNABLES) - set(config))
     if missing:
         raise ValueError(f"config: missing key(s) {missing}")
@@ -47,7 +57,7 @@ def validate_config(config: Mapping[str, Value]) -> Config:
         value = config[name]
         if type(value) is not type(allowed[0]) or value not in allowed:
             raise ValueError(f"config: {name}={value!r} is not one of {list(allowed)}")
-    return config if isinstance(config, Config) else Config(config)
+    return Config(config)
 
 
 def all_configs() -> Iterator[Config]:

@@ -26,7 +26,7 @@ def _compile(config: dict, workload: dict) -> tuple[str, float]:
     import torch
 
     from flashtune.kernels._flash_fwd import attention_forward_kernel
-    from flashtune.kernels.attention import LOG2_E
+    from flashtune.kernels.attention import LOG2_E, compile_options
     from flashtune.objectives.bench import _TORCH_DTYPES
 
     w = Workload.from_dict(workload)
@@ -41,8 +41,7 @@ def _compile(config: dict, workload: dict) -> tuple[str, float]:
             buf, buf, buf, buf,
             *q_strides, *kv_strides, *kv_strides, *q_strides,
             w.q_heads, w.q_heads // w.kv_heads, w.q_len, w.kv_len, LOG2_E / math.sqrt(w.head_dim),
-            HEAD_DIM=w.head_dim, BLOCK_M=config["BLOCK_M"], BLOCK_N=config["BLOCK_N"], IS_CAUSAL=w.causal,
-            num_warps=config["num_warps"], num_stages=config["num_stages"], grid=(1,),
+            **compile_options(Config(config), head_dim=w.head_dim, causal=w.causal), grid=(1,),
         )
     except Exception as exc:  # noqa: BLE001 - reported to the parent; the worker will classify it
         return f"{type(exc).__name__}: {exc}", time.perf_counter() - started

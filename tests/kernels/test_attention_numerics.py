@@ -16,7 +16,7 @@ from flashtune.kernels.reference import reference_attention, relative_error
 pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="CPU interpreter suite; tests/gpu covers the GPU")
 
 TOL = {torch.float16: 5e-3, torch.float32: 1e-4}
-SMALL = Config(BLOCK_M=32, BLOCK_N=32, num_warps=4, num_stages=2)
+SMALL = Config(BLOCK_M=32, BLOCK_N=32, num_warps=4, num_stages=2, loads="pointer")
 
 
 def _qkv(b, hq, hkv, nq, nk, d, dtype, seed=0):
@@ -92,4 +92,4 @@ def test_every_block_shape_pair_once():
     """Each (BLOCK_M, BLOCK_N) pair: tail tiles in both dims at once."""
     q, k, v = _qkv(1, 1, 1, 77, 91, 32, torch.float16, seed=5)
     for bm, bn in itertools.product((32, 64, 128, 256), (32, 64, 128)):
-        _check(q, k, v, True, Config(BLOCK_M=bm, BLOCK_N=bn, num_warps=4, num_stages=2))
+        _check(q, k, v, True, Config(BLOCK_M=bm, BLOCK_N=bn, num_warps=4, num_stages=2, loads="tma"))
