@@ -67,35 +67,37 @@ def bench_workload(workload: Workload, configs: list, rounds: int) -> dict[str, 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tables", type=Path, required=True, help="folder of recorded sweep tables")
+    parser.add_argument("--tables", type=Path, action="append", required=True,
+                        help="folder of recorded sweep tables (repeatable: rows of one workload are merged)")
     parser.add_argument("--top", type=int, default=3, help="configs per workload to re-time")
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
-    rows = []
+    results = []
     for workload in SUITE:
-        table = args.tables / f"{workload.name}.jsonl"
-        if not table.exists():
+        tables = [d / f"{workload.name}.jsonl" for d in args.tables if (d / f"{workload.name}.jsonl").exists()]
+        if not tables:
             print(f"skip {workload.name}: no table")
             continue
-        ok = sorted((m for m in load_table(table) if m.ok), key=lambda m: m.median_ms)[: args.top]
+        rows = [m for t in tables for m in load_table(t)]
+        ok = sorted((m for m in rows if m.ok), key=lambda m: m.median_ms)[: args.top]
         result = bench_workload(workload, [m.config for m in ok], args.rounds)
         ours = max(v for n, v in result.items() if n.startswith("flashtune"))
         best_i = max((n for n in result if n.startswith("flashtune")), key=result.get)
         best_cfg = ok[int(best_i.split("#")[1]) - 1].config.to_dict()
-        rows.append({"workload": workload.name, "flashtune": ours, "config": best_cfg, **{n: result[n] for n in _PEERS}})
+        results.append({"workload": workload.name, "flashtune": ours, "config": best_cfg, **{n: result[n] for n in _PEERS}})
     print(f"\n{torch.cuda.get_device_name()} | torch {torch.__version__}")
     print("| workload | flashtune TFLOP/s | SDPA cuDNN | SDPA flash | vs cuDNN | vs flash | best config |")
     print("|---|---|---|---|---|---|---|")
-    for r in rows:
+    for r in results:
         vs = {n: (r["flashtune"] / r[n] if r[n] else math.nan) for n in _PEERS}
         print(f"| {r['workload']} | {r['flashtune']:.0f} | {r['sdpa_cudnn']:.0f} | {r['sdpa_flash']:.0f} | "
               f"{vs['sdpa_cudnn']:.2f}x | {vs['sdpa_flash']:.2f}x | {r['config']} |")
-    ratios = [r["flashtune"] / r["sdpa_cudnn"] for r in rows if r["sdpa_cudnn"]]
+    ratios = [r["flashtune"] / r["sdpa_cudnn"] for r in results if r["sdpa_cudnn"]]
     if ratios:
         print(f"geometric mean vs cuDNN: {math.exp(sum(map(math.log, ratios)) / len(ratios)):.3f}x")
     if args.json:
-        args.json.write_text(json.dumps(rows, indent=2) + "\n")
+        args.json.write_text(json.dumps(results, indent=2) + "\n")
     return 0
 
 

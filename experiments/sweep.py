@@ -16,7 +16,8 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from flashtune.kernels.space import all_configs
+from flashtune.kernels.config import Config
+from flashtune.kernels.space import TUNABLES, all_configs
 from flashtune.objectives.hardware import HardwareSpec, load_spec
 from flashtune.objectives.objective import Objective
 from flashtune.objectives.replay import write_table
@@ -24,9 +25,16 @@ from flashtune.objectives.types import SUITE, Measurement, Status, Workload
 
 
 def sweep_workload(
-    objective: Objective, workload: Workload, out_dir: Path, *, progress: bool = True, limit: int | None = None
+    objective: Objective,
+    workload: Workload,
+    out_dir: Path,
+    *,
+    progress: bool = True,
+    limit: int | None = None,
+    where: dict[str, set[str]] | None = None,
 ) -> list[Measurement]:
-    """Measure every config of the space on ``workload`` (or the first ``limit``); resume from a partial table."""
+    """Measure every config of the space (or those ``where`` selects, the first ``limit``) on
+    ``workload``; resume from a partial table."""
     out_dir.mkdir(parents=True, exist_ok=True)
     table = out_dir / f"{workload.name}.jsonl"
     partial = table.with_suffix(".jsonl.partial")
@@ -38,7 +46,7 @@ def sweep_workload(
             except (ValueError, KeyError, TypeError):
                 continue  # a line cut short by a kill: measure that config again
             done[m.config] = m
-    configs = list(all_configs())[:limit]
+    configs = _select(where or {}, limit)
     todo = [c for c in configs if c not in done]
     objective.prefetch(todo, workload)
     with partial.open("a") as fh:
@@ -51,6 +59,21 @@ def sweep_workload(
     write_table(table, measurements)
     partial.unlink()
     return measurements
+
+
+def _parse_where(items: list[str]) -> dict[str, set[str]]:
+    where = {}
+    for item in items:
+        knob, sep, values = item.partition("=")
+        if not sep or knob not in TUNABLES:
+            raise ValueError(f"--where {item!r}: expected KNOB=V1,V2 with KNOB one of {list(TUNABLES)}")
+        where[knob] = set(values.split(","))
+    return where
+
+
+def _select(where: dict[str, set[str]], limit: int | None) -> list[Config]:
+    configs = [c for c in all_configs() if all(str(c[k]) in vals for k, vals in where.items())]
+    return configs[:limit]
 
 
 def summarize(workload: Workload, measurements: list[Measurement]) -> str:
@@ -72,6 +95,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--hardware", default=None, help="simulate a shipped spec or JSON file (needed without a GPU)")
     p.add_argument("--no-static-check", action="store_true",
                    help="compile configs the feasibility model rejects too (grades the model)")
+    p.add_argument("--where", action="append", default=[], metavar="KNOB=V1,V2",
+                   help="only configs whose KNOB is one of the values (repeatable), e.g. loads=tma,tma_ws")
     p.add_argument("--limit", type=int, default=None, help="only the first N configs of the space (throughput runs)")
     p.add_argument("--interpret", action="store_true", help="run the kernel in Triton's CPU interpreter")
     p.set_defaults(func=run_sweep)
@@ -92,10 +117,11 @@ def run_sweep(args: argparse.Namespace) -> int:
     with Objective(hardware=hardware, timeout_s=args.timeout, env=env, precompile=precompile,
                    static_check=not args.no_static_check) as objective:
         for workload in workloads:
-            measurements = sweep_workload(objective, workload, args.out, limit=args.limit)
+            measurements = sweep_workload(objective, workload, args.out, limit=args.limit,
+                                          where=_parse_where(args.where))
             lines.append(summarize(workload, measurements))
     elapsed = time.perf_counter() - started
-    total = len(workloads) * len(list(all_configs())[: args.limit])
+    total = len(workloads) * len(_select(_parse_where(args.where), args.limit))
     print(f"\n{total} trials in {elapsed:.1f} s ({total / elapsed * 60:.1f} trials/min); tables in {args.out}/")
     print("\n".join(lines))
     return 0
