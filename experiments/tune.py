@@ -1,0 +1,216 @@
+"""``flashtune tune``: run or resume a study per workload, tracked in MLflow.
+
+    flashtune tune --strategy random --trials 50 --study-name rnd-1 --seed 1 \\
+        --workload 4,32,4096,128,causal
+
+Without a GPU (nothing visible to ``nvidia-smi``) the study replays the recorded H200
+tables and says so. The same ``--study-name`` resumes: trials live in Optuna storage.
+The GPU study scripts (``experiments/studies/*.py``) call :func:`main_for_gpu`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import signal
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from flashtune.objectives.hardware import HardwareSpec, load_spec
+from flashtune.objectives.types import SUITE, Workload
+
+#: The replayed GPU when none is named and none is here (the tables shipped are H200's).
+DEFAULT_REPLAY_HARDWARE = "h200"
+#: Exit codes of a study stopped by a signal (the shell's 128 + signal number).
+_EXIT_SIGTERM, _EXIT_SIGINT = 128 + signal.SIGTERM, 128 + signal.SIGINT
+
+
+def add_arguments(parser: argparse.ArgumentParser, *, hardware: str | None = None,
+                  workloads: Sequence[Workload] = ()) -> None:
+    """The options of ``flashtune tune`` (also used by the per-GPU study scripts)."""
+    from flashtune.experiments.storage import DEFAULT_STORAGE
+    from flashtune.experiments.tracking import DEFAULT_TRACKING_URI
+
+    default_workloads = ", ".join(w.name for w in workloads) or f"{SUITE[0].name}"
+    parser.add_argument("--strategy", default="random", help="search strategy (default: random)")
+    parser.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                        help="strategy option, VALUE as JSON or text; repeatable")
+    parser.add_argument("--trials", type=int, default=50,
+                        help="budget per workload, earlier runs of the study included (default: 50)")
+    parser.add_argument("--max-seconds", type=float, default=None, help="wall-time budget of this run per workload")
+    parser.add_argument("--study-name", default=None,
+                        help="the same name resumes (default: <strategy>-seed<seed>, prefixed by the GPU in scripts)")
+    parser.add_argument("--seed", type=int, default=0, help="seeds the strategy (default: 0)")
+    parser.add_argument("--workload", action="append", default=[], metavar="B,H[/HKV],N[/NK],D[,causal][,dtype]",
+                        help=f"repeatable; one study each (default: {default_workloads})")
+    parser.add_argument("--hardware", default=hardware,
+                        help="GPU model: shipped spec name (h200, h100, a100, l40s, rtx4090) or JSON file "
+                             f"(default: this machine's GPU; {DEFAULT_REPLAY_HARDWARE} when replaying)")
+    parser.add_argument("--objective", choices=("auto", "live", "replay"), default="auto",
+                        help="live GPU, recorded tables, or auto: live where a GPU is visible (default)")
+    parser.add_argument("--replay-dir", type=Path, default=None,
+                        help="folder of recorded tables <workload>.jsonl (default: experiments/data/<gpu>)")
+    parser.add_argument("--replay-noise", action="store_true", help="draw replayed times from the recorded spread")
+    parser.add_argument("--timeout", type=float, default=120.0, help="live: per-config seconds (default: 120)")
+    parser.add_argument("--precompile", type=int, default=0, help="live: compile pool processes (default: 0)")
+    parser.add_argument("--tracking-uri", default=DEFAULT_TRACKING_URI,
+                        help=f"MLflow tracking URI (default: {DEFAULT_TRACKING_URI})")
+    parser.add_argument("--storage", default=DEFAULT_STORAGE,
+                        help=f"Optuna storage URL or journal:PATH (default: {DEFAULT_STORAGE})")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.set_defaults(func=run_tune, default_workloads=tuple(workloads), name_prefix=hardware or "")
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("tune", help="run or resume a tuning study (MLflow-tracked, resumable)",
+                                   description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_arguments(parser)
+
+
+def main_for_gpu(hardware: str, workloads: Sequence[Workload], argv: Sequence[str] | None = None) -> int:
+    """Entry point of a per-GPU study script: ``tune`` with that GPU and its workloads."""
+    parser = argparse.ArgumentParser(prog=f"flashtune study ({hardware})",
+                                     description=f"Tuning studies on {load_spec(hardware).name}")
+    add_arguments(parser, hardware=hardware, workloads=workloads)
+    args = parser.parse_args(argv)
+    try:
+        return run_tune(args)
+    except (ValueError, TypeError, FileNotFoundError) as exc:
+        print(f"{parser.prog}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def parse_options(items: Sequence[str]) -> dict[str, Any]:
+    """``KEY=VALUE`` pairs; VALUE is read as JSON (numbers, true, lists) or else kept as text."""
+    options: dict[str, Any] = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"--option {item!r}: expected KEY=VALUE")
+        try:
+            options[key.strip()] = json.loads(text)
+        except json.JSONDecodeError:
+            options[key.strip()] = text
+    return options
+
+
+def run_tune(args: argparse.Namespace) -> int:
+    """Validate everything, open the objective, run the studies one after another."""
+    from flashtune.experiments import sources
+    from flashtune.experiments.study import studies_for
+    from flashtune.search._base import strategy_names
+
+    # Cheap checks first, so a typo costs no objective start-up and writes nothing.
+    if args.strategy not in strategy_names():
+        raise ValueError(f"unknown strategy {args.strategy!r}; registered: {strategy_names()}")
+    options = parse_options(args.option)
+    workloads = [Workload.parse(text) for text in args.workload] or list(args.default_workloads) or [SUITE[0]]
+    kind = sources.resolve_kind(args.objective)
+    expected: HardwareSpec | None = load_spec(args.hardware) if args.hardware else None
+    tracking_uri, storage_url = _check_stores(args.tracking_uri, args.storage)
+
+    if kind == "live":
+        source = sources.open_live(expected, timeout_s=args.timeout, precompile=args.precompile, seed=args.seed)
+    else:
+        hardware = expected or load_spec(DEFAULT_REPLAY_HARDWARE)
+        source = sources.open_replay(hardware, workloads, args.replay_dir, noise=args.replay_noise, seed=args.seed)
+    note = "" if args.objective == "replay" or kind == "live" else "no GPU found (nvidia-smi): "
+    print(f"flashtune tune: {note}{source.description}", file=sys.stderr)
+
+    name = args.study_name or "-".join(p for p in (args.name_prefix, args.strategy, f"seed{args.seed}") if p)
+    studies = studies_for(name, workloads, hardware=source.hardware, strategy=args.strategy,
+                          strategy_options=options, trials=args.trials, seed=args.seed, objective=kind,
+                          max_seconds=args.max_seconds)
+    results = []
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        for study in studies:
+            results.append(_run_one(study, source, tracking_uri, storage_url, progress=not args.no_progress))
+    except BaseException as exc:
+        from flashtune.experiments.study import StudyInterrupted
+
+        if isinstance(exc, (StudyInterrupted, KeyboardInterrupt)):
+            why = "SIGTERM" if isinstance(exc, StudyInterrupted) else "Ctrl-C"
+            print(f"flashtune tune: stopped by {why}; the study's MLflow run ended KILLED. "
+                  "Run the same command again to resume.", file=sys.stderr)
+            return _EXIT_SIGTERM if isinstance(exc, StudyInterrupted) else _EXIT_SIGINT
+        raise
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        source.close()
+    _print_overview(results, tracking_uri)
+    return 0
+
+
+def _check_stores(tracking_uri: str, storage_url: str) -> tuple[str, str]:
+    from flashtune.experiments.storage import open_storage
+    from flashtune.experiments.tracking import check_tracking_uri
+
+    check_tracking_uri(tracking_uri)
+    open_storage(storage_url)
+    return tracking_uri, storage_url
+
+
+def _run_one(study: Any, source: Any, tracking_uri: str, storage_url: str, *, progress: bool) -> Any:
+    from flashtune.experiments import report
+    from flashtune.experiments.progress import ProgressBar
+    from flashtune.experiments.study import StudyResult, run_study
+
+    bars: list[ProgressBar] = []
+
+    def on_start(result: StudyResult) -> None:
+        best = result.best
+        if result.resumed_trials:
+            print(f"flashtune tune: resuming study {study.name!r} at trial {result.resumed_trials}", file=sys.stderr)
+        bars.append(ProgressBar(study.trials, initial=len(result.trials), description=study.name,
+                                best_ms=best.cost_ms if best else math.inf,
+                                best_tflops=best.measurement.tflops if best else 0.0,
+                                disable=True if not progress else None))
+
+    def forward(trial: Any, trials: Any) -> None:
+        bars[0](trial, trials)
+
+    try:
+        result = run_study(study, source.evaluator(study.workload), tracking_uri=tracking_uri,
+                           storage_url=storage_url, fingerprint=source.fingerprint, versions=source.versions,
+                           callbacks=[forward], on_start=on_start, constraint=source.constraint(study.workload))
+    finally:
+        for bar in bars:
+            bar.close()
+    title = f"study {study.name} | {study.workload.name} | {study.hardware.name} | {study.strategy} seed {study.seed}"
+    print(report.summary_text(result.trials, title=title))
+    print()
+    return result
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    from flashtune.experiments.study import StudyInterrupted
+
+    raise StudyInterrupted(f"signal {signum}")
+
+
+def _print_overview(results: Sequence[Any], tracking_uri: str) -> None:
+    """One line per study, then where to look in MLflow."""
+    if len(results) > 1:
+        print(f"{'study':40s} {'trials':>6s} {'best ms':>10s} {'TFLOP/s':>8s}  config")
+        for r in results:
+            best = r.best
+            if best is None:
+                print(f"{r.study.name:40s} {len(r.trials):6d} {'-':>10s} {'-':>8s}  no config ran")
+            else:
+                print(f"{r.study.name:40s} {len(r.trials):6d} {best.cost_ms:10.4f} "
+                      f"{best.measurement.tflops:8.1f}  {best.config.to_dict()}")
+        print()
+    experiments = sorted({r.experiment_id for r in results})
+    ui = "flashtune ui" + ("" if tracking_uri == _default_uri() else f" --tracking-uri '{tracking_uri}'")
+    print(f"MLflow: {tracking_uri}, experiment id {', '.join(experiments)}; compare runs with `{ui}`")
+
+
+def _default_uri() -> str:
+    from flashtune.experiments.tracking import DEFAULT_TRACKING_URI
+
+    return DEFAULT_TRACKING_URI
