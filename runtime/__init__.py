@@ -1,1 +1,36 @@
-"""Serving tuned configs: store, dispatch with fallback, online re-tuning."""
+"""Serving tuned configs: store, dispatch with fallback, online re-tuning.
+
+``flashtune.runtime.flash_attention`` is the op a model calls. The torch-facing parts
+(dispatch, the ``torch.library`` op, online tuning) load on first use, so that the store,
+the buckets and the baselines import without torch.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "flash_attention", "explain", "set_store", "set_hardware", "reload_store", "get_dispatcher",
+    "export_best", "Store", "StoreWarning",
+]
+
+_LAZY = {
+    "flash_attention": "flashtune.runtime.dispatch",
+    "explain": "flashtune.runtime.dispatch",
+    "set_store": "flashtune.runtime.dispatch",
+    "set_hardware": "flashtune.runtime.dispatch",
+    "reload_store": "flashtune.runtime.dispatch",
+    "get_dispatcher": "flashtune.runtime.dispatch",
+    "export_best": "flashtune.runtime.export",
+    "Store": "flashtune.runtime.store",
+    "StoreWarning": "flashtune.runtime.store",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'flashtune.runtime' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)

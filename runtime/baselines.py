@@ -1,0 +1,254 @@
+"""The hardware feature library: baseline configs per architecture, from public knowledge.
+
+Used in two places: as priors for a study that has no data for a GPU yet (issue 5), and
+as the runtime's last fallback when the store has nothing for the GPU it runs on
+(issue 7). Every row says where it comes from; none was measured by flashtune except
+the sm90 rows marked "measured here", which come from the H200 sweep in REFERENCE.md.
+
+Sources, as read from public code:
+
+- Triton's fused-attention tutorial (``06-fused-attention.py``, 2.x/3.0 launchers):
+  ``BLOCK_M=128``, ``BLOCK_N = 64 if D <= 64 else 32``, ``num_stages = 4 if D <= 64 else
+  3``, ``num_warps = 4`` (8 for D > 64 in later versions); on compute capability 9:
+  ``num_warps=8``, ``num_stages = 7 if D >= 64 else 3`` (our space stops at 5 stages).
+- FlashAttention-2's forward launch template (``flash_fwd_launch_template.h``): hd32/64
+  128x128 with 4 warps; hd128 128x64 on A100/H100, and on sm86/sm89 128x32 non-causal,
+  64x64 causal ("square" tiles win causal there); hd256 128x64 with 8 warps on A100,
+  64x64 with 4 warps on H100 and sm8x.
+
+FlashAttention-2 is a CUDA kernel without Triton's ``num_stages``; its tiles are mapped
+to our kernel with the number of stages the shared memory allows (labelled "derived").
+Shared memory per block (opt-in) per architecture is the CUDA C++ Programming Guide's.
+
+Pure Python: the search and the store read baselines without torch.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from flashtune.kernels.config import Config
+from flashtune.kernels.space import SAFE_DEFAULT, TUNABLES, validate_config
+from flashtune.objectives.feasibility import check
+from flashtune.objectives.hardware import HardwareSpec, known_specs
+from flashtune.objectives.types import Measurement, Status, Workload
+
+#: Maximum shared memory per block (opt-in), bytes, by architecture: CUDA C++
+#: Programming Guide, "Technical Specifications per Compute Capability".
+ARCH_SHARED_MEMORY_BYTES: dict[str, int] = {
+    "sm75": 65536,  # Turing (T4, RTX 20xx): 64 KB
+    "sm80": 166912,  # A100: 163 KB
+    "sm86": 101376,  # Ampere consumer / A10 / A40: 99 KB
+    "sm89": 101376,  # Ada (L4, L40S, RTX 40xx): 99 KB
+    "sm90": 232448,  # Hopper (H100, H200): 227 KB
+    "sm100": 232448,  # Blackwell datacenter (B200): 227 KB
+}
+
+#: Architectures the library covers, oldest first.
+ARCHES: tuple[str, ...] = tuple(ARCH_SHARED_MEMORY_BYTES)
+
+_TUTORIAL = "Triton fused-attention tutorial defaults"
+_TUTORIAL_HOPPER = "Triton fused-attention tutorial, Hopper branch (8 warps; 7 stages clipped to our 5)"
+_FA2 = "FlashAttention-2 forward tile"
+_MEASURED = "measured here: H200 sweep winner (REFERENCE.md)"
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """One baseline config and where it comes from.
+
+    Attributes:
+        arch: ``sm75`` style architecture tag.
+        head_dim: the head dim it is meant for.
+        causal: the mask it is meant for; None for both.
+        config: the tunables.
+        label: its public source, or how it was derived from one.
+    """
+
+    arch: str
+    head_dim: int
+    causal: bool | None
+    config: Config
+    label: str
+
+
+def _c(block_m: int, block_n: int, warps: int, stages: int) -> Config:
+    # Complete with the kernel's implied knobs (pointer loads): the rows predate them.
+    return validate_config(Config(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps, num_stages=stages))
+
+
+def _rows(arch: str, head_dim: int, causal: bool | None, *entries: tuple[Config, str]) -> list[Baseline]:
+    return [Baseline(arch, head_dim, causal, config, label) for config, label in entries]
+
+
+def _hopper_rows(arch: str, note: str) -> list[Baseline]:
+    return [
+        *_rows(arch, 32, None, (_c(128, 64, 8, 3), _TUTORIAL_HOPPER + note), (_c(128, 128, 4, 2), _FA2 + " hd32 (128x128, 4 warps), 2 stages" + note)),
+        *_rows(arch, 64, None, (_c(64, 64, 4, 3), _MEASURED + note), (_c(128, 64, 8, 5), _TUTORIAL_HOPPER + note)),
+        *_rows(arch, 128, False, (_c(256, 64, 8, 3), _MEASURED + note), (_c(128, 32, 8, 5), _TUTORIAL_HOPPER + note), (_c(128, 64, 4, 2), _FA2 + " hd128 H100 (128x64, 4 warps), 2 stages" + note)),
+        *_rows(arch, 128, True, (_c(128, 64, 8, 3), _MEASURED + note), (_c(128, 32, 8, 5), _TUTORIAL_HOPPER + note)),
+        *_rows(arch, 256, None, (_c(64, 64, 4, 2), _FA2 + " hd256 H100 (64x64, 4 warps), 2 stages" + note), (_c(128, 64, 8, 2), "derived: FlashAttention-2's A100 hd256 tile (128x64, 8 warps), 2 stages fit 227 KB" + note)),
+    ]
+
+
+def _sm8x_rows(arch: str) -> list[Baseline]:
+    # sm86 and sm89 share FlashAttention-2's sm8x branch and the 99 KB limit.
+    return [
+        *_rows(arch, 32, None, (_c(128, 64, 4, 4), _TUTORIAL), (_c(128, 128, 4, 2), _FA2 + " hd32 (128x128, 4 warps), 2 stages")),
+        *_rows(arch, 64, None, (_c(128, 64, 4, 4), _TUTORIAL), (_c(128, 128, 4, 2), _FA2 + " hd64 (128x128, 4 warps), 2 stages")),
+        *_rows(arch, 128, False, (_c(128, 32, 4, 2), _FA2 + " hd128 sm8x non-causal (128x32, 4 warps), 2 stages"), (_c(128, 32, 8, 3), _TUTORIAL + " (8 warps for D > 64)")),
+        *_rows(arch, 128, True, (_c(64, 64, 4, 2), _FA2 + " hd128 sm8x causal (64x64, 4 warps), 2 stages"), (_c(128, 32, 4, 2), _FA2 + " hd128 sm8x non-causal tile")),
+        *_rows(arch, 256, None, (_c(64, 32, 4, 2), "derived: FlashAttention-2's sm8x hd256 tile (64x64, 4 warps) with BLOCK_N halved to double-buffer in 99 KB"), (_c(64, 64, 4, 1), _FA2 + " hd256 sm8x (64x64, 4 warps), one stage fits 99 KB")),
+    ]
+
+
+#: Every baseline, primary first within each (arch, head_dim, causal).
+BASELINES: tuple[Baseline, ...] = (
+    # Turing: FlashAttention-2 does not support it and the tutorial targets sm80+; no
+    # cp.async either, so deep pipelines buy nothing. Shrunk to fit 64 KB.
+    *_rows("sm75", 32, None, (_c(64, 64, 4, 2), "derived for Turing: 64-row tiles, 2 stages, within 64 KB")),
+    *_rows("sm75", 64, None, (_c(64, 64, 4, 2), "derived for Turing: 64-row tiles, 2 stages, within 64 KB")),
+    *_rows("sm75", 128, None, (_c(64, 32, 4, 2), "derived for Turing: the tutorial's BLOCK_N=32 for D > 64, 64-row tiles, within 64 KB")),
+    *_rows("sm75", 256, None, (_c(32, 32, 4, 1), "derived for Turing: smallest tiles, one stage, within 64 KB")),
+    *_rows("sm80", 32, None, (_c(128, 64, 4, 4), _TUTORIAL), (_c(128, 128, 4, 2), _FA2 + " hd32 (128x128, 4 warps), 2 stages")),
+    *_rows("sm80", 64, None, (_c(128, 64, 4, 4), _TUTORIAL), (_c(128, 128, 4, 2), _FA2 + " hd64 (128x128, 4 warps), 2 stages")),
+    *_rows("sm80", 128, None, (_c(128, 64, 4, 3), _FA2 + " hd128 A100 (128x64, 4 warps) with the tutorial's 3 stages"), (_c(128, 32, 8, 3), _TUTORIAL + " (8 warps for D > 64)")),
+    *_rows("sm80", 256, None, (_c(128, 64, 8, 1), _FA2 + " hd256 A100 (128x64, 8 warps), one stage fits 163 KB"), (_c(64, 64, 4, 2), _FA2 + " hd256 sm8x/H100 tile (64x64, 4 warps), 2 stages")),
+    *_sm8x_rows("sm86"),
+    *_sm8x_rows("sm89"),
+    *_hopper_rows("sm90", ""),
+    # No public tuning data for this kernel on Blackwell: Hopper's rows, same 227 KB.
+    *_hopper_rows("sm100", "; assumed for sm100 from sm90 (same 227 KB per block), not measured"),
+)
+
+
+def arch_of(hardware: HardwareSpec) -> str:
+    """The covered architecture whose baselines serve ``hardware``.
+
+    An architecture the library does not cover borrows the newest covered one at or below
+    its compute capability (sm87 -> sm86, sm120 -> sm100); one older than all borrows the
+    oldest. Feasibility is re-checked against the real spec anyway.
+    """
+    tag = hardware.arch
+    if tag in ARCH_SHARED_MEMORY_BYTES:
+        return tag
+    major, minor = hardware.compute_capability
+    older = [a for a in ARCHES if _cc(a) <= (major, minor)]
+    return older[-1] if older else ARCHES[0]
+
+
+def _cc(arch: str) -> tuple[int, int]:
+    digits = arch[2:]
+    return int(digits[:-1]), int(digits[-1])
+
+
+def arch_specs(arch: str) -> list[HardwareSpec]:
+    """The shipped specs of an architecture, or one synthetic spec when none is shipped.
+
+    The synthetic spec carries only the public shared-memory limit (what feasibility
+    reads) and says so in ``source``.
+
+    Raises:
+        ValueError: ``arch`` is not one of :data:`ARCHES`.
+    """
+    if arch not in ARCH_SHARED_MEMORY_BYTES:
+        raise ValueError(f"arch must be one of {list(ARCHES)}, got {arch!r}")
+    shipped = [spec for _, spec in sorted(known_specs().items()) if spec.arch == arch]
+    if shipped:
+        return shipped
+    return [
+        HardwareSpec(
+            name=f"generic {arch}",
+            compute_capability=_cc(arch),
+            sm_count=1,
+            shared_memory_per_block_bytes=ARCH_SHARED_MEMORY_BYTES[arch],
+            source="synthetic: shared memory per block from the CUDA C++ Programming Guide; no other figure is real",
+        )
+    ]
+
+
+def baselines_for(arch: str, head_dim: int, causal: bool) -> list[Baseline]:
+    """The baselines of one architecture for a head dim and mask, primary first.
+
+    Rows for the other mask follow as weaker hints; an uncovered head dim gets the rows of
+    the nearest covered one (the caller re-checks feasibility).
+    """
+    rows = [b for b in BASELINES if b.arch == arch]
+    dims = sorted({b.head_dim for b in rows})
+    if not dims:
+        return []
+    dim = min(dims, key=lambda d: (abs(math.log2(d) - math.log2(max(head_dim, 1))), -d))
+    rows = [b for b in rows if b.head_dim == dim]
+    same = [b for b in rows if b.causal in (None, causal)]
+    other = [b for b in rows if b.causal not in (None, causal)]
+    return same + other
+
+
+def fit(config: Config, workload: Workload, hardware: HardwareSpec) -> Config | None:
+    """``config`` if it fits ``hardware``, else the nearest smaller config that does.
+
+    Shrinks in the order that costs least speed: pipeline stages first, then BLOCK_N,
+    then BLOCK_M. None when even the smallest tiles do not fit.
+    """
+    current = config
+    for knob in ("num_stages", "BLOCK_N", "BLOCK_M"):
+        allowed = sorted(TUNABLES[knob])
+        while not check(current, workload, hardware).feasible:
+            smaller = [v for v in allowed if v < current[knob]]
+            if not smaller:
+                break
+            current = current.replace(**{knob: smaller[-1]})
+        if check(current, workload, hardware).feasible:
+            return current
+    return None
+
+
+def fallback_config(hardware: HardwareSpec | None, workload: Workload) -> Config:
+    """The one config the runtime launches when it knows nothing better.
+
+    The architecture's primary baseline, shrunk to fit ``hardware``; the kernel's
+    ``SAFE_DEFAULT`` without a spec (CPU, interpreter) or when nothing fits (the launcher
+    then reports the shared-memory problem itself).
+    """
+    if hardware is None:
+        return SAFE_DEFAULT
+    for baseline in baselines_for(arch_of(hardware), workload.head_dim, workload.causal):
+        fitted = fit(baseline.config, workload, hardware)
+        if fitted is not None:
+            return fitted
+    return SAFE_DEFAULT
+
+
+def baseline_priors(hardware: HardwareSpec, workload: Workload) -> list[Measurement]:
+    """Baselines as priors for a study on ``hardware``: feasible, deduplicated, best first.
+
+    Each is a :class:`Measurement` with ``source="prior"``, ``status`` ok and no time
+    (``median_ms`` is inf): a strategy should evaluate them first (Optuna's
+    ``enqueue_trial``), not tell them as results. ``versions`` says which baseline and
+    whether it had to be shrunk to fit.
+    """
+    arch = arch_of(hardware)
+    priors: list[Measurement] = []
+    seen: set[Config] = set()
+    for baseline in baselines_for(arch, workload.head_dim, workload.causal):
+        fitted = fit(baseline.config, workload, hardware)
+        if fitted is None or fitted in seen:
+            continue
+        seen.add(fitted)
+        priors.append(
+            Measurement(
+                config=fitted,
+                workload=workload,
+                status=Status.OK,
+                hardware=f"baseline {arch}",
+                source="prior",
+                versions={
+                    "prior": "baseline",
+                    "arch": arch,
+                    "label": baseline.label,
+                    "shrunk_from": "" if fitted == baseline.config else baseline.config.key(),
+                },
+            )
+        )
+    return priors

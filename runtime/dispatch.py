@@ -1,0 +1,259 @@
+"""The tuned op: look the config up, check it fits the live GPU, call the kernels' launcher.
+
+``flash_attention`` here has the launcher's signature without ``config``. The first call
+of a (device, bucket) walks the fallback chain (:mod:`flashtune.runtime.resolve`) and
+caches the answer; every later call is one dictionary lookup on a tuple of the tensors'
+device, dtype and shape (see ``bench_dispatch.py`` for what that costs). Inputs are
+validated by the launcher, which names the bad argument.
+
+Where the store lives: :func:`set_store`, else ``$FLASHTUNE_STORE``, else
+``$XDG_CACHE_HOME/flashtune/configs.json`` (``~/.cache/flashtune/configs.json``).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import torch
+
+from flashtune.kernels.attention import flash_attention as _launcher
+from flashtune.kernels.config import Config
+from flashtune.kernels.source_hash import kernel_source_hash
+from flashtune.kernels.space import SAFE_DEFAULT
+from flashtune.objectives.hardware import HardwareSpec
+from flashtune.runtime.buckets import Bucket
+from flashtune.runtime.resolve import Resolution, resolve
+from flashtune.runtime.store import Key, Store, triton_version
+
+if TYPE_CHECKING:
+    from flashtune.runtime.online import OnlineTuner
+
+ENV_STORE = "FLASHTUNE_STORE"
+
+#: The hot-path cache key: (device, dtype, causal, gqa, head_dim, q_len bucket, kv_len bucket).
+CacheKey = tuple[torch.device, torch.dtype, bool, int, int, int, int]
+HardwareProvider = Callable[[torch.device], "HardwareSpec | None"]
+
+_DTYPE_NAMES = {torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float32: "float32"}
+
+
+def default_store_path() -> Path:
+    """``$FLASHTUNE_STORE``, else the user's cache directory."""
+    env = os.environ.get(ENV_STORE)
+    if env:
+        return Path(env).expanduser()
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join("~", ".cache")
+    return Path(cache, "flashtune", "configs.json").expanduser()
+
+
+def live_hardware(device: torch.device) -> HardwareSpec | None:
+    """The spec of a CUDA device, read once; None for other devices (CPU, interpreter)."""
+    if device.type != "cuda":
+        return None
+    return HardwareSpec.from_device(device.index if device.index is not None else torch.cuda.current_device())
+
+
+def cache_key(q: torch.Tensor, k: torch.Tensor, causal: bool) -> CacheKey:
+    """The hot-path key of a call; raises (any error) on inputs that are not attention inputs."""
+    shape_q, shape_k = q.shape, k.shape
+    return (
+        q.device, q.dtype, causal, shape_q[1] // shape_k[1], shape_q[3],
+        1 << (shape_q[2] - 1).bit_length(), 1 << (shape_k[2] - 1).bit_length(),
+    )
+
+
+class Dispatcher:
+    """Serves configs per (device, bucket) from a store, with the fallback chain.
+
+    Args:
+        store: the store, its path, or None for the default location (read lazily).
+        hardware: device -> spec (or None for "no GPU"); defaults to :func:`live_hardware`.
+            Pass a function returning a shipped spec to simulate a GPU on a CPU.
+    """
+
+    def __init__(self, store: Store | str | os.PathLike[str] | None = None, *, hardware: HardwareProvider | None = None) -> None:
+        self._lock = threading.RLock()
+        self._store: Store | None = None
+        self._hardware = hardware or live_hardware
+        self._specs: dict[torch.device, tuple[HardwareSpec | None, Key | None]] = {}
+        self._configs: dict[CacheKey, Config] = {}
+        self._resolutions: dict[CacheKey, tuple[Bucket, Resolution]] = {}
+        self._online: OnlineTuner | None = None
+        self.set_store(store)
+
+    # --- configuration --------------------------------------------------------------------
+
+    def set_store(self, store: Store | str | os.PathLike[str] | None) -> None:
+        """Use another store (None: the default location, resolved now) and forget cached configs."""
+        if store is not None and not isinstance(store, (Store, str, os.PathLike)):
+            raise TypeError(f"store must be a Store, a path or None, got {type(store).__name__}")
+        with self._lock:
+            self._store = store if isinstance(store, Store) else Store(store if store is not None else default_store_path())
+            self._configs.clear()
+            self._resolutions.clear()
+
+    @property
+    def store(self) -> Store:
+        assert self._store is not None
+        return self._store
+
+    def set_hardware(self, hardware: HardwareProvider | HardwareSpec | None) -> None:
+        """Replace the spec provider (a spec: use it for every device; None: the live GPU)."""
+        if isinstance(hardware, HardwareSpec):
+            spec = hardware
+            hardware = lambda _device: spec  # noqa: E731 - a constant provider
+        if hardware is not None and not callable(hardware):
+            raise TypeError(f"hardware must be a HardwareSpec, a callable or None, got {type(hardware).__name__}")
+        with self._lock:
+            self._hardware = hardware or live_hardware
+            self._specs.clear()
+            self._configs.clear()
+            self._resolutions.clear()
+
+    def reload(self) -> None:
+        """Forget cached configs; the next call of each bucket re-reads the store."""
+        with self._lock:
+            self._configs.clear()
+            self._resolutions.clear()
+
+    # --- lookup ---------------------------------------------------------------------------
+
+    def config_for(self, q: torch.Tensor, k: torch.Tensor, causal: bool = False) -> Config:
+        """The config a call with these inputs launches (cached)."""
+        try:
+            key = cache_key(q, k, causal)
+        except Exception:  # noqa: BLE001 - not attention inputs; the launcher will say why
+            return SAFE_DEFAULT
+        config = self._configs.get(key)
+        return config if config is not None else self._miss(key)
+
+    def explain(self, q: torch.Tensor, k: torch.Tensor, causal: bool = False) -> Resolution:
+        """The cached resolution (config, origin, detail) for these inputs."""
+        key = cache_key(q, k, causal)
+        if key not in self._resolutions:
+            self._miss(key)
+        return self._resolutions[key][1]
+
+    def bucket_of(self, key: CacheKey) -> Bucket | None:
+        """The store bucket of a cache key, None for inputs no bucket describes."""
+        _, dtype, causal, gqa, head_dim, q_len, kv_len = key
+        try:
+            return Bucket(_DTYPE_NAMES[dtype], causal, head_dim, gqa, q_len, kv_len)
+        except (KeyError, ValueError):
+            return None
+
+    def hardware_for(self, device: torch.device) -> tuple[HardwareSpec | None, Key | None]:
+        """The device's spec and store key, read once per device."""
+        cached = self._specs.get(device)
+        if cached is not None:
+            return cached
+        try:
+            spec = self._hardware(device)
+        except Exception as exc:  # noqa: BLE001 - no spec means the safe default, not a crash
+            warnings.warn(f"flashtune: cannot read the spec of {device} ({exc}); using the safe default", RuntimeWarning, stacklevel=2)
+            spec = None
+        key = (spec.fingerprint, kernel_source_hash(), triton_version()) if spec is not None else None
+        with self._lock:
+            self._specs[device] = (spec, key)
+        return spec, key
+
+    def _miss(self, key: CacheKey) -> Config:
+        bucket = self.bucket_of(key)
+        if bucket is None:
+            return SAFE_DEFAULT  # not cached: the launcher rejects these inputs
+        spec, store_key = self.hardware_for(key[0])
+        snapshot = self.store.snapshot() if spec is not None else None
+        resolution = resolve(bucket, snapshot, spec, store_key)
+        with self._lock:
+            self._configs[key] = resolution.config
+            self._resolutions[key] = (bucket, resolution)
+        return resolution.config
+
+    def swap(self, key: CacheKey, config: Config) -> Config | None:
+        """Serve ``config`` for ``key`` from the next call on; returns the one it replaces.
+
+        One dictionary assignment: a call in flight keeps the config it read.
+        """
+        with self._lock:
+            old = self._configs.get(key)
+            self._configs[key] = config
+        return old
+
+    # --- the op ---------------------------------------------------------------------------
+
+    def attach(self, tuner: OnlineTuner | None) -> None:
+        """Route calls through an online tuner (None detaches)."""
+        self._online = tuner
+
+    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False, scale: float | None = None) -> torch.Tensor:
+        """Attention with the tuned config; see :func:`flash_attention`."""
+        try:
+            key = cache_key(q, k, causal)
+        except Exception:  # noqa: BLE001 - the launcher raises the TypeError/ValueError naming the argument
+            return _launcher(q, k, v, causal=causal, scale=scale, config=None)
+        config = self._configs.get(key)
+        if config is None:
+            config = self._miss(key)
+        online = self._online
+        if online is None:
+            return _launcher(q, k, v, causal=causal, scale=scale, config=config)
+        return online.run(key, config, lambda c: _launcher(q, k, v, causal=causal, scale=scale, config=c), q, k)
+
+
+_DEFAULT: Dispatcher | None = None
+_DEFAULT_LOCK = threading.Lock()
+
+
+def get_dispatcher() -> Dispatcher:
+    """The process-wide dispatcher behind :func:`flash_attention` (created on first use)."""
+    global _DEFAULT
+    if _DEFAULT is None:
+        with _DEFAULT_LOCK:
+            if _DEFAULT is None:
+                _DEFAULT = Dispatcher()
+    return _DEFAULT
+
+
+def set_store(path: str | os.PathLike[str] | None) -> None:
+    """Serve configs from the store at ``path`` (None: ``$FLASHTUNE_STORE`` or the default)."""
+    get_dispatcher().set_store(path)
+
+
+def set_hardware(spec: HardwareSpec | None) -> None:
+    """Pretend every device is ``spec`` (simulate a GPU on a CPU); None restores the live GPU."""
+    get_dispatcher().set_hardware(spec)
+
+
+def reload_store() -> None:
+    """Re-read the store on the next call of each bucket (after an export, for instance)."""
+    get_dispatcher().reload()
+
+
+def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False, scale: float | None = None) -> torch.Tensor:
+    """Scaled dot-product attention, forward, with the tuned config for this GPU and shape.
+
+    Args:
+        q: (batch, q_heads, q_len, head_dim), float16/bfloat16 (float32 for the interpreter).
+        k: (batch, kv_heads, kv_len, head_dim); q_heads must be a multiple of kv_heads.
+        v: same shape as k.
+        causal: mask future keys, aligned bottom-right when q_len != kv_len.
+        scale: softmax scale; 1/sqrt(head_dim) when None.
+
+    Returns:
+        (batch, q_heads, q_len, head_dim) in q's dtype.
+
+    Raises:
+        TypeError, ValueError: bad inputs, naming the argument (never for a bad store:
+            that is one warning and the fallback).
+    """
+    return get_dispatcher()(q, k, v, causal=causal, scale=scale)
+
+
+def explain(q: torch.Tensor, k: torch.Tensor, *, causal: bool = False) -> Resolution:
+    """Which config :func:`flash_attention` uses for these inputs, and why."""
+    return get_dispatcher().explain(q, k, causal)

@@ -1,0 +1,75 @@
+"""Write the best measured config per (GPU, kernel, Triton, bucket) into a store file.
+
+The study's ``flashtune export`` reads Measurements from MLflow or Optuna and calls
+:func:`export_best`; this module knows nothing of either.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Iterable
+
+from flashtune.kernels.source_hash import kernel_source_hash
+from flashtune.objectives.types import Measurement
+from flashtune.runtime.buckets import Bucket
+from flashtune.runtime.store import Store, StoreEntry, better, triton_version
+
+#: Keys of ``Measurement.versions`` read for the kernel hash and the Triton version; a
+#: measurement without them is taken to come from the kernel and Triton installed here.
+KERNEL_HASH_KEYS = ("kernel_hash", "kernel_source", "kernel")
+TRITON_KEY = "triton"
+
+
+def entry_of(measurement: Measurement) -> StoreEntry | None:
+    """The store entry a measurement gives, or None when it must not be stored.
+
+    Only measured or replayed successes with a finite time and a fingerprint are stored:
+    priors are hints, not results, and a failure has no time.
+    """
+    m = measurement
+    if not m.ok or m.source == "prior" or not m.fingerprint or not math.isfinite(m.median_ms):
+        return None
+    versions = m.versions or {}
+    kernel_hash = next((versions[k] for k in KERNEL_HASH_KEYS if versions.get(k)), None) or kernel_source_hash()
+    return StoreEntry(
+        fingerprint=m.fingerprint,
+        kernel_hash=kernel_hash,
+        triton=versions.get(TRITON_KEY) or triton_version(),
+        bucket=Bucket.of(m.workload),
+        config=m.config,
+        hardware=m.hardware,
+        median_ms=m.median_ms,
+        tflops=m.tflops if math.isfinite(m.tflops) and m.tflops > 0 else None,
+        source=m.source,
+    )
+
+
+def export_best(measurements: Iterable[Measurement], path: str | os.PathLike[str]) -> int:
+    """Merge the fastest successful config per store key of ``measurements`` into ``path``.
+
+    Within one key the fastest measurement wins; against an entry already in the file,
+    too (the store's ``faster`` policy).
+
+    Args:
+        measurements: any mix of GPUs, workloads and statuses.
+        path: the store file (created with its directory if missing).
+
+    Returns:
+        The number of entries exported (after keeping the best per key).
+
+    Raises:
+        TypeError: an item is not a Measurement, naming its position.
+    """
+    best: dict[tuple, StoreEntry] = {}
+    for number, m in enumerate(measurements):
+        if not isinstance(m, Measurement):
+            raise TypeError(f"measurements[{number}] must be a Measurement, got {type(m).__name__}")
+        entry = entry_of(m)
+        if entry is None:
+            continue
+        k = (entry.key, entry.bucket)
+        best[k] = entry if k not in best else better(entry, best[k])
+    if best:
+        Store(path).merge(best.values())
+    return len(best)

@@ -1,0 +1,76 @@
+"""The fallback chain: which config serves a bucket on a GPU, and why.
+
+exact bucket in the store -> nearest bucket in the store -> the architecture's baseline
+(-> the kernel's safe default without a GPU spec). Every step re-checks feasibility on
+the live GPU's spec, so a store written on another card of the same fingerprint family,
+or edited by hand, can never launch a config that does not fit.
+
+Pure Python: no torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from flashtune.kernels.config import Config
+from flashtune.kernels.space import SAFE_DEFAULT
+from flashtune.objectives.feasibility import check
+from flashtune.objectives.hardware import HardwareSpec
+from flashtune.runtime.baselines import arch_of, fallback_config
+from flashtune.runtime.buckets import Bucket
+from flashtune.runtime.store import Key, Snapshot, warn_once
+
+
+@dataclass(frozen=True)
+class Resolution:
+    """A config and where it came from.
+
+    Attributes:
+        config: the config to launch.
+        origin: ``exact``, ``nearest``, ``baseline`` or ``default`` (no GPU spec).
+        detail: a sentence for people (which bucket, which baseline, what was skipped).
+    """
+
+    config: Config
+    origin: str
+    detail: str = ""
+
+
+def resolve(bucket: Bucket, snapshot: Snapshot | None, hardware: HardwareSpec | None, key: Key | None) -> Resolution:
+    """Pick the config for ``bucket`` on ``hardware``.
+
+    Args:
+        bucket: the workload's bucket.
+        snapshot: the store's content, or None for no store.
+        hardware: the live GPU's spec; None on a CPU (interpreter), which gets the
+            kernel's safe default.
+        key: (fingerprint, kernel hash, Triton version) of the live GPU and software.
+
+    Returns:
+        The resolution; never raises for any bucket.
+    """
+    if hardware is None:
+        return Resolution(SAFE_DEFAULT, "default", "no GPU spec (CPU or interpreter): the kernel's safe default")
+    workload = bucket.representative()
+    skipped = []
+    if snapshot is not None and key is not None:
+        entry = snapshot.exact(key, bucket)
+        if entry is not None:
+            verdict = check(entry.config, workload, hardware)
+            if verdict.feasible:
+                return Resolution(entry.config, "exact", f"store entry for {bucket.name}")
+            skipped.append(f"exact entry infeasible here ({verdict.reason})")
+        for entry in snapshot.nearest(key, bucket):
+            if check(entry.config, workload, hardware).feasible:
+                return Resolution(entry.config, "nearest", f"store entry for {entry.bucket.name}, nearest to {bucket.name}")
+        stale = snapshot.stale_count(key)
+        if stale:
+            warn_once(
+                snapshot.path, f"{snapshot.state}:stale:{key}",
+                f"{stale} entr{'y' if stale == 1 else 'ies'} for this GPU were tuned with another kernel source "
+                "or Triton version and are ignored (re-tune and re-export)",
+            )
+    arch = arch_of(hardware)
+    config = fallback_config(hardware, workload)
+    note = "; ".join([f"{arch} baseline", *skipped])
+    return Resolution(config, "baseline", note)

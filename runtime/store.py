@@ -1,0 +1,468 @@
+"""The tuned-config store: a versioned JSON file of the best config per GPU, kernel and bucket.
+
+Keyed by hardware fingerprint, kernel source hash, Triton version and workload bucket
+(REFERENCE.md: a config cache keyed only on the config is a bug). Reading never raises
+and never runs code: the file is JSON (never pickle), bounded in size, validated by a
+schema; a missing file is an empty store, and a corrupt, truncated, stale or hostile one
+is an empty store plus one :class:`StoreWarning` per file state. Writing is atomic
+(temporary file, fsync, ``os.replace``) and serialised between processes by an
+``fcntl`` lock on a side file, with entries merged, so concurrent writers lose nothing
+and readers (who take no lock) always see a whole file.
+
+Pure Python: no torch, no triton import.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import fcntl
+import hashlib
+import json
+import math
+import os
+import stat
+import tempfile
+import threading
+import time
+import warnings
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import jsonschema
+
+from flashtune.kernels.config import Config
+from flashtune.kernels.source_hash import kernel_source_hash
+from flashtune.kernels.space import validate_config
+from flashtune.runtime.buckets import Bucket, distance
+from flashtune.runtime.store_schema import FORMAT, STORE_SCHEMA, VERSION
+
+#: A store file larger than this is refused unread (a hostile file must not exhaust memory).
+MAX_STORE_BYTES = 32 * 2**20
+
+_VALIDATOR = jsonschema.Draft202012Validator(STORE_SCHEMA)
+
+Key = tuple[str, str, str]  # (fingerprint, kernel_hash, triton)
+
+
+class StoreWarning(UserWarning):
+    """A store file could not be used (corrupt, truncated, stale, hostile); the runtime falls back."""
+
+
+def triton_version() -> str:
+    """The installed Triton's version, read from its metadata (no import of triton)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("triton")
+    except metadata.PackageNotFoundError:
+        return "none"
+
+
+@dataclass(frozen=True)
+class StoreEntry:
+    """The best known config for one (GPU, kernel, Triton, bucket).
+
+    Attributes:
+        fingerprint: ``HardwareSpec.fingerprint`` of the GPU it was measured on.
+        kernel_hash: ``kernel_source_hash()`` of the kernel it was measured with.
+        triton: Triton version it was compiled with.
+        bucket: the workload bucket.
+        config: the tunables.
+        hardware: the GPU's name, for people.
+        median_ms: measured median time, None if unknown.
+        tflops: measured throughput, None if unknown.
+        source: where it came from (``measured``, ``replayed``, ``online``...).
+        updated: ISO-8601 UTC time it was written.
+    """
+
+    fingerprint: str
+    kernel_hash: str
+    triton: str
+    bucket: Bucket
+    config: Config
+    hardware: str = ""
+    median_ms: float | None = None
+    tflops: float | None = None
+    source: str = "measured"
+    updated: str = field(default_factory=lambda: _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
+
+    @property
+    def key(self) -> Key:
+        return (self.fingerprint, self.kernel_hash, self.triton)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "fingerprint": self.fingerprint, "hardware": self.hardware, "kernel_hash": self.kernel_hash,
+            "triton": self.triton, "bucket": self.bucket.to_dict(), "config": self.config.to_dict(),
+            "median_ms": _finite_or_none(self.median_ms), "tflops": _finite_or_none(self.tflops),
+            "source": self.source, "updated": self.updated,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> StoreEntry:
+        """Build from an entry that already passed the schema.
+
+        Raises:
+            ValueError: a bucket or config that the schema cannot express as invalid.
+        """
+        return cls(
+            fingerprint=data["fingerprint"], kernel_hash=data["kernel_hash"], triton=data["triton"],
+            bucket=Bucket.from_dict(dict(data["bucket"])), config=Config.from_dict(data["config"]),
+            hardware=data.get("hardware", ""), median_ms=data.get("median_ms"), tflops=data.get("tflops"),
+            source=data.get("source", "measured"), updated=data.get("updated", ""),
+        )
+
+
+def _finite_or_none(value: float | None) -> float | None:
+    return value if value is not None and math.isfinite(value) else None
+
+
+def _ms(entry: StoreEntry) -> float:
+    return entry.median_ms if entry.median_ms is not None else math.inf
+
+
+def better(a: StoreEntry, b: StoreEntry) -> StoreEntry:
+    """The faster of two entries for one key; the newer on a tie."""
+    if _ms(a) != _ms(b):
+        return a if _ms(a) < _ms(b) else b
+    return a if a.updated >= b.updated else b
+
+
+class Snapshot:
+    """An immutable, indexed view of one state of a store file.
+
+    Attributes:
+        path: the file it was read from.
+        state: identifies the file's content (for once-per-state warnings).
+    """
+
+    def __init__(self, path: Path, state: str, entries: Iterable[StoreEntry] = ()) -> None:
+        self.path = path
+        self.state = state
+        self._index: dict[Key, dict[Bucket, StoreEntry]] = {}
+        for entry in entries:
+            cell = self._index.setdefault(entry.key, {})
+            old = cell.get(entry.bucket)
+            cell[entry.bucket] = entry if old is None else better(entry, old)
+
+    def __len__(self) -> int:
+        return sum(len(cell) for cell in self._index.values())
+
+    def entries(self) -> Iterator[StoreEntry]:
+        for cell in self._index.values():
+            yield from cell.values()
+
+    def exact(self, key: Key, bucket: Bucket) -> StoreEntry | None:
+        """The entry for exactly this GPU, kernel, Triton and bucket."""
+        return self._index.get(key, {}).get(bucket)
+
+    def nearest(self, key: Key, bucket: Bucket) -> list[StoreEntry]:
+        """Entries of this GPU, kernel and Triton that may serve ``bucket``, nearest first.
+
+        Excludes ``bucket`` itself and buckets of another head dim or dtype size.
+        """
+        ranked = []
+        for other, entry in self._index.get(key, {}).items():
+            d = distance(bucket, other)
+            if d is not None and other != bucket:
+                ranked.append((d, other, entry))
+        ranked.sort(key=lambda item: (item[0], item[1]))
+        return [entry for _, _, entry in ranked]
+
+    def stale_count(self, key: Key) -> int:
+        """Entries for this GPU measured with another kernel source or Triton version."""
+        fingerprint = key[0]
+        return sum(len(cell) for k, cell in self._index.items() if k[0] == fingerprint and k != key)
+
+
+# --- warnings, once per file state -------------------------------------------------------
+
+_WARNED: set[tuple[str, str]] = set()
+_WARNED_LOCK = threading.Lock()
+
+
+def warn_once(path: Path | str, state: str, message: str) -> bool:
+    """Issue ``message`` as a :class:`StoreWarning` unless this file state already warned.
+
+    Returns:
+        Whether the warning was issued.
+    """
+    key = (str(path), state)
+    with _WARNED_LOCK:
+        if key in _WARNED:
+            return False
+        _WARNED.add(key)
+    warnings.warn(f"flashtune store {path}: {message}; falling back", StoreWarning, stacklevel=3)
+    return True
+
+
+# --- reading -----------------------------------------------------------------------------
+
+
+class _Invalid(Exception):
+    """The file is not a usable store; the message says why."""
+
+
+def _reject_constant(name: str) -> Any:
+    raise _Invalid(f"non-finite number {name} (not JSON)")
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    for name, value in pairs:
+        if name in result:
+            raise _Invalid(f"duplicate key {name[:40]!r}")
+        result[name] = value
+    return result
+
+
+def _parse(data: bytes) -> dict[str, Any]:
+    """Bytes to a schema-valid document, or :class:`_Invalid` naming the first problem."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise _Invalid(f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    try:
+        doc = json.loads(text, parse_constant=_reject_constant, object_pairs_hook=_no_duplicates)
+    except json.JSONDecodeError as exc:
+        raise _Invalid(f"not valid JSON ({exc.msg} at byte {exc.pos}): corrupt or truncated") from None
+    except RecursionError:
+        raise _Invalid("JSON nested too deeply") from None
+    except ValueError as exc:  # e.g. an integer with more digits than Python converts
+        raise _Invalid(f"not valid JSON ({str(exc)[:120]})") from None
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise _Invalid(f"not a flashtune store (expected an object with format {FORMAT!r})")
+    version = doc.get("version")
+    if version != VERSION:
+        raise _Invalid(f"stale format version {version!r} (this flashtune reads version {VERSION})")
+    error = next(_VALIDATOR.iter_errors(doc), None)
+    if error is not None:
+        where = "/".join(str(p) for p in error.absolute_path) or "(top)"
+        raise _Invalid(f"fails the schema at {where}: {error.message[:200]}")
+    return doc
+
+
+def _entries(doc: Mapping[str, Any]) -> tuple[list[StoreEntry], list[str]]:
+    """Entries of a schema-valid document, and the problems of those that are not usable."""
+    current_kernel = kernel_source_hash()
+    entries, problems = [], []
+    for number, raw in enumerate(doc["entries"]):
+        try:
+            entry = StoreEntry.from_dict(raw)
+            # Only entries of this kernel must fit its declared space; others are stale,
+            # and another kernel version may declare other tunables.
+            if entry.kernel_hash == current_kernel:
+                # Completed with implied knobs, so it equals the same config from elsewhere.
+                entry = dataclasses.replace(entry, config=validate_config(entry.config))
+        except (ValueError, TypeError) as exc:
+            problems.append(f"entries/{number}: {str(exc)[:200]}")
+            continue
+        entries.append(entry)
+    return entries, problems
+
+
+def _read_bytes(path: Path) -> bytes | None:
+    """The file's bytes (at most ``MAX_STORE_BYTES + 1``), None if it does not exist.
+
+    Opened non-blocking and checked to be a regular file first, so that a FIFO or a
+    device planted at the path cannot hang or flood the reader.
+
+    Raises:
+        _Invalid: not a regular file, too large, or unreadable.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise _Invalid(f"cannot open ({exc.strerror})") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise _Invalid("not a regular file")
+        if info.st_size > MAX_STORE_BYTES:
+            raise _Invalid(f"{info.st_size} bytes, over the {MAX_STORE_BYTES} byte limit")
+        chunks, size = [], 0
+        while size <= MAX_STORE_BYTES:
+            chunk = os.read(fd, min(1 << 20, MAX_STORE_BYTES + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        if size > MAX_STORE_BYTES:
+            raise _Invalid(f"over the {MAX_STORE_BYTES} byte limit")
+        return b"".join(chunks)
+    except OSError as exc:
+        raise _Invalid(f"cannot read ({exc.strerror})") from None
+    finally:
+        os.close(fd)
+
+
+def read_snapshot(path: str | os.PathLike[str]) -> Snapshot:
+    """Read a store file. Never raises; warns once per file state when it cannot be used.
+
+    Returns:
+        The file's entries; an empty snapshot for a missing or unusable file.
+    """
+    path = Path(path)
+    state = "unread"
+    try:
+        data = _read_bytes(path)
+        if data is None:
+            return Snapshot(path, "missing")
+        state = hashlib.sha256(data).hexdigest()[:16]
+        entries, problems = _entries(_parse(data))
+    except _Invalid as exc:
+        warn_once(path, state + str(exc) if state == "unread" else state, str(exc))
+        return Snapshot(path, state)
+    except Exception as exc:  # noqa: BLE001 - reading a store must never take the program down
+        warn_once(path, state, f"unreadable ({type(exc).__name__}: {str(exc)[:200]})")
+        return Snapshot(path, state)
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        warn_once(path, state, f"{len(problems)} unusable entr{'y' if len(problems) == 1 else 'ies'} skipped: {problems[0]}{more}")
+    return Snapshot(path, state, entries)
+
+
+# --- writing -----------------------------------------------------------------------------
+
+
+@contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """Hold an exclusive ``fcntl`` lock on ``<store>.lock``.
+
+    A side file, because ``os.replace`` swaps the store's inode: a lock on the store
+    itself would be a lock on a file that is no longer the store. The kernel drops the
+    lock when a writer dies, so a crash cannot wedge the store.
+    """
+    lock_path = path.with_name(path.name + ".lock")
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` so that readers see the old file or the new one, whole."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        with _suppress_oserror():
+            os.unlink(tmp)
+        raise
+    # The rename itself must reach the disk too, or a crash may bring the old file back.
+    dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+@contextmanager
+def _suppress_oserror() -> Iterator[None]:
+    try:
+        yield
+    except OSError:
+        pass
+
+
+def dump(entries: Iterable[StoreEntry]) -> str:
+    """The file text for ``entries``, sorted so that equal stores are equal bytes."""
+    ordered = sorted(entries, key=lambda e: (e.key, e.bucket))
+    doc = {"format": FORMAT, "version": VERSION, "entries": [e.to_dict() for e in ordered]}
+    return json.dumps(doc, indent=1, sort_keys=True, allow_nan=False) + "\n"
+
+
+class Store:
+    """One store file: cached reads, locked and merged atomic writes.
+
+    Args:
+        path: the JSON file; its directory is created on the first write.
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        if not isinstance(path, (str, os.PathLike)):
+            raise TypeError(f"path must be a str or os.PathLike, got {type(path).__name__}")
+        self.path = Path(path).expanduser()
+        self._cached: tuple[tuple[int, int, int], Snapshot] | None = None
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"Store({str(self.path)!r})"
+
+    def snapshot(self) -> Snapshot:
+        """The file's current content; re-read only when its size, time or inode changed."""
+        try:
+            info = os.stat(self.path)
+            stamp = (info.st_mtime_ns, info.st_size, info.st_ino)
+        except OSError:
+            stamp = (-1, -1, -1)
+        with self._lock:
+            if self._cached is not None and self._cached[0] == stamp:
+                return self._cached[1]
+        snap = read_snapshot(self.path)
+        with self._lock:
+            self._cached = (stamp, snap)
+        return snap
+
+    def merge(self, entries: Iterable[StoreEntry], *, policy: Literal["faster", "replace"] = "faster") -> int:
+        """Add ``entries`` to the file under the lock, atomically.
+
+        Args:
+            entries: new entries.
+            policy: for a key already in the file, ``faster`` keeps the faster entry (the
+                newer on a tie); ``replace`` keeps the new one.
+
+        Returns:
+            The number of entries in the file afterwards.
+
+        Raises:
+            ValueError: bad ``policy``, or the file was written in another format version
+                (refused rather than overwritten with an older format).
+        """
+        if policy not in ("faster", "replace"):
+            raise ValueError(f"policy must be 'faster' or 'replace', got {policy!r}")
+        new = list(entries)
+        for number, entry in enumerate(new):
+            if not isinstance(entry, StoreEntry):
+                raise TypeError(f"entries[{number}] must be a StoreEntry, got {type(entry).__name__}")
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with _locked(self.path):
+            merged = {(e.key, e.bucket): e for e in self._read_for_write().entries()}
+            for entry in new:
+                k = (entry.key, entry.bucket)
+                old = merged.get(k)
+                merged[k] = entry if old is None or policy == "replace" else better(entry, old)
+            _atomic_write(self.path, dump(merged.values()))
+        return len(merged)
+
+    def _read_for_write(self) -> Snapshot:
+        """The current file under the lock; a corrupt file is moved aside, not lost."""
+        try:
+            data = _read_bytes(self.path)
+            if data is None:
+                return Snapshot(self.path, "missing")
+            doc = _parse(data)
+        except _Invalid as exc:
+            if "stale format version" in str(exc):
+                raise ValueError(f"store {self.path}: {exc}; refusing to overwrite it") from None
+            aside = self.path.with_name(f"{self.path.name}.corrupt.{time.time_ns()}")
+            with _suppress_oserror():
+                os.replace(self.path, aside)
+            warn_once(self.path, f"write:{aside.name}", f"{exc}; moved aside to {aside.name} and starting afresh")
+            return Snapshot(self.path, "corrupt")
+        entries, _ = _entries(doc)
+        return Snapshot(self.path, "write", entries)

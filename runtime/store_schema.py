@@ -1,0 +1,79 @@
+"""The JSON schema of the tuned-config store file (format version 1).
+
+Strict on structure and types, bounded in size (a hostile file must not make validation
+slow), loose on the config's keys: a config is checked against the kernel's declared
+space only for entries of the current kernel, so that a file written for another kernel
+version reads as stale, not as corrupt.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flashtune.objectives.types import DTYPES
+
+FORMAT = "flashtune.configs"
+VERSION = 1
+
+#: Entries one file may hold; a store of every bucket of a few GPUs holds thousands.
+MAX_ENTRIES = 100_000
+
+_HEX = {"type": "string", "pattern": "^[0-9a-f]{8,64}$"}
+_TEXT = {"type": "string", "maxLength": 256}
+_POSITIVE_INT = {"type": "integer", "minimum": 1, "maximum": 2**31}
+_TIME = {"type": ["number", "null"], "minimum": 0}
+
+BUCKET_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["dtype", "causal", "head_dim", "gqa", "q_len", "kv_len"],
+    "properties": {
+        "dtype": {"enum": list(DTYPES)},
+        "causal": {"type": "boolean"},
+        "head_dim": _POSITIVE_INT,
+        "gqa": _POSITIVE_INT,
+        "q_len": _POSITIVE_INT,
+        "kv_len": _POSITIVE_INT,
+    },
+}
+
+ENTRY_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["fingerprint", "kernel_hash", "triton", "bucket", "config"],
+    "properties": {
+        "fingerprint": _HEX,
+        "hardware": _TEXT,
+        "kernel_hash": _HEX,
+        "triton": {"type": "string", "minLength": 1, "maxLength": 64},
+        "bucket": BUCKET_SCHEMA,
+        "config": {
+            "type": "object",
+            "maxProperties": 32,
+            "propertyNames": {"type": "string", "maxLength": 64},
+            "additionalProperties": {
+                "oneOf": [
+                    {"type": "integer", "minimum": -(2**31), "maximum": 2**31},
+                    {"type": "boolean"},
+                    {"type": "string", "maxLength": 64},
+                ]
+            },
+        },
+        "median_ms": _TIME,
+        "tflops": _TIME,
+        "source": _TEXT,
+        "updated": _TEXT,
+    },
+}
+
+STORE_SCHEMA: dict[str, Any] = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["format", "version", "entries"],
+    "properties": {
+        "format": {"const": FORMAT},
+        "version": {"type": "integer"},
+        "entries": {"type": "array", "maxItems": MAX_ENTRIES, "items": ENTRY_SCHEMA},
+    },
+}

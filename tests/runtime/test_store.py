@@ -1,0 +1,102 @@
+"""Store writes: merged, atomic, refusing to downgrade; export of the best measurements."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from runtime_helpers import cfg, entry, store_warnings
+
+from flashtune.kernels.source_hash import kernel_source_hash
+from flashtune.objectives.types import Measurement, Status, Workload
+from flashtune.runtime.buckets import Bucket
+from flashtune.runtime.export import export_best
+from flashtune.runtime.store import Store, read_snapshot, triton_version
+
+B1 = Bucket("bfloat16", False, 128, 1, 4096, 4096)
+B2 = Bucket("bfloat16", True, 128, 1, 4096, 4096)
+
+
+def test_merge_keeps_the_faster_entry_per_key(store_path, h200):
+    store = Store(store_path)
+    store.merge([entry(h200, B1, cfg(128, 64, 8, 3), 2.0)])
+    store.merge([entry(h200, B1, cfg(256, 64, 8, 3), 1.5), entry(h200, B2, cfg(128, 64, 8, 3), 3.0)])
+    store.merge([entry(h200, B1, cfg(64, 64, 4, 3), 9.0)])  # slower: ignored
+    snap = store.snapshot()
+    key = (h200.fingerprint, kernel_source_hash(), triton_version())
+    assert len(snap) == 2
+    assert snap.exact(key, B1).config == cfg(256, 64, 8, 3)
+    store.merge([entry(h200, B1, cfg(64, 64, 4, 3), 9.0)], policy="replace")
+    assert store.snapshot().exact(key, B1).config == cfg(64, 64, 4, 3)
+
+
+def test_written_file_is_sorted_json_and_leaves_no_temporaries(store_path, h200):
+    store = Store(store_path)
+    store.merge([entry(h200, B2, cfg(128, 64, 8, 3)), entry(h200, B1, cfg(128, 64, 8, 3))])
+    doc = json.loads(store_path.read_text())
+    assert doc["format"] == "flashtune.configs" and doc["version"] == 1
+    assert [e["bucket"]["causal"] for e in doc["entries"]] == [False, True]
+    leftovers = {p.name for p in store_path.parent.iterdir()} - {"configs.json", "configs.json.lock"}
+    assert not leftovers
+
+
+def test_writer_moves_a_corrupt_file_aside_and_refuses_a_newer_format(store_path, h200):
+    store_path.write_text("{ not json")
+    with store_warnings() as caught:
+        Store(store_path).merge([entry(h200, B1, cfg(128, 64, 8, 3))])
+    assert len(caught) == 1
+    assert len(read_snapshot(store_path)) == 1
+    assert any(p.name.startswith("configs.json.corrupt.") for p in store_path.parent.iterdir())
+    store_path.write_text(json.dumps({"format": "flashtune.configs", "version": 2, "entries": []}))
+    with pytest.raises(ValueError, match="format version 2"):
+        Store(store_path).merge([entry(h200, B1, cfg(128, 64, 8, 3))])
+
+
+def test_snapshot_rereads_only_when_the_file_changes(store_path, h200):
+    store = Store(store_path)
+    assert len(store.snapshot()) == 0
+    store.merge([entry(h200, B1, cfg(128, 64, 8, 3))])
+    first = store.snapshot()
+    assert len(first) == 1 and store.snapshot() is first
+
+
+def test_bad_arguments_name_themselves(store_path, h200):
+    with pytest.raises(TypeError, match="path"):
+        Store(42)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="policy"):
+        Store(store_path).merge([], policy="newest")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"entries\[0\]"):
+        Store(store_path).merge([{"config": {}}])  # type: ignore[list-item]
+
+
+def _m(config, workload, ms, **kw) -> Measurement:
+    values = {"config": config, "workload": workload, "status": Status.OK, "median_ms": ms,
+              "fingerprint": "00112233445566ff", "hardware": "NVIDIA H200", "tflops": 100.0}
+    values.update(kw)
+    return Measurement(**values)
+
+
+def test_export_best_keeps_the_fastest_success_per_bucket(store_path):
+    w4k = Workload(4, 32, 32, 4096, 4096, 128, "bfloat16", False)
+    w3k = Workload(2, 32, 32, 3000, 3000, 128, "bfloat16", False)  # same bucket as 4k
+    w1k = Workload(4, 32, 32, 1024, 1024, 128, "bfloat16", False)
+    measurements = [
+        _m(cfg(128, 64, 8, 3), w4k, 2.0),
+        _m(cfg(256, 64, 8, 3), w3k, 1.0),
+        _m(cfg(64, 64, 4, 3), w4k, 0.1, status=Status.WRONG_RESULT),  # fast and wrong
+        _m(cfg(64, 32, 4, 3), w4k, 0.2, source="prior"),  # a hint, not a result
+        _m(cfg(64, 32, 4, 3), w4k, 0.2, fingerprint=""),  # unknown GPU
+        _m(cfg(128, 64, 8, 2), w1k, 0.5, versions={"triton": "3.5.0", "kernel_hash": "abcdef0123456789"}),
+    ]
+    assert export_best(measurements, store_path) == 2
+    entries = {(e.bucket.q_len, e.triton): e for e in read_snapshot(store_path).entries()}
+    assert entries[(4096, triton_version())].config == cfg(256, 64, 8, 3)
+    assert entries[(4096, triton_version())].kernel_hash == kernel_source_hash()
+    assert entries[(1024, "3.5.0")].kernel_hash == "abcdef0123456789"
+    assert math.isclose(entries[(1024, "3.5.0")].tflops, 100.0)
+
+
+def test_export_best_rejects_non_measurements(store_path):
+    with pytest.raises(TypeError, match=r"measurements\[1\]"):
+        export_best([_m(cfg(128, 64, 8, 3), Workload(1, 1, 1, 64, 64, 64), 1.0), {"config": {}}], store_path)
