@@ -27,13 +27,15 @@ from flashtune.kernels.source_hash import kernel_source_hash
 from flashtune.kernels.space import SAFE_DEFAULT
 from flashtune.objectives.hardware import HardwareSpec
 from flashtune.runtime.buckets import Bucket
-from flashtune.runtime.resolve import Resolution, resolve
+from flashtune.runtime.resolve import Resolution, resolve, uses_fp8
 from flashtune.runtime.store import Key, Store, triton_version
 
 if TYPE_CHECKING:
     from flashtune.runtime.online import OnlineTuner
 
 ENV_STORE = "FLASHTUNE_STORE"
+#: Set to 1 to let the store serve fp8 configs (other numerics than the inputs' dtype).
+ENV_ALLOW_FP8 = "FLASHTUNE_ALLOW_FP8"
 
 #: The hot-path cache key: (device, dtype, causal, gqa, head_dim, q_len bucket, kv_len bucket).
 CacheKey = tuple[torch.device, torch.dtype, bool, int, int, int, int]
@@ -74,9 +76,22 @@ class Dispatcher:
         store: the store, its path, or None for the default location (read lazily).
         hardware: device -> spec (or None for "no GPU"); defaults to :func:`live_hardware`.
             Pass a function returning a shipped spec to simulate a GPU on a CPU.
+        allow_fp8: serve store configs that compute in fp8 (lower precision than the
+            inputs); None reads ``$FLASHTUNE_ALLOW_FP8`` (default off).
     """
 
-    def __init__(self, store: Store | str | os.PathLike[str] | None = None, *, hardware: HardwareProvider | None = None) -> None:
+    def __init__(
+        self,
+        store: Store | str | os.PathLike[str] | None = None,
+        *,
+        hardware: HardwareProvider | None = None,
+        allow_fp8: bool | None = None,
+    ) -> None:
+        if allow_fp8 is None:
+            allow_fp8 = os.environ.get(ENV_ALLOW_FP8, "0").lower() in ("1", "true", "yes")
+        if not isinstance(allow_fp8, bool):
+            raise TypeError(f"allow_fp8 must be a bool or None, got {type(allow_fp8).__name__}")
+        self.allow_fp8 = allow_fp8
         self._lock = threading.RLock()
         self._store: Store | None = None
         self._hardware = hardware or live_hardware
@@ -168,11 +183,15 @@ class Dispatcher:
             return SAFE_DEFAULT  # not cached: the launcher rejects these inputs
         spec, store_key = self.hardware_for(key[0])
         snapshot = self.store.snapshot() if spec is not None else None
-        resolution = resolve(bucket, snapshot, spec, store_key)
+        resolution = resolve(bucket, snapshot, spec, store_key, self.accepts)
         with self._lock:
             self._configs[key] = resolution.config
             self._resolutions[key] = (bucket, resolution)
         return resolution.config
+
+    def accepts(self, config: Config) -> bool:
+        """Whether this dispatcher may serve ``config`` (fp8 only when allowed)."""
+        return self.allow_fp8 or not uses_fp8(config)
 
     def swap(self, key: CacheKey, config: Config) -> Config | None:
         """Serve ``config`` for ``key`` from the next call on; returns the one it replaces.
@@ -201,8 +220,37 @@ class Dispatcher:
             config = self._miss(key)
         online = self._online
         if online is None:
+            return self._launch(key, config, q, k, v, causal, scale)
+        return online.run(key, config, lambda c: self._launch(key, c, q, k, v, causal, scale), q, k)
+
+    def _launch(self, key: CacheKey, config: Config, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float | None) -> torch.Tensor:
+        try:
             return _launcher(q, k, v, causal=causal, scale=scale, config=config)
-        return online.run(key, config, lambda c: _launcher(q, k, v, causal=causal, scale=scale, config=c), q, k)
+        except Exception as exc:
+            if config == SAFE_DEFAULT:
+                raise
+            return self._recover(key, config, exc, q, k, v, causal, scale)
+
+    def _recover(self, key: CacheKey, config: Config, exc: Exception, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float | None) -> torch.Tensor:
+        """A served config failed to launch: if the safe default runs, serve that instead.
+
+        The store and the feasibility model can be wrong about a GPU (a static model's
+        miss, ``OutOfResources``), and some configs need properties of the inputs (TMA
+        loads need 16-byte aligned strides): a bad entry must cost a warning, not the
+        model's forward pass. When the safe default fails too, the inputs are at fault and
+        its error (naming the argument) propagates.
+        """
+        out = _launcher(q, k, v, causal=causal, scale=scale, config=None)
+        online = self._online
+        replacement = online.launch_failed(key, config) if online is not None else None
+        self.swap(key, replacement or SAFE_DEFAULT)
+        bucket = self.bucket_of(key)
+        warnings.warn(
+            f"flashtune: config {config.key()} failed for {bucket.name if bucket else key} "
+            f"({type(exc).__name__}: {str(exc)[:200]}); serving {(replacement or SAFE_DEFAULT).key()} instead",
+            RuntimeWarning, stacklevel=4,
+        )
+        return out
 
 
 _DEFAULT: Dispatcher | None = None

@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from flashtune.kernels.source_hash import kernel_source_hash
 from flashtune.objectives.types import Measurement
 from flashtune.runtime.buckets import Bucket
+from flashtune.runtime.resolve import uses_fp8
 from flashtune.runtime.store import Store, StoreEntry, better, triton_version
 
 #: Keys of ``Measurement.versions`` read for the kernel hash and the Triton version; a
@@ -21,14 +22,18 @@ KERNEL_HASH_KEYS = ("kernel_hash", "kernel_source", "kernel")
 TRITON_KEY = "triton"
 
 
-def entry_of(measurement: Measurement) -> StoreEntry | None:
+def entry_of(measurement: Measurement, *, include_fp8: bool = False) -> StoreEntry | None:
     """The store entry a measurement gives, or None when it must not be stored.
 
     Only measured or replayed successes with a finite time and a fingerprint are stored:
-    priors are hints, not results, and a failure has no time.
+    priors are hints, not results, and a failure has no time. fp8 configs only with
+    ``include_fp8``: they trade precision for speed, and the store keeps one config per
+    bucket, so an fp8 winner would otherwise displace the best full-precision one.
     """
     m = measurement
     if not m.ok or m.source == "prior" or not m.fingerprint or not math.isfinite(m.median_ms):
+        return None
+    if uses_fp8(m.config) and not include_fp8:
         return None
     versions = m.versions or {}
     kernel_hash = next((versions[k] for k in KERNEL_HASH_KEYS if versions.get(k)), None) or kernel_source_hash()
@@ -45,7 +50,7 @@ def entry_of(measurement: Measurement) -> StoreEntry | None:
     )
 
 
-def export_best(measurements: Iterable[Measurement], path: str | os.PathLike[str]) -> int:
+def export_best(measurements: Iterable[Measurement], path: str | os.PathLike[str], *, include_fp8: bool = False) -> int:
     """Merge the fastest successful config per store key of ``measurements`` into ``path``.
 
     Within one key the fastest measurement wins; against an entry already in the file,
@@ -54,6 +59,8 @@ def export_best(measurements: Iterable[Measurement], path: str | os.PathLike[str
     Args:
         measurements: any mix of GPUs, workloads and statuses.
         path: the store file (created with its directory if missing).
+        include_fp8: also export fp8 configs (the runtime serves them only when
+            ``FLASHTUNE_ALLOW_FP8=1``).
 
     Returns:
         The number of entries exported (after keeping the best per key).
@@ -65,7 +72,7 @@ def export_best(measurements: Iterable[Measurement], path: str | os.PathLike[str
     for number, m in enumerate(measurements):
         if not isinstance(m, Measurement):
             raise TypeError(f"measurements[{number}] must be a Measurement, got {type(m).__name__}")
-        entry = entry_of(m)
+        entry = entry_of(m, include_fp8=include_fp8)
         if entry is None:
             continue
         k = (entry.key, entry.bucket)

@@ -17,12 +17,14 @@ transformers is imported only inside :func:`register`.
 
 from __future__ import annotations
 
+import os
 import warnings
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
+import flashtune.runtime.torch_op  # noqa: F401 - registers torch.ops.flashtune.flash_attention
 from flashtune.kernels.attention import SUPPORTED_DTYPES, SUPPORTED_HEAD_DIMS
 
 NAME = "flashtune"
@@ -46,11 +48,8 @@ def _fallback_reason(query: torch.Tensor, key: torch.Tensor, attention_mask: Any
         return f"head_dim {query.shape[-1]} / dtype {query.dtype}"
     if query.shape[-1] != key.shape[-1] or query.shape[1] % key.shape[1]:
         return "head shapes the kernel does not take"
-    if query.device.type == "cpu":
-        import os
-
-        if os.environ.get("TRITON_INTERPRET", "0") in ("", "0"):
-            return "CPU tensors without the Triton interpreter"
+    if query.device.type == "cpu" and os.environ.get("TRITON_INTERPRET", "0") in ("", "0"):
+        return "CPU tensors without the Triton interpreter"
     return None
 
 
@@ -91,8 +90,6 @@ def attention_forward(
     Returns:
         (output of shape (batch, q_len, heads, head_dim), None).
     """
-    import flashtune.runtime.torch_op  # noqa: F401 - registers torch.ops.flashtune
-
     is_causal = kwargs.pop("is_causal", None)
     is_causal = getattr(module, "is_causal", True) if is_causal is None else is_causal
     reason = _fallback_reason(query, key, attention_mask, dropout, kwargs)

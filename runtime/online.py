@@ -42,7 +42,7 @@ from typing import Any
 import torch
 
 from flashtune.kernels.config import Config
-from flashtune.kernels.space import TUNABLES, validate_config
+from flashtune.kernels.space import SAFE_DEFAULT, TUNABLES, validate_config
 from flashtune.objectives.feasibility import check
 from flashtune.objectives.types import Measurement, Workload
 from flashtune.runtime.baselines import baseline_priors
@@ -289,6 +289,33 @@ class OnlineTuner:
             self._drain()
         return out
 
+    def launch_failed(self, key: CacheKey, config: Config) -> Config | None:
+        """The dispatcher could not launch ``config`` for ``key``; pick what to serve instead.
+
+        A candidate on probation is rolled back to the incumbent; a failing incumbent is
+        replaced by the kernel's safe default, with a fresh baseline. The config is never
+        tried again for the bucket.
+
+        Returns:
+            The config to serve, or None when this tuner does not track the bucket.
+        """
+        with self._lock:
+            state = self._buckets.get(key)
+            if state is None or state.current != config:
+                return None
+            state.rejected.add(config)
+            if state.previous is not None:
+                state.current, state.previous = state.previous, None
+                state.baseline_ms = state.reference_ms
+                self._rollbacks += 1
+                self._event("rollback", key, config=config.key(), reason="launch failed")
+            else:
+                state.current, state.baseline_ms = SAFE_DEFAULT, None
+                self._event("replaced", key, config=config.key(), reason="launch failed")
+            self.monitor.reset(key)
+            self._changes += 1
+            return state.current
+
     def _timing_for(self, q: torch.Tensor) -> TimingSource:
         if self._timing is None:
             self._timing = CudaEventTiming() if q.is_cuda else HostTiming()
@@ -486,7 +513,9 @@ class OnlineTuner:
                 config = validate_config(config)
             except (ValueError, TypeError):
                 continue
-            if config in result or (spec is not None and not check(config, workload, spec).feasible):
+            if config in result or not self.dispatcher.accepts(config):
+                continue
+            if spec is not None and not check(config, workload, spec).feasible:
                 continue
             result.append(config)
         return result

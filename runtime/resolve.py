@@ -10,6 +10,7 @@ Pure Python: no torch.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from flashtune.kernels.config import Config
@@ -36,7 +37,18 @@ class Resolution:
     detail: str = ""
 
 
-def resolve(bucket: Bucket, snapshot: Snapshot | None, hardware: HardwareSpec | None, key: Key | None) -> Resolution:
+def uses_fp8(config: Config) -> bool:
+    """Whether a config computes in fp8 (a precision the caller has to opt in to)."""
+    return bool(config.get("use_fp8", False))
+
+
+def resolve(
+    bucket: Bucket,
+    snapshot: Snapshot | None,
+    hardware: HardwareSpec | None,
+    key: Key | None,
+    accept: Callable[[Config], bool] | None = None,
+) -> Resolution:
     """Pick the config for ``bucket`` on ``hardware``.
 
     Args:
@@ -45,6 +57,8 @@ def resolve(bucket: Bucket, snapshot: Snapshot | None, hardware: HardwareSpec | 
         hardware: the live GPU's spec; None on a CPU (interpreter), which gets the
             kernel's safe default.
         key: (fingerprint, kernel hash, Triton version) of the live GPU and software.
+        accept: a store config is served only if this returns True (the dispatcher
+            refuses fp8 configs unless the user opted in); None accepts all.
 
     Returns:
         The resolution; never raises for any bucket.
@@ -57,10 +71,15 @@ def resolve(bucket: Bucket, snapshot: Snapshot | None, hardware: HardwareSpec | 
         entry = snapshot.exact(key, bucket)
         if entry is not None:
             verdict = check(entry.config, workload, hardware)
-            if verdict.feasible:
+            if accept is not None and not accept(entry.config):
+                skipped.append("exact entry not accepted (fp8 needs an opt-in)")
+            elif verdict.feasible:
                 return Resolution(entry.config, "exact", f"store entry for {bucket.name}")
-            skipped.append(f"exact entry infeasible here ({verdict.reason})")
+            else:
+                skipped.append(f"exact entry infeasible here ({verdict.reason})")
         for entry in snapshot.nearest(key, bucket):
+            if accept is not None and not accept(entry.config):
+                continue
             if check(entry.config, workload, hardware).feasible:
                 return Resolution(entry.config, "nearest", f"store entry for {entry.bucket.name}, nearest to {bucket.name}")
         stale = snapshot.stale_count(key)

@@ -181,3 +181,58 @@ def test_real_kernel_through_dispatch_matches_the_reference(store_path, h200, sh
     assert out.shape == q.shape and out.dtype == dtype
     ref = reference_attention(q, k, v, causal=causal, scale=0.3)
     assert relative_error(out, ref) < 5e-3
+
+
+class _Failing:
+    """A launcher that rejects some configs (a wrong store entry) or every call (bad inputs)."""
+
+    def __init__(self, bad=None, always: bool = False) -> None:  # noqa: ANN001
+        self.bad, self.always, self.configs = bad, always, []
+
+    def __call__(self, q, k, v, *, causal=False, scale=None, config=None):  # noqa: ANN001
+        self.configs.append(config)
+        if self.always:
+            raise ValueError("q must be something else")
+        if config == self.bad:
+            raise RuntimeError("OutOfResources: shared memory")
+        return torch.empty_like(q)
+
+
+def test_a_config_that_fails_to_launch_is_replaced_by_the_safe_default(monkeypatch, dispatcher, store_path, h200):
+    import flashtune.runtime.dispatch as dispatch
+
+    Store(store_path).merge([entry(h200, EXACT, cfg(128, 64, 4, 2))])
+    launcher = _Failing(bad=cfg(128, 64, 4, 2))
+    monkeypatch.setattr(dispatch, "_launcher", launcher)
+    q, k, v = _qkv()
+    with pytest.warns(RuntimeWarning, match="failed for float16_full_d64"):
+        out = dispatcher(q, k, v)
+    assert out.shape == q.shape
+    dispatcher(q, k, v)  # no second failure: the bucket now serves the safe default
+    assert launcher.configs == [cfg(128, 64, 4, 2), None, SAFE_DEFAULT]
+
+
+def test_input_errors_still_propagate_through_the_recovery(monkeypatch, dispatcher):
+    import flashtune.runtime.dispatch as dispatch
+
+    monkeypatch.setattr(dispatch, "_launcher", _Failing(always=True))
+    q, k, v = _qkv()
+    with pytest.raises(ValueError, match="q must be something else"):
+        dispatcher(q, k, v)
+
+
+needs_fp8_knob = pytest.mark.skipif("use_fp8" not in __import__("flashtune.kernels.space", fromlist=["TUNABLES"]).TUNABLES,
+                                    reason="the kernel declares no use_fp8 tunable")
+
+
+@needs_fp8_knob
+def test_fp8_entries_are_served_only_when_allowed(store_path, h200, recorder):
+    fp8 = cfg(128, 64, 4, 2).replace(use_fp8=True)
+    Store(store_path).merge([entry(h200, EXACT, fp8)])
+    q, k, v = _qkv()
+    strict = Dispatcher(store_path, hardware=lambda device: h200)
+    assert strict.explain(q, k).origin == "baseline" and "fp8" in strict.explain(q, k).detail
+    allowed = Dispatcher(store_path, hardware=lambda device: h200, allow_fp8=True)
+    assert allowed.explain(q, k).config == fp8
+    with pytest.raises(TypeError, match="allow_fp8"):
+        Dispatcher(store_path, allow_fp8="yes")  # type: ignore[arg-type]

@@ -233,3 +233,27 @@ def test_default_candidates_are_feasible_priors_and_neighbours(setup, h200):
     assert candidates and incumbent in candidates or candidates  # the tuner removes the incumbent later
     assert all(check(c, workload, h200).feasible for c in candidates)
     assert set(neighbours(incumbent)) & set(candidates)
+
+
+def test_a_candidate_that_fails_to_launch_is_rolled_back(setup, monkeypatch):
+    import flashtune.runtime.dispatch as dispatch
+
+    clock, world, dispatcher, q, k = setup
+    incumbent = dispatcher.config_for(q, k)
+    broken = cfg(128, 32, 4, 2)
+    world.bench_ms[broken] = 0.5
+
+    def launcher(q, k, v, *, causal=False, scale=None, config=None):  # noqa: ANN001
+        if config == broken:
+            raise RuntimeError("misaligned address")
+        return torch.empty_like(q)
+
+    monkeypatch.setattr(dispatch, "_launcher", launcher)
+    with _tuner(dispatcher, world, clock, [broken]) as tuner:
+        _calls(dispatcher, q, k, 100)
+        world.drift = 1.5
+        with pytest.warns(RuntimeWarning, match="misaligned address"):
+            _until(tuner, dispatcher, q, k, "degraded")
+            _calls(dispatcher, q, k, 2)
+        assert dispatcher.config_for(q, k) == incumbent
+        assert [e["kind"] for e in tuner.events][-1] == "rollback"

@@ -100,3 +100,15 @@ def test_export_best_keeps_the_fastest_success_per_bucket(store_path):
 def test_export_best_rejects_non_measurements(store_path):
     with pytest.raises(TypeError, match=r"measurements\[1\]"):
         export_best([_m(cfg(128, 64, 8, 3), Workload(1, 1, 1, 64, 64, 64), 1.0), {"config": {}}], store_path)
+
+
+@pytest.mark.skipif("use_fp8" not in __import__("flashtune.kernels.space", fromlist=["TUNABLES"]).TUNABLES,
+                    reason="the kernel declares no use_fp8 tunable")
+def test_export_best_leaves_fp8_out_unless_asked(tmp_path):
+    w = Workload(4, 32, 32, 4096, 4096, 128, "bfloat16", False)
+    fp8, full = cfg(128, 64, 8, 3).replace(use_fp8=True), cfg(128, 64, 8, 3)
+    measurements = [_m(fp8, w, 1.0), _m(full, w, 2.0)]
+    export_best(measurements, tmp_path / "a.json")
+    assert [e.config for e in read_snapshot(tmp_path / "a.json").entries()] == [full]
+    export_best(measurements, tmp_path / "b.json", include_fp8=True)
+    assert [e.config for e in read_snapshot(tmp_path / "b.json").entries()] == [fp8]

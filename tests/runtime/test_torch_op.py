@@ -96,3 +96,17 @@ def test_register_with_transformers():
     transformers = pytest.importorskip("transformers")
     name = hf_attention.register()
     assert transformers.AttentionInterface()[name] is attention_forward
+
+
+def test_transformers_function_compiles_without_graph_breaks():
+    q, k, v = _qkv(1, 4, 2, 16, 16, 32)
+    module = torch.nn.Module()
+    module.is_causal = True
+
+    def layer(q, k, v):  # noqa: ANN001, ANN202
+        out, _ = attention_forward(module, q, k, v, None, scaling=0.2, dropout=0.0)
+        return out
+
+    compiled = torch.compile(layer, backend="aot_eager", fullgraph=True)
+    expected = reference_attention(q, k, v, causal=True, scale=0.2).transpose(1, 2)
+    assert relative_error(compiled(q, k, v), expected) < 5e-3
