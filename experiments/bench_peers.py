@@ -41,13 +41,15 @@ def _peer_fn(backend: SDPBackend, q: torch.Tensor, k: torch.Tensor, v: torch.Ten
     return run
 
 
-def bench_workload(workload: Workload, configs: list, rounds: int) -> dict[str, float]:
+def bench_workload(workload: Workload, configs: dict[str, list], rounds: int) -> dict[str, float]:
+    """Median TFLOP/s of each named config list's members and of the peers, interleaved."""
     q, k, v = make_inputs(workload, seed=1234, dev=torch.device("cuda"))
     out = torch.empty_like(q)
     scale = 1.0 / math.sqrt(workload.head_dim)
     fns = {}
-    for i, config in enumerate(configs):
-        fns[f"flashtune#{i + 1}"] = (lambda c=config: launch(q, k, v, out, causal=workload.causal, scale=scale, config=c))
+    for label, group in configs.items():
+        for i, config in enumerate(group):
+            fns[f"{label}#{i}"] = (lambda c=config: launch(q, k, v, out, causal=workload.causal, scale=scale, config=c))
     for name, backend in _PEERS.items():
         fns[name] = _peer_fn(backend, q, k, v, workload.causal)
     samples: dict[str, list[float]] = {name: [] for name in fns}
@@ -65,6 +67,14 @@ def bench_workload(workload: Workload, configs: list, rounds: int) -> dict[str, 
     return tflops
 
 
+def _best(result: dict[str, float], label: str, group: list) -> tuple[float, dict | None]:
+    names = [n for n in result if n.startswith(label + "#")]
+    if not names:
+        return 0.0, None
+    best = max(names, key=result.get)
+    return result[best], group[int(best.split("#")[1])].to_dict()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tables", type=Path, action="append", required=True,
@@ -72,27 +82,37 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--top", type=int, default=3, help="configs per workload to re-time")
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds")
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--only", action="append", default=[], help="workload names to run (default: the suite)")
     args = parser.parse_args(argv)
     results = []
     for workload in SUITE:
+        if args.only and workload.name not in args.only:
+            continue
         tables = [d / f"{workload.name}.jsonl" for d in args.tables if (d / f"{workload.name}.jsonl").exists()]
         if not tables:
             print(f"skip {workload.name}: no table")
             continue
         rows = [m for t in tables for m in load_table(t)]
-        ok = sorted((m for m in rows if m.ok), key=lambda m: m.median_ms)[: args.top]
-        result = bench_workload(workload, [m.config for m in ok], args.rounds)
-        ours = max(v for n, v in result.items() if n.startswith("flashtune"))
-        best_i = max((n for n in result if n.startswith("flashtune")), key=result.get)
-        best_cfg = ok[int(best_i.split("#")[1]) - 1].config.to_dict()
-        results.append({"workload": workload.name, "flashtune": ours, "config": best_cfg, **{n: result[n] for n in _PEERS}})
+        ok = sorted((m for m in rows if m.ok), key=lambda m: m.median_ms)
+        groups = {
+            "bf16": [m.config for m in ok if not m.config.get("use_fp8")][: args.top],
+            "fp8": [m.config for m in ok if m.config.get("use_fp8")][: args.top],
+        }
+        result = bench_workload(workload, groups, args.rounds)
+        ours, config = _best(result, "bf16", groups["bf16"])
+        fp8, fp8_config = _best(result, "fp8", groups["fp8"])
+        results.append({"workload": workload.name, "flashtune": ours, "config": config, "fp8": fp8,
+                        "fp8_config": fp8_config, **{n: result[n] for n in _PEERS}})
     print(f"\n{torch.cuda.get_device_name()} | torch {torch.__version__}")
-    print("| workload | flashtune TFLOP/s | SDPA cuDNN | SDPA flash | vs cuDNN | vs flash | best config |")
-    print("|---|---|---|---|---|---|---|")
+    print("| workload | flashtune TFLOP/s | SDPA cuDNN | SDPA flash | vs cuDNN | vs flash | best config | fp8 | fp8 / bf16 |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in results:
         vs = {n: (r["flashtune"] / r[n] if r[n] else math.nan) for n in _PEERS}
+        fp8 = f"{r['fp8']:.0f} | {r['fp8'] / r['flashtune']:.2f}x" if r["fp8"] else "- | -"
         print(f"| {r['workload']} | {r['flashtune']:.0f} | {r['sdpa_cudnn']:.0f} | {r['sdpa_flash']:.0f} | "
-              f"{vs['sdpa_cudnn']:.2f}x | {vs['sdpa_flash']:.2f}x | {r['config']} |")
+              f"{vs['sdpa_cudnn']:.2f}x | {vs['sdpa_flash']:.2f}x | {r['config']} | {fp8} |")
+        if r["fp8_config"]:
+            print(f"|   fp8 config: {r['fp8_config']} |")
     ratios = [r["flashtune"] / r["sdpa_cudnn"] for r in results if r["sdpa_cudnn"]]
     if ratios:
         print(f"geometric mean vs cuDNN: {math.exp(sum(map(math.log, ratios)) / len(ratios)):.3f}x")

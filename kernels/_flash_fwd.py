@@ -9,6 +9,10 @@ K and V tiles come either from pointer loads or from device-side tensor descript
 (TMA on Hopper, ``USE_TMA``); the unmasked loop may be warp-specialized
 (``WARP_SPECIALIZE``: producer warps issue the loads, consumer warps do the math).
 
+With ``FP8`` the launcher hands in e4m3 Q, K and V with per-tensor scales (``Scales``:
+q, k, v) and V transposed to (head_dim, kv_len), because Hopper's fp8 dot needs its second
+operand K-major; P is cast to e4m3 for the second dot, as in FlashAttention 3.
+
 Causal masking is aligned bottom-right, as in FlashAttention 2: query i sees key j when
 j <= i + (kv_len - q_len). Rows that see no key at all write zeros.
 """
@@ -20,13 +24,14 @@ import triton.language as tl
 @triton.jit
 def _attend_tiles(
     acc, l_i, m_i, q,
-    k_base, v_base, stride_kn, stride_vn, k_desc, v_desc,
+    k_base, v_base, stride_kn, stride_vn, stride_vd, k_desc, v_desc,
     offs_m, offs_d, lo, hi, kv_len, causal_offset, qk_scale,
     BLOCK_N: tl.constexpr,
     MASKED: tl.constexpr,
     IS_CAUSAL: tl.constexpr,
     USE_TMA: tl.constexpr,
     WARP_SPECIALIZE: tl.constexpr,
+    FP8: tl.constexpr,
 ):
     offs_n = tl.arange(0, BLOCK_N)
     for start_n in tl.range(lo, hi, BLOCK_N, warp_specialize=WARP_SPECIALIZE):
@@ -35,10 +40,13 @@ def _attend_tiles(
         if USE_TMA:
             # Rows past kv_len come back as zeros (the descriptor's padding).
             k = k_desc.load([start_n, 0]).T
-            v = v_desc.load([start_n, 0])
+            if FP8:
+                v = v_desc.load([0, start_n]).T  # stored (head_dim, kv_len)
+            else:
+                v = v_desc.load([start_n, 0])
         else:
             k_ptrs = k_base + cols[None, :] * stride_kn + offs_d[:, None]
-            v_ptrs = v_base + cols[:, None] * stride_vn + offs_d[None, :]
+            v_ptrs = v_base + cols[:, None] * stride_vn + offs_d[None, :] * stride_vd
             if MASKED:
                 k = tl.load(k_ptrs, mask=cols[None, :] < kv_len, other=0.0)
                 v = tl.load(v_ptrs, mask=cols[:, None] < kv_len, other=0.0)
@@ -62,17 +70,22 @@ def _attend_tiles(
         alpha = tl.math.exp2(m_i - m_sub)
         l_i = l_i * alpha + tl.sum(p, 1)
         acc = acc * alpha[:, None]
-        acc = tl.dot(p.to(v.dtype), v, acc)
+        if FP8:
+            # P in [0, 1] would put small weights in e4m3's subnormals; stretched to
+            # [0, 448] every weight keeps 3 mantissa bits (undone at the end).
+            acc = tl.dot((p * 448.0).to(v.dtype), v, acc)
+        else:
+            acc = tl.dot(p.to(v.dtype), v, acc)
         m_i = m_new
     return acc, l_i, m_i
 
 
 @triton.jit
 def attention_forward_kernel(
-    Q, K, V, Out,
+    Q, K, V, Out, Scales,
     stride_qz, stride_qh, stride_qm,
     stride_kz, stride_kh, stride_kn,
-    stride_vz, stride_vh, stride_vn,
+    stride_vz, stride_vh, stride_vn, stride_vd,
     stride_oz, stride_oh, stride_om,
     q_heads, kv_group, q_len, kv_len, qk_scale,
     HEAD_DIM: tl.constexpr,
@@ -81,6 +94,7 @@ def attention_forward_kernel(
     IS_CAUSAL: tl.constexpr,
     USE_TMA: tl.constexpr,
     WARP_SPECIALIZE: tl.constexpr,
+    FP8: tl.constexpr,
 ):
     # Causal tiles near the end of the sequence carry the most work: schedule them first.
     num_m_blocks = tl.cdiv(q_len, BLOCK_M)
@@ -104,14 +118,21 @@ def attention_forward_kernel(
     if USE_TMA:
         k_desc = tl.make_tensor_descriptor(k_base, shape=[kv_len, HEAD_DIM], strides=[stride_kn, 1],
                                            block_shape=[BLOCK_N, HEAD_DIM])
-        v_desc = tl.make_tensor_descriptor(v_base, shape=[kv_len, HEAD_DIM], strides=[stride_vn, 1],
-                                           block_shape=[BLOCK_N, HEAD_DIM])
+        if FP8:
+            v_desc = tl.make_tensor_descriptor(v_base, shape=[HEAD_DIM, kv_len], strides=[stride_vd, 1],
+                                               block_shape=[HEAD_DIM, BLOCK_N])
+        else:
+            v_desc = tl.make_tensor_descriptor(v_base, shape=[kv_len, HEAD_DIM], strides=[stride_vn, 1],
+                                               block_shape=[BLOCK_N, HEAD_DIM])
     else:
         k_desc = k_base
         v_desc = v_base
 
     row_ok = offs_m[:, None] < q_len
     q = tl.load(q_base + offs_m[:, None] * stride_qm + offs_d[None, :], mask=row_ok, other=0.0)
+
+    if FP8:
+        qk_scale = qk_scale * tl.load(Scales) * tl.load(Scales + 1)
 
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
@@ -131,17 +152,19 @@ def attention_forward_kernel(
         masked_end = kv_len
 
     acc, l_i, m_i = _attend_tiles(
-        acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, k_desc, v_desc,
+        acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, stride_vd, k_desc, v_desc,
         offs_m, offs_d, 0, unmasked_end, kv_len, causal_offset, qk_scale,
-        BLOCK_N, False, IS_CAUSAL, USE_TMA, WARP_SPECIALIZE,
+        BLOCK_N, False, IS_CAUSAL, USE_TMA, WARP_SPECIALIZE, FP8,
     )
     # The diagonal band and the tail: a few tiles, never warp-specialized.
     acc, l_i, m_i = _attend_tiles(
-        acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, k_desc, v_desc,
+        acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, stride_vd, k_desc, v_desc,
         offs_m, offs_d, unmasked_end, masked_end, kv_len, causal_offset, qk_scale,
-        BLOCK_N, True, IS_CAUSAL, USE_TMA, False,
+        BLOCK_N, True, IS_CAUSAL, USE_TMA, False, FP8,
     )
 
     l_safe = tl.where(l_i == 0.0, 1.0, l_i)  # rows that saw no key: 0 / 1 = 0
     out = acc / l_safe[:, None]
+    if FP8:
+        out = out * (tl.load(Scales + 2) / 448.0)
     tl.store(o_base + offs_m[:, None] * stride_om + offs_d[None, :], out.to(Out.dtype.element_ty), mask=row_ok)

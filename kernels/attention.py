@@ -77,20 +77,51 @@ def launch(
     """
     batch, q_heads, q_len, head_dim = q.shape
     kv_heads, kv_len = k.shape[1], k.shape[2]
-    block_m = int(config["BLOCK_M"])
     if config["loads"] != "pointer":
         # Device-side descriptors live in a scratch buffer that Triton asks for at launch.
         triton.set_allocator(_descriptor_scratch)
-    grid = (triton.cdiv(q_len, block_m), batch * q_heads)
+    if config["use_fp8"]:
+        q, k, v, scales = quantize_fp8(q, k, v)
+        stride_v = (v.stride(0), v.stride(1), v.stride(3), v.stride(2))  # (z, h, n, d) of V^T
+    else:
+        scales = q  # unused: the kernel reads Scales only when FP8
+        stride_v = (v.stride(0), v.stride(1), v.stride(2), v.stride(3))
+    grid = (triton.cdiv(q_len, int(config["BLOCK_M"])), batch * q_heads)
     return attention_forward_kernel[grid](
-        q, k, v, out,
+        q, k, v, out, scales,
         q.stride(0), q.stride(1), q.stride(2),
         k.stride(0), k.stride(1), k.stride(2),
-        v.stride(0), v.stride(1), v.stride(2),
+        *stride_v,
         out.stride(0), out.stride(1), out.stride(2),
         q_heads, q_heads // kv_heads, q_len, kv_len, scale * LOG2_E,
         **compile_options(config, head_dim=head_dim, causal=causal),
     )
+
+
+#: Largest finite float8 e4m3 value.
+FP8_MAX = 448.0
+
+
+def quantize_fp8(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """Per-tensor e4m3 quantization; V transposed to (batch, heads, head_dim, kv_len).
+
+    Hopper's fp8 dot needs its second operand K-major: for P @ V the reduction runs over
+    the keys, so V is stored with kv_len contiguous (padded to 16 elements for TMA).
+    Returns (q8, k8, v8_t, scales) with scales = [q, k, v] as float32 on the device; no
+    host sync, so the op stays capturable in a CUDA graph.
+    """
+    def quantize(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        s = (x.abs().amax().float() / FP8_MAX).clamp_min(1e-12)
+        return (x.float() / s).to(torch.float8_e4m3fn), s
+
+    q8, sq = quantize(q)
+    k8, sk = quantize(k)
+    v8, sv = quantize(v)
+    batch, heads, kv_len, head_dim = v.shape
+    padded = triton.cdiv(kv_len, 16) * 16
+    v8_t = torch.empty((batch, heads, head_dim, padded), dtype=torch.float8_e4m3fn, device=v.device)
+    v8_t[..., :kv_len] = v8.transpose(-1, -2)
+    return q8, k8, v8_t[..., :kv_len], torch.stack([sq, sk, sv])
 
 
 def compile_options(config: Config, *, head_dim: int, causal: bool) -> dict[str, Any]:
@@ -103,6 +134,7 @@ def compile_options(config: Config, *, head_dim: int, causal: bool) -> dict[str,
         "IS_CAUSAL": bool(causal),
         "USE_TMA": loads != "pointer",
         "WARP_SPECIALIZE": loads == "tma_ws",
+        "FP8": bool(config["use_fp8"]),
         "num_warps": int(config["num_warps"]),
         "num_stages": int(config["num_stages"]),
     }
@@ -152,8 +184,10 @@ def flash_attention(
         raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
     scale_value = resolve_scale(scale, q.shape[-1])
     _check_fits(cfg, q)
-    if cfg["loads"] != "pointer":
+    if cfg["loads"] != "pointer" and not cfg["use_fp8"]:  # fp8 copies land aligned
         _check_descriptor_alignment(q, k, v)
+    if cfg["use_fp8"]:
+        _check_fp8_support(q)
     out = torch.empty_like(q, memory_format=torch.contiguous_format)
     launch(q, k, v, out, causal=causal, scale=scale_value, config=cfg)
     return out
@@ -168,6 +202,14 @@ def _check_descriptor_alignment(*tensors: torch.Tensor) -> None:
                 f"config loads='tma'/'tma_ws' needs {name} with a 16-byte aligned start and strides, "
                 f"got strides {t.stride()}; use loads='pointer' for this layout"
             )
+
+
+def _check_fp8_support(q: torch.Tensor) -> None:
+    if q.dtype == torch.float32:
+        raise ValueError("config use_fp8=True needs float16 or bfloat16 inputs, got float32")
+    if q.device.type == "cuda" and torch.cuda.get_device_capability(q.device) < (8, 9):
+        raise ValueError(f"config use_fp8=True needs compute capability >= 8.9, "
+                         f"{torch.cuda.get_device_name(q.device)} has {torch.cuda.get_device_capability(q.device)}")
 
 
 def _check_fits(config: Config, q: torch.Tensor) -> None:

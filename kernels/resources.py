@@ -35,7 +35,9 @@ def shared_memory_bytes(
     dtype_bytes: int = 2,
     compute_capability: tuple[int, int] = (9, 0),
 ) -> int:
-    """Predicted shared memory per program in bytes."""
+    """Predicted shared memory per program in bytes (fp8 configs stage 1-byte tiles)."""
+    if config.get("use_fp8"):
+        dtype_bytes = 1
     block_m, block_n = int(config["BLOCK_M"]), int(config["BLOCK_N"])
     stages = max(int(config["num_stages"]), 1)
     kv_tile = 2 * block_n * head_dim * dtype_bytes
@@ -47,6 +49,8 @@ def shared_memory_bytes(
 
 def registers_per_thread(config: Mapping[str, Value], *, head_dim: int, dtype_bytes: int = 2) -> int:
     """Predicted 32-bit registers per thread (before the compiler's cap)."""
+    if config.get("use_fp8"):
+        dtype_bytes = 1
     block_m, block_n = int(config["BLOCK_M"]), int(config["BLOCK_N"])
     threads = 32 * int(config["num_warps"])
     acc = block_m * head_dim  # fp32

@@ -4,8 +4,8 @@ The search space, the feasibility model, the sweep and the op all read this one 
 
 Two knobs of the original design map onto this table (BENCHMARKS.md, "The space"):
 ``prefetch distance`` is ``num_stages`` (Triton's software pipeliner keeps
-``num_stages - 1`` K/V tiles in flight ahead of the one being used), and ``use_fp8`` is
-left to the kernel-performance issue, where it gets scaling and its own accuracy budget.
+``num_stages - 1`` K/V tiles in flight ahead of the one being used), and ``use_fp8``
+runs both dots in e4m3 with per-tensor scales, checked against its own accuracy budget.
 """
 
 from __future__ import annotations
@@ -26,17 +26,19 @@ TUNABLES: Mapping[str, tuple[Value, ...]] = MappingProxyType(
         # How K/V tiles are loaded: pointer loads, or tensor descriptors (TMA), optionally
         # with the main loop warp-specialized (load warps apart from math warps).
         "loads": ("pointer", "tma", "tma_ws"),
+        # e4m3 Q, K, V with per-tensor scales (Hopper, Ada); checked against its own budget.
+        "use_fp8": (False, True),
     }
 )
 
 #: Knobs a config may omit, with the value that omission means. Knobs added to the space
 #: after configs were recorded (tables, stores, priors) go here, so old configs keep
 #: meaning the kernel they were measured on.
-IMPLIED: Mapping[str, Value] = MappingProxyType({"loads": "pointer"})
+IMPLIED: Mapping[str, Value] = MappingProxyType({"loads": "pointer", "use_fp8": False})
 
 #: A config that compiles and fits every GPU flashtune knows at every head dim
 #: (about 50 KB of shared memory at head_dim 256); slow but safe.
-SAFE_DEFAULT = Config(BLOCK_M=64, BLOCK_N=32, num_warps=4, num_stages=2, loads="pointer")
+SAFE_DEFAULT = Config(BLOCK_M=64, BLOCK_N=32, num_warps=4, num_stages=2, loads="pointer", use_fp8=False)
 
 
 def validate_config(config: Mapping[str, Value]) -> Config:

@@ -2,7 +2,7 @@
 
 Protocol (one JSON object per line): the worker first writes ``{"hello": spec}`` with
 its HardwareSpec (or null on a CPU), then answers each request
-``{"config": {...}, "workload": {...}, "seed": int, "launcher": str, "tolerance": float|null}``
+``{"config": {...}, "workload": {...}, "seed": int, "launcher": str, "tolerance": float|null, "fp8_tolerance": float|null}``
 with a ``Measurement.to_dict()``. A ContextLost error is answered, then the process exits:
 its CUDA context cannot be trusted any more.
 """
@@ -41,11 +41,12 @@ def main() -> None:
                 seed=int(request.get("seed", 0)),
                 launcher=request.get("launcher") or "flashtune.kernels.attention:launch",
                 tolerance=request.get("tolerance"),
+                fp8_tolerance=request.get("fp8_tolerance"),
             )
             channel.write(json.dumps(result.to_dict()) + "\n")
         except ContextLost as exc:
             crashed = Measurement.failure(config, workload, Status.CRASHED, str(exc))
-            channel.write(json.dumps(crashed.to_dict()) + "\n")
+            channel.write(json.dumps({**crashed.to_dict(), "_exiting": True}) + "\n")
             channel.flush()
             os._exit(3)
         except Exception as exc:  # noqa: BLE001 - anything unexpected is a crash of this trial

@@ -28,6 +28,7 @@ class Objective:
         timeout_s: per-config budget before the worker is killed (``timeout``).
         precompile: pool processes compiling ahead (0: the worker compiles inline).
         tolerance: relative-error budget; None uses the dtype's default.
+        fp8_tolerance: the budget for ``use_fp8`` configs (the user's accuracy budget).
         seed: inputs of trial ``i`` are drawn with ``seed + i`` (fresh for every config).
         static_check: skip configs the feasibility model rejects; False compiles them
             anyway, so a sweep records Triton's own verdict and can grade the model.
@@ -42,6 +43,7 @@ class Objective:
         timeout_s: float = 120.0,
         precompile: int = 0,
         tolerance: float | None = None,
+        fp8_tolerance: float | None = None,
         seed: int = 0,
         static_check: bool = True,
         launcher: str | None = None,
@@ -50,6 +52,7 @@ class Objective:
         self.worker = BenchmarkWorker(device=device, timeout_s=timeout_s, launcher=launcher, env=env)
         self.pool = CompilePool(precompile)
         self.tolerance = tolerance
+        self.fp8_tolerance = fp8_tolerance
         self._hardware = hardware
         self._seed = seed
         self.static_check = static_check
@@ -87,7 +90,8 @@ class Objective:
             return Measurement.failure(cfg, workload, Status.INFEASIBLE, verdict.reason,
                                        shared_bytes=verdict.shared_bytes, **stamp)
         compiled = self.pool.wait(cfg, workload, timeout_s=self.worker.timeout_s)
-        measured = self.worker.evaluate(cfg, workload, seed=self._seed + self._trials, tolerance=self.tolerance)
+        measured = self.worker.evaluate(cfg, workload, seed=self._seed + self._trials,
+                                        tolerance=self.tolerance, fp8_tolerance=self.fp8_tolerance)
         if compiled is not None and measured.compile_s == measured.compile_s:  # not NaN
             # The worker's first call only loaded the pool's binary: count the real compile.
             stamp["compile_s"] = compiled[1] + measured.compile_s

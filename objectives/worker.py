@@ -23,6 +23,9 @@ from flashtune.objectives.types import Measurement, Status, Workload
 _START_TIMEOUT_S = 180.0
 
 
+_EOF = "\x00eof"  # sentinel: the worker closed its end of the pipe (it died)
+
+
 class WorkerError(RuntimeError):
     """The worker could not be started at all (not a per-config failure)."""
 
@@ -67,7 +70,7 @@ class BenchmarkWorker:
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=None, text=True, env=env,
         )
         hello = self._read_line(_START_TIMEOUT_S)
-        if hello is None:
+        if hello is None or hello is _EOF:
             self._kill()
             raise WorkerError("benchmark worker did not start (see its stderr above)")
         spec = json.loads(hello)["hello"]
@@ -102,7 +105,7 @@ class BenchmarkWorker:
         self.start()
 
     def _read_line(self, timeout_s: float) -> str | None:
-        """One protocol line, or None on timeout or when the process died."""
+        """One protocol line; ``_EOF`` when the process closed its end; None on timeout."""
         assert self._proc is not None and self._proc.stdout is not None
         deadline = time.monotonic() + timeout_s
         while True:
@@ -111,12 +114,19 @@ class BenchmarkWorker:
                 return None
             ready, _, _ = select.select([self._proc.stdout], [], [], remaining)
             if ready:
-                line = self._proc.stdout.readline()
-                return line if line else None
+                return self._proc.stdout.readline() or _EOF
 
     # -- measuring ------------------------------------------------------------------------
 
-    def evaluate(self, config: Config, workload: Workload, *, seed: int = 0, tolerance: float | None = None) -> Measurement:
+    def evaluate(
+        self,
+        config: Config,
+        workload: Workload,
+        *,
+        seed: int = 0,
+        tolerance: float | None = None,
+        fp8_tolerance: float | None = None,
+    ) -> Measurement:
         """Measure one config; never raises for anything the config does."""
         if self._proc is None:
             self.start()
@@ -124,7 +134,7 @@ class BenchmarkWorker:
             self._restart()
         request = {
             "config": config.to_dict(), "workload": workload.to_dict(), "seed": seed,
-            "launcher": self.launcher, "tolerance": tolerance,
+            "launcher": self.launcher, "tolerance": tolerance, "fp8_tolerance": fp8_tolerance,
         }
         try:
             self._proc.stdin.write(json.dumps(request) + "\n")  # type: ignore[union-attr]
@@ -133,12 +143,16 @@ class BenchmarkWorker:
             self._restart()
             return Measurement.failure(config, workload, Status.CRASHED, "worker died before the request")
         line = self._read_line(self.timeout_s)
-        if line is None:
-            died = self._proc is not None and self._proc.poll() is not None
-            code = self._proc.returncode if died else None
+        if line is _EOF:
+            code = self._proc.wait()  # type: ignore[union-attr]
             self._restart()
-            if died:
-                return Measurement.failure(config, workload, Status.CRASHED, f"worker process died (exit code {code})")
+            return Measurement.failure(config, workload, Status.CRASHED, f"worker process died (exit code {code})")
+        if line is None:
+            self._restart()
             return Measurement.failure(config, workload, Status.TIMEOUT, f"no answer within {self.timeout_s:.0f} s")
-        # After a lost CUDA context the worker answers and exits; the next call restarts it.
-        return Measurement.from_dict(json.loads(line))
+        answer = json.loads(line)
+        if answer.pop("_exiting", False):
+            # The worker lost its CUDA context: it answered and is exiting. Wait for it, so
+            # the next request goes to a fresh worker rather than into a dying one's pipe.
+            self._proc.wait(timeout=60)  # type: ignore[union-attr]
+        return Measurement.from_dict(answer)

@@ -12,11 +12,12 @@ import torch
 
 from flashtune.kernels import Config, all_configs, flash_attention
 from flashtune.kernels.reference import reference_attention, relative_error
+from flashtune.objectives.bench import FP8_TOLERANCE
 
 pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="CPU interpreter suite; tests/gpu covers the GPU")
 
 TOL = {torch.float16: 5e-3, torch.float32: 1e-4}
-SMALL = Config(BLOCK_M=32, BLOCK_N=32, num_warps=4, num_stages=2, loads="pointer")
+SMALL = Config(BLOCK_M=32, BLOCK_N=32, num_warps=4, num_stages=2, loads="pointer", use_fp8=False)
 
 
 def _qkv(b, hq, hkv, nq, nk, d, dtype, seed=0):
@@ -32,7 +33,8 @@ def _check(q, k, v, causal, config, scale=None):
     assert out.shape == q.shape and out.dtype == q.dtype
     ref = reference_attention(q, k, v, causal=causal, scale=scale)
     err = relative_error(out, ref)
-    assert err < TOL[q.dtype], f"relative error {err:.2e} for {config}"
+    tol = FP8_TOLERANCE if config is not None and config.get("use_fp8") else TOL[q.dtype]
+    assert err < tol, f"relative error {err:.2e} for {config}"
 
 
 @pytest.mark.parametrize("causal", [False, True])
@@ -92,4 +94,22 @@ def test_every_block_shape_pair_once():
     """Each (BLOCK_M, BLOCK_N) pair: tail tiles in both dims at once."""
     q, k, v = _qkv(1, 1, 1, 77, 91, 32, torch.float16, seed=5)
     for bm, bn in itertools.product((32, 64, 128, 256), (32, 64, 128)):
-        _check(q, k, v, True, Config(BLOCK_M=bm, BLOCK_N=bn, num_warps=4, num_stages=2, loads="tma"))
+        _check(q, k, v, True, Config(BLOCK_M=bm, BLOCK_N=bn, num_warps=4, num_stages=2, loads="tma", use_fp8=False))
+
+
+@pytest.mark.parametrize("loads", ["pointer", "tma", "tma_ws"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_fp8_within_its_budget(loads, causal):
+    """e4m3 Q, K, V and P: coarse, so it gets its own budget (objectives.bench.FP8_TOLERANCE)."""
+    q, k, v = _qkv(1, 4, 2, 45, 70, 64, torch.float16, seed=11)
+    config = Config(BLOCK_M=32, BLOCK_N=32, num_warps=4, num_stages=2, loads=loads, use_fp8=True)
+    out = flash_attention(q, k, v, causal=causal, config=config)
+    err = relative_error(out, reference_attention(q, k, v, causal=causal))
+    assert err < FP8_TOLERANCE
+    assert err > 1e-3  # really ran in fp8, not silently in fp16
+
+
+def test_tma_variants_match_pointer_loads():
+    q, k, v = _qkv(2, 4, 1, 50, 83, 64, torch.float16, seed=2)
+    for loads in ("tma", "tma_ws"):
+        _check(q, k, v, True, SMALL.replace(loads=loads))
