@@ -3,6 +3,13 @@
 ``flashtune.runtime.flash_attention`` is the op a model calls. The torch-facing parts
 (dispatch, the ``torch.library`` op, online tuning) load on first use, so that the store,
 the buckets and the baselines import without torch.
+
+Modules: ``store`` (the JSON file), ``buckets``, ``baselines`` (the hardware feature
+library), ``resolve`` (exact -> nearest -> baseline), ``dispatch`` (the op),
+``torch_op`` (``torch.ops.flashtune.flash_attention``), ``hf_attention`` (transformers),
+``online`` with ``monitor``, ``timing``, ``candidates`` and ``worker`` (opt-in
+re-tuning), ``mlflow_callback``, ``export`` (``export_best``), and the benchmarks
+``bench_dispatch`` and ``bench_model``.
 """
 
 from __future__ import annotations
@@ -11,7 +18,8 @@ from typing import Any
 
 __all__ = [
     "flash_attention", "explain", "set_store", "set_hardware", "reload_store", "get_dispatcher",
-    "export_best", "Store", "StoreWarning",
+    "export_best", "Store", "StoreWarning", "baseline_priors", "fallback_config",
+    "enable_online", "OnlineTuner", "OnlineOptions",
 ]
 
 _LAZY = {
@@ -24,6 +32,11 @@ _LAZY = {
     "export_best": "flashtune.runtime.export",
     "Store": "flashtune.runtime.store",
     "StoreWarning": "flashtune.runtime.store",
+    "baseline_priors": "flashtune.runtime.baselines",
+    "fallback_config": "flashtune.runtime.baselines",
+    "enable_online": "flashtune.runtime.online",
+    "OnlineTuner": "flashtune.runtime.online",
+    "OnlineOptions": "flashtune.runtime.online_options",
 }
 
 

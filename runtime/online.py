@@ -42,12 +42,13 @@ from typing import Any
 import torch
 
 from flashtune.kernels.config import Config
-from flashtune.kernels.space import SAFE_DEFAULT, TUNABLES, validate_config
+from flashtune.kernels.space import SAFE_DEFAULT, validate_config
 from flashtune.objectives.feasibility import check
 from flashtune.objectives.types import Measurement, Workload
-from flashtune.runtime.baselines import baseline_priors
+from flashtune.runtime.candidates import default_candidates
 from flashtune.runtime.dispatch import CacheKey, Dispatcher, get_dispatcher
 from flashtune.runtime.monitor import LatencyMonitor
+from flashtune.runtime.online_options import OnlineOptions
 from flashtune.runtime.store import StoreEntry
 from flashtune.runtime.timing import CudaEventTiming, HostTiming, Reader, TimingSource
 
@@ -56,64 +57,6 @@ CandidateFn = Callable[[CacheKey, Config, Workload], Sequence[Config]]
 MetricsCallback = Callable[[dict[str, Any]], None]
 
 _MAX_PENDING = 256  # unread GPU samples kept; older ones are dropped, not waited for
-
-
-@dataclass(frozen=True)
-class OnlineOptions:
-    """Knobs of the online tuner; validated on construction.
-
-    Attributes:
-        window: samples in each bucket's sliding window.
-        min_samples: samples before a baseline is taken or degradation is judged.
-        degradation_threshold: relative slowdown of the window's median over the
-            baseline that triggers a re-tune.
-        min_gain: relative speed-up a candidate needs in the benchmark to be tried live.
-        rollback_tolerance: relative slowdown, live, over the incumbent's pre-swap median
-            that rolls a candidate back.
-        probation_samples: live samples that decide a candidate's fate.
-        sample_every: time one call in this many outside probation.
-        max_candidates: candidates measured per re-tune.
-        overhead_cap: tuning time as a fraction of time since start (0.05 = 5 %).
-        cooldown_s: minimum seconds between two re-tunes of one bucket.
-        initial_cost_s: estimated cost of one benchmark before any was measured.
-        metrics_every_s: seconds between metrics callbacks.
-        persist: write kept configs to the dispatcher's store (source ``online``).
-    """
-
-    window: int = 64
-    min_samples: int = 16
-    degradation_threshold: float = 0.15
-    min_gain: float = 0.03
-    rollback_tolerance: float = 0.05
-    probation_samples: int = 16
-    sample_every: int = 8
-    max_candidates: int = 6
-    overhead_cap: float = 0.05
-    cooldown_s: float = 60.0
-    initial_cost_s: float = 2.0
-    metrics_every_s: float = 10.0
-    persist: bool = False
-
-    def __post_init__(self) -> None:
-        for name in ("window", "min_samples", "probation_samples", "sample_every", "max_candidates"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"OnlineOptions.{name} must be a positive int, got {value!r}")
-        for name in ("degradation_threshold", "min_gain", "rollback_tolerance", "cooldown_s", "initial_cost_s"):
-            value = getattr(self, name)
-            if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) or value < 0:
-                raise ValueError(f"OnlineOptions.{name} must be a finite number >= 0, got {value!r}")
-        if not isinstance(self.overhead_cap, (int, float)) or not 0 <= self.overhead_cap < 1:
-            raise ValueError(f"OnlineOptions.overhead_cap must be in [0, 1), got {self.overhead_cap!r}")
-        if not isinstance(self.metrics_every_s, (int, float)) or not self.metrics_every_s > 0:
-            raise ValueError(f"OnlineOptions.metrics_every_s must be a positive number, got {self.metrics_every_s!r}")
-        if self.min_samples > self.window or self.probation_samples > self.window:
-            raise ValueError(
-                f"OnlineOptions.min_samples ({self.min_samples}) and probation_samples "
-                f"({self.probation_samples}) must not exceed window ({self.window})"
-            )
-        if not isinstance(self.persist, bool):
-            raise ValueError(f"OnlineOptions.persist must be a bool, got {self.persist!r}")
 
 
 @dataclass
@@ -159,19 +102,6 @@ def _workload_of(q: torch.Tensor, k: torch.Tensor, causal: bool) -> Workload:
     return Workload(batch, q_heads, k.shape[1], q_len, k.shape[2], head_dim, dtype, bool(causal))
 
 
-def neighbours(config: Config) -> list[Config]:
-    """Configs one step away in one tunable (the declared order of its values)."""
-    result = []
-    for name, values in TUNABLES.items():
-        if name not in config or config[name] not in values:
-            continue
-        i = values.index(config[name])
-        for j in (i - 1, i + 1):
-            if 0 <= j < len(values):
-                result.append(config.replace(**{name: values[j]}))
-    return result
-
-
 class OnlineTuner:
     """Watches the dispatcher's calls per bucket and re-tunes the ones that slow down.
 
@@ -212,6 +142,7 @@ class OnlineTuner:
         self.options = options or OnlineOptions()
         self._timing = timing
         self._benchmark = benchmark
+        self._own_benchmarks: dict[torch.device, Any] = {}  # created here, closed here
         self._clock = clock
         self._candidate_fn = candidates
         self._callbacks = list(callbacks)
@@ -255,9 +186,9 @@ class OnlineTuner:
             self._thread.join(timeout=60)
             self._thread = None
         self.flush_metrics()
-        close = getattr(self._benchmark, "close", None)
-        if callable(close):
-            close()
+        for bench in self._own_benchmarks.values():
+            bench.close()
+        self._own_benchmarks.clear()
 
     def __enter__(self) -> OnlineTuner:
         return self.start()
@@ -435,29 +366,32 @@ class OnlineTuner:
             if time.monotonic() - self._last_emit >= self.options.metrics_every_s:
                 self.flush_metrics()
 
-    def _measure(self, config: Config, workload: Workload) -> Measurement:
+    def _measure(self, config: Config, workload: Workload, device: torch.device) -> Measurement:
         began = self._clock()
         try:
-            return self._get_benchmark()(config, workload)
+            return self._benchmark_for(device)(config, workload)
         finally:
             spent = self._clock() - began
             with self._lock:
                 self._tuning_s += spent
                 self._cost_estimate_s = max(self._cost_estimate_s * 0.5, spent)
 
-    def _get_benchmark(self) -> Benchmark:
-        if self._benchmark is None:
+    def _benchmark_for(self, device: torch.device) -> Benchmark:
+        """The injected benchmark, or one isolated worker process per served GPU."""
+        if self._benchmark is not None:
+            return self._benchmark
+        bench = self._own_benchmarks.get(device)
+        if bench is None:
             import os
 
             from flashtune.runtime.worker import WorkerBenchmark
 
-            device = next(iter(self._buckets))[0] if self._buckets else torch.device("cpu")
             interpret = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
-            self._benchmark = WorkerBenchmark(
+            bench = self._own_benchmarks[device] = WorkerBenchmark(
                 device.index if device.type == "cuda" else None,
                 env={"TRITON_INTERPRET": "1"} if interpret else None,
             )
-        return self._benchmark
+        return bench
 
     def _retune(self, key: CacheKey) -> None:
         with self._lock:
@@ -466,7 +400,7 @@ class OnlineTuner:
             rejected = set(state.rejected)
         pool = [c for c in self._candidates(key, incumbent, workload) if c != incumbent and c not in rejected]
         pool = pool[: self.options.max_candidates]
-        base = self._measure(incumbent, workload)
+        base = self._measure(incumbent, workload, key[0])
         best: Measurement | None = None
         tried = 0
         if base.ok:
@@ -475,7 +409,7 @@ class OnlineTuner:
                     if not self._budget_allows(self._cost_estimate_s):
                         self._deferred += 1
                         break
-                m = self._measure(config, workload)
+                m = self._measure(config, workload, key[0])
                 tried += 1
                 if m.ok and (best is None or m.median_ms < best.median_ms):
                     best = m
@@ -505,7 +439,7 @@ class OnlineTuner:
         if self._candidate_fn is not None:
             raw = list(self._candidate_fn(key, incumbent, workload))
         else:
-            raw = self._default_candidates(key, incumbent, workload)
+            raw = default_candidates(self.dispatcher, key, incumbent, workload)
         spec, _ = self.dispatcher.hardware_for(key[0])
         result: list[Config] = []
         for config in raw:
@@ -519,21 +453,6 @@ class OnlineTuner:
                 continue
             result.append(config)
         return result
-
-    def _default_candidates(self, key: CacheKey, incumbent: Config, workload: Workload) -> list[Config]:
-        """Store priors (this bucket and the nearest), then neighbours, then baselines."""
-        spec, store_key = self.dispatcher.hardware_for(key[0])
-        bucket = self.dispatcher.bucket_of(key)
-        priors: list[Config] = []
-        if spec is not None and store_key is not None and bucket is not None:
-            snapshot = self.dispatcher.store.snapshot()
-            exact = snapshot.exact(store_key, bucket)
-            priors += [exact.config] if exact else []
-            priors += [e.config for e in snapshot.nearest(store_key, bucket)[:3]]
-        priors += neighbours(incumbent)
-        if spec is not None:
-            priors += [m.config for m in baseline_priors(spec, workload)]
-        return priors
 
     def _persist(self, key: CacheKey, config: Config, median_ms: float) -> None:
         spec, store_key = self.dispatcher.hardware_for(key[0])

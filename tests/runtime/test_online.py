@@ -13,7 +13,8 @@ from flashtune.kernels.space import SAFE_DEFAULT, TUNABLES
 from flashtune.objectives.feasibility import check
 from flashtune.objectives.types import Measurement, Status, Workload
 from flashtune.runtime.dispatch import Dispatcher
-from flashtune.runtime.online import OnlineOptions, OnlineTuner, neighbours
+from flashtune.runtime.candidates import neighbours
+from flashtune.runtime.online import OnlineOptions, OnlineTuner
 from flashtune.runtime.store import read_snapshot
 from flashtune.runtime.timing import HostTiming, InjectedTiming
 

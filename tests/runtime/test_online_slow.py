@@ -48,3 +48,37 @@ def test_mlflow_callback_logs_each_flush_as_a_step(tmp_path, store_path, h200, r
     metrics = client.get_run(callback.run_id).data.metrics
     assert "runtime/tuning_overhead_pct" in metrics and "runtime/config_stability" in metrics
     assert any(name.startswith("runtime/buckets/float16_full_d32") for name in metrics)
+
+
+@pytest.mark.slow
+def test_online_retune_end_to_end_with_the_real_worker(store_path, h200):
+    """The default candidates and benchmark: real kernels in the interpreter, in a worker."""
+    from flashtune.runtime.dispatch import Dispatcher
+    from flashtune.runtime.online import OnlineOptions, OnlineTuner
+    from flashtune.runtime.timing import InjectedTiming
+
+    clock = {"t": 0.0}
+    drift = {"x": 1.0}
+
+    def latency(config):  # noqa: ANN001, ANN202 - every call "takes" 10 s of the fake clock
+        clock["t"] += 10.0
+        return drift["x"]
+
+    dispatcher = Dispatcher(store_path, hardware=lambda device: h200)
+    options = OnlineOptions(window=8, min_samples=4, probation_samples=4, sample_every=1, cooldown_s=0.0, max_candidates=2)
+    q = torch.randn(1, 2, 16, 32, dtype=torch.float16)
+    k = torch.randn(1, 1, 16, 32, dtype=torch.float16)
+    with OnlineTuner(dispatcher, options=options, timing=InjectedTiming(latency), clock=lambda: clock["t"]) as tuner:
+        for _ in range(8):
+            dispatcher(q, k, k, causal=True)
+        drift["x"] = 2.0
+        for _ in range(8):
+            dispatcher(q, k, k, causal=True)
+            if tuner.events:
+                break
+        assert tuner.wait_idle(600)
+        kinds = [e["kind"] for e in tuner.events]
+        metrics = tuner.metrics()
+    assert kinds[0] == "degraded" and kinds[1] in ("swap", "no_gain"), kinds
+    assert metrics["tuning_s"] == 0.0 or metrics["tuning_overhead_pct"] <= 5.0
+    assert tuner.events[1].get("tried", 0) >= 1

@@ -112,3 +112,14 @@ def test_export_best_leaves_fp8_out_unless_asked(tmp_path):
     assert [e.config for e in read_snapshot(tmp_path / "a.json").entries()] == [full]
     export_best(measurements, tmp_path / "b.json", include_fp8=True)
     assert [e.config for e in read_snapshot(tmp_path / "b.json").entries()] == [fp8]
+
+
+def test_store_baselines_and_export_import_without_torch():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, flashtune.runtime.store, flashtune.runtime.baselines, flashtune.runtime.export, "
+        "flashtune.runtime.resolve, flashtune.runtime.monitor; assert 'torch' not in sys.modules, 'torch imported'"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
