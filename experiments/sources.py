@@ -7,6 +7,8 @@ forking after CUDA init breaks workers): whether a GPU is there is asked of
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import re
 import shutil
 import subprocess
@@ -126,8 +128,12 @@ def open_replay(hardware: HardwareSpec, workloads: Iterable[Workload], replay_di
     """
     from flashtune.objectives.replay import ReplayObjective, load_table
 
+    from flashtune.kernels.space import TUNABLES, validate_config
+
     folder = Path(replay_dir) if replay_dir is not None else default_replay_dir(hardware)
     measurements: list[Measurement] = []
+    partial: list[str] = []
+    covered: list[int] = []
     for workload in workloads:
         path = table_path(folder, workload)
         if not path.exists():
@@ -141,6 +147,20 @@ def open_replay(hardware: HardwareSpec, workloads: Iterable[Workload], replay_di
         gpus = {m.hardware for m in table if m.hardware}
         if gpus and gpus != {hardware.name}:
             raise ValueError(f"replay table {path} was recorded on {sorted(gpus)}, not on {hardware.name}")
+        # Tables recorded before a knob joined the space omit it; it then means its implied
+        # value (kernels.space.IMPLIED): key the replay by the complete config the strategies ask.
+        complete = [dataclasses.replace(m, config=c) for m in table if (c := _complete(validate_config, m.config))]
+        if not complete:
+            # The kernel's space changed since the recording: replaying would find nothing.
+            raise ValueError(
+                f"replay table {path}: none of its {len(table)} configs is in the kernel's current space "
+                f"(table keys {sorted(table[0].config)}, space keys {sorted(TUNABLES)}); "
+                "re-record it with `flashtune sweep`"
+            )
+        if len(complete) < len(table):
+            partial.append(f"{workload.name}: {len(complete)} of {len(table)} recorded configs are in the current space")
+        table = complete
+        covered.append(len(complete))
         measurements.extend(table)
     stamped = next((m for m in measurements if m.fingerprint), None)
     fingerprint = stamped.fingerprint if stamped else hardware.fingerprint
@@ -148,7 +168,9 @@ def open_replay(hardware: HardwareSpec, workloads: Iterable[Workload], replay_di
     return Source(
         kind="replay",
         hardware=hardware,
-        description=f"replaying recorded {hardware.name} tables from {folder} (no GPU is used)",
+        description=f"replaying recorded {hardware.name} tables from {folder} (no GPU is used); "
+                    f"the space is the recorded configs ({'/'.join(map(str, covered))} of the kernel's "
+                    f"{math.prod(len(v) for v in TUNABLES.values())})" + "".join(f"; {note}" for note in partial),
         fingerprint=fingerprint,
         versions=versions,
         _objective=ReplayObjective(measurements, noise=noise, seed=seed),
@@ -188,6 +210,13 @@ def open_live(expected: HardwareSpec | None = None, **options: Any) -> Source:
         _objective=objective,
         _close=objective.close,
     )
+
+
+def _complete(validate: Callable[[Config], Config], config: Config) -> Config | None:
+    try:
+        return validate(config)
+    except ValueError:
+        return None
 
 
 def _spec_versions(hardware: HardwareSpec) -> dict[str, str]:

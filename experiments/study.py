@@ -41,6 +41,15 @@ class StudyInterrupted(BaseException):
     """
 
 
+def check_study_name(name: str) -> str:
+    """A study name is an MLflow run name and part of an MLflow filter: keep it plain."""
+    if not isinstance(name, str) or not _NAME_RE.match(name):
+        raise ValueError(
+            f"study name {name!r}: use 1-200 letters, digits, spaces and ._-/+=:@ (starting with a letter or digit)"
+        )
+    return name
+
+
 @dataclass(frozen=True)
 class Study:
     """What defines a study (the same name with the same facts resumes it).
@@ -68,11 +77,7 @@ class Study:
     max_seconds: float | None = None
 
     def __post_init__(self) -> None:
-        if not isinstance(self.name, str) or not _NAME_RE.match(self.name):
-            raise ValueError(
-                f"study name {self.name!r}: use 1-200 letters, digits, spaces and ._-/+=:@ "
-                "(starting with a letter or digit)"
-            )
+        check_study_name(self.name)
         if not isinstance(self.workload, Workload):
             raise TypeError(f"workload must be a Workload, got {type(self.workload).__name__}")
         if not isinstance(self.hardware, HardwareSpec):

@@ -19,6 +19,7 @@ created, half-written ones (left RUNNING by a kill) are deleted and written agai
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import os
@@ -334,8 +335,10 @@ class MlflowTracker:
         return run.info.run_id
 
 
+@functools.lru_cache(maxsize=8)
 def mlflow_client(uri: str) -> MlflowClient:
-    """An MLflow client for ``uri``, with MLflow's schema-migration chatter quieted."""
+    """An MLflow client for ``uri`` (one per URI: opening a store checks its schema, which
+    takes seconds), with MLflow's schema-migration chatter quieted."""
     from flashtune.experiments._sqlite import tune_sqlite_connections
 
     # A tuner has no business sending usage data anywhere (MLflow 3 does by default).

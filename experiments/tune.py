@@ -101,16 +101,24 @@ def parse_options(items: Sequence[str]) -> dict[str, Any]:
 def run_tune(args: argparse.Namespace) -> int:
     """Validate everything, open the objective, run the studies one after another."""
     from flashtune.experiments import sources
-    from flashtune.experiments.study import studies_for
-    from flashtune.search._base import strategy_names
+    from flashtune.experiments.study import check_study_name, studies_for
+    from flashtune.search._base import make_strategy, strategy_names
+    from flashtune.search.space import SearchSpace
 
     # Cheap checks first, so a typo costs no objective start-up and writes nothing.
     if args.strategy not in strategy_names():
         raise ValueError(f"unknown strategy {args.strategy!r}; registered: {strategy_names()}")
     options = parse_options(args.option)
+    if args.trials < 1:
+        raise ValueError(f"--trials: trials must be a positive int, got {args.trials}")
     workloads = [Workload.parse(text) for text in args.workload] or list(args.default_workloads) or [SUITE[0]]
     kind = sources.resolve_kind(args.objective)
     expected: HardwareSpec | None = load_spec(args.hardware) if args.hardware else None
+    name = args.study_name or "-".join(p for p in (args.name_prefix, args.strategy, f"seed{args.seed}") if p)
+    check_study_name(name)
+    # Built once on a stand-in space so that a mistyped option fails before anything starts.
+    stand_in = expected or load_spec(DEFAULT_REPLAY_HARDWARE)
+    make_strategy(args.strategy, SearchSpace.for_workload(workloads[0], stand_in), seed=args.seed, **options)
     tracking_uri, storage_url = _check_stores(args.tracking_uri, args.storage)
 
     if kind == "live":
@@ -121,7 +129,6 @@ def run_tune(args: argparse.Namespace) -> int:
     note = "" if args.objective == "replay" or kind == "live" else "no GPU found (nvidia-smi): "
     print(f"flashtune tune: {note}{source.description}", file=sys.stderr)
 
-    name = args.study_name or "-".join(p for p in (args.name_prefix, args.strategy, f"seed{args.seed}") if p)
     studies = studies_for(name, workloads, hardware=source.hardware, strategy=args.strategy,
                           strategy_options=options, trials=args.trials, seed=args.seed, objective=kind,
                           max_seconds=args.max_seconds)
@@ -183,6 +190,9 @@ def _run_one(study: Any, source: Any, tracking_uri: str, storage_url: str, *, pr
             bar.close()
     title = f"study {study.name} | {study.workload.name} | {study.hardware.name} | {study.strategy} seed {study.seed}"
     print(report.summary_text(result.trials, title=title))
+    if len(result.trials) < study.trials and study.max_seconds is None:
+        print(f"note: the strategy ran out of configs after {len(result.trials)} of {study.trials} trials "
+              "(the feasible space is smaller than the budget)")
     print()
     return result
 
