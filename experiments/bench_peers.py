@@ -22,6 +22,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from triton.testing import do_bench
 
 from flashtune.kernels.attention import launch
+from flashtune.kernels.space import validate_config
 from flashtune.objectives.bench import make_inputs
 from flashtune.objectives.replay import load_table
 from flashtune.objectives.types import SUITE, Workload
@@ -94,9 +95,10 @@ def main(argv: list[str] | None = None) -> int:
             continue
         rows = [m for t in tables for m in load_table(t)]
         ok = sorted((m for m in rows if m.ok), key=lambda m: m.median_ms)
+        configs = [validate_config(m.config) for m in ok]  # older tables omit knobs added since
         groups = {
-            "bf16": [m.config for m in ok if not m.config.get("use_fp8")][: args.top],
-            "fp8": [m.config for m in ok if m.config.get("use_fp8")][: args.top],
+            "bf16": [c for c in configs if not c["use_fp8"]][: args.top],
+            "fp8": [c for c in configs if c["use_fp8"]][: args.top],
         }
         result = bench_workload(workload, groups, args.rounds)
         ours, config = _best(result, "bf16", groups["bf16"])

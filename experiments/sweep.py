@@ -8,6 +8,7 @@ a killed sweep resumes where it stopped; the finished table is written atomicall
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import json
 import time
@@ -17,7 +18,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from flashtune.kernels.config import Config
-from flashtune.kernels.space import TUNABLES, all_configs
+from flashtune.kernels.space import TUNABLES, all_configs, validate_config
 from flashtune.objectives.hardware import HardwareSpec, load_spec
 from flashtune.objectives.objective import Objective
 from flashtune.objectives.replay import write_table
@@ -43,6 +44,7 @@ def sweep_workload(
         for line in partial.read_text().splitlines():
             try:
                 m = Measurement.from_dict(json.loads(line))
+                m = dataclasses.replace(m, config=validate_config(m.config))  # knobs added since
             except (ValueError, KeyError, TypeError):
                 continue  # a line cut short by a kill: measure that config again
             done[m.config] = m
