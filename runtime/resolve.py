@@ -85,7 +85,7 @@ def resolve(
         stale = snapshot.stale_count(key)
         if stale:
             warn_once(
-                snapshot.path, f"{snapshot.state}:stale:{key}",
+                snapshot.path, snapshot.state,
                 f"{stale} entr{'y' if stale == 1 else 'ies'} for this GPU were tuned with another kernel source "
                 "or Triton version and are ignored (re-tune and re-export)",
             )

@@ -38,12 +38,13 @@ from flashtune.kernels.config import Config
 from flashtune.kernels.source_hash import kernel_source_hash
 from flashtune.kernels.space import validate_config
 from flashtune.runtime.buckets import Bucket, distance
-from flashtune.runtime.store_schema import FORMAT, STORE_SCHEMA, VERSION
+from flashtune.runtime.store_schema import ENTRY_SCHEMA, FILE_SCHEMA, FORMAT, VERSION
 
 #: A store file larger than this is refused unread (a hostile file must not exhaust memory).
 MAX_STORE_BYTES = 32 * 2**20
 
-_VALIDATOR = jsonschema.Draft202012Validator(STORE_SCHEMA)
+_FILE_VALIDATOR = jsonschema.Draft202012Validator(FILE_SCHEMA)
+_ENTRY_VALIDATOR = jsonschema.Draft202012Validator(ENTRY_SCHEMA)
 
 Key = tuple[str, str, str]  # (fingerprint, kernel_hash, triton)
 
@@ -133,32 +134,58 @@ def better(a: StoreEntry, b: StoreEntry) -> StoreEntry:
 
 
 class Snapshot:
-    """An immutable, indexed view of one state of a store file.
+    """An indexed view of one state of a store file.
+
+    Entries are grouped by (fingerprint, kernel hash, Triton) after the file's structure
+    was checked, and each group is validated against the entry schema when it is first
+    looked up (a process serves one group; validating a large multi-GPU store whole would
+    cost its first call about 0.1 ms an entry). A group with unusable entries skips them
+    and warns once per file state.
 
     Attributes:
         path: the file it was read from.
         state: identifies the file's content (for once-per-state warnings).
     """
 
-    def __init__(self, path: Path, state: str, entries: Iterable[StoreEntry] = ()) -> None:
+    def __init__(self, path: Path, state: str, raw_entries: Iterable[Any] = ()) -> None:
         self.path = path
         self.state = state
-        self._index: dict[Key, dict[Bucket, StoreEntry]] = {}
-        for entry in entries:
-            cell = self._index.setdefault(entry.key, {})
-            old = cell.get(entry.bucket)
-            cell[entry.bucket] = entry if old is None else better(entry, old)
+        self._raw: dict[Key | None, list[tuple[int, Any]]] = {}
+        for number, raw in enumerate(raw_entries):
+            self._raw.setdefault(_raw_key(raw), []).append((number, raw))
+        self._cells: dict[Key | None, dict[Bucket, StoreEntry]] = {}
+        self._lock = threading.Lock()
+
+    def _cell(self, key: Key | None) -> dict[Bucket, StoreEntry]:
+        cell = self._cells.get(key)
+        if cell is not None:
+            return cell
+        with self._lock:
+            cell = self._cells.get(key)
+            if cell is None:
+                entries, problems = _validate_entries(self._raw.get(key, ()))
+                if problems:
+                    more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+                    warn_once(self.path, self.state, f"unusable entries skipped: {problems[0]}{more}")
+                cell = {}
+                for entry in entries:
+                    old = cell.get(entry.bucket)
+                    cell[entry.bucket] = entry if old is None else better(entry, old)
+                self._cells[key] = cell
+        return cell
 
     def __len__(self) -> int:
-        return sum(len(cell) for cell in self._index.values())
+        """Usable entries (validates every group)."""
+        return sum(len(self._cell(key)) for key in list(self._raw))
 
     def entries(self) -> Iterator[StoreEntry]:
-        for cell in self._index.values():
-            yield from cell.values()
+        """Every usable entry (validates every group)."""
+        for key in list(self._raw):
+            yield from self._cell(key).values()
 
     def exact(self, key: Key, bucket: Bucket) -> StoreEntry | None:
         """The entry for exactly this GPU, kernel, Triton and bucket."""
-        return self._index.get(key, {}).get(bucket)
+        return self._cell(key).get(bucket)
 
     def nearest(self, key: Key, bucket: Bucket) -> list[StoreEntry]:
         """Entries of this GPU, kernel and Triton that may serve ``bucket``, nearest first.
@@ -166,7 +193,7 @@ class Snapshot:
         Excludes ``bucket`` itself and buckets of another head dim or dtype size.
         """
         ranked = []
-        for other, entry in self._index.get(key, {}).items():
+        for other, entry in self._cell(key).items():
             d = distance(bucket, other)
             if d is not None and other != bucket:
                 ranked.append((d, other, entry))
@@ -175,8 +202,15 @@ class Snapshot:
 
     def stale_count(self, key: Key) -> int:
         """Entries for this GPU measured with another kernel source or Triton version."""
-        fingerprint = key[0]
-        return sum(len(cell) for k, cell in self._index.items() if k[0] == fingerprint and k != key)
+        return sum(len(group) for k, group in self._raw.items() if k is not None and k[0] == key[0] and k != key)
+
+
+def _raw_key(raw: Any) -> Key | None:
+    """The group of an unvalidated entry; None for one too broken to belong to any GPU."""
+    if not isinstance(raw, dict):
+        return None
+    parts = (raw.get("fingerprint"), raw.get("kernel_hash"), raw.get("triton"))
+    return parts if all(isinstance(p, str) for p in parts) else None  # type: ignore[return-value]
 
 
 # --- warnings, once per file state -------------------------------------------------------
@@ -187,6 +221,9 @@ _WARNED_LOCK = threading.Lock()
 
 def warn_once(path: Path | str, state: str, message: str) -> bool:
     """Issue ``message`` as a :class:`StoreWarning` unless this file state already warned.
+
+    One warning per file state in all: whatever is wrong with a file (corrupt, stale,
+    some bad entries) is reported once, the first problem met, until the file changes.
 
     Returns:
         Whether the warning was issued.
@@ -239,24 +276,29 @@ def _parse(data: bytes) -> dict[str, Any]:
     version = doc.get("version")
     if version != VERSION:
         raise _Invalid(f"stale format version {version!r} (this flashtune reads version {VERSION})")
-    error = next(_VALIDATOR.iter_errors(doc), None)
+    error = next(_FILE_VALIDATOR.iter_errors(doc), None)
     if error is not None:
         where = "/".join(str(p) for p in error.absolute_path) or "(top)"
         raise _Invalid(f"fails the schema at {where}: {error.message[:200]}")
     return doc
 
 
-def _entries(doc: Mapping[str, Any]) -> tuple[list[StoreEntry], list[str]]:
-    """Entries of a schema-valid document, and the problems of those that are not usable."""
+def _validate_entries(items: Iterable[tuple[int, Any]]) -> tuple[list[StoreEntry], list[str]]:
+    """Usable entries among (position, raw entry) pairs, and the problems of the others."""
     current_kernel = kernel_source_hash()
     entries, problems = [], []
-    for number, raw in enumerate(doc["entries"]):
+    for number, raw in items:
+        error = next(_ENTRY_VALIDATOR.iter_errors(raw), None)
+        if error is not None:
+            where = "/".join(str(p) for p in error.absolute_path)
+            problems.append(f"entries/{number}{'/' + where if where else ''}: {error.message[:200]}")
+            continue
         try:
             entry = StoreEntry.from_dict(raw)
-            # Only entries of this kernel must fit its declared space; others are stale,
-            # and another kernel version may declare other tunables.
+            # Only entries of this kernel must fit its declared space (another kernel
+            # version may declare other tunables); completed with implied knobs, so it
+            # equals the same config from elsewhere.
             if entry.kernel_hash == current_kernel:
-                # Completed with implied knobs, so it equals the same config from elsewhere.
                 entry = dataclasses.replace(entry, config=validate_config(entry.config))
         except (ValueError, TypeError) as exc:
             problems.append(f"entries/{number}: {str(exc)[:200]}")
@@ -305,6 +347,9 @@ def _read_bytes(path: Path) -> bytes | None:
 def read_snapshot(path: str | os.PathLike[str]) -> Snapshot:
     """Read a store file. Never raises; warns once per file state when it cannot be used.
 
+    The file's structure is checked here; entries when they are looked up
+    (:class:`Snapshot`).
+
     Returns:
         The file's entries; an empty snapshot for a missing or unusable file.
     """
@@ -315,17 +360,13 @@ def read_snapshot(path: str | os.PathLike[str]) -> Snapshot:
         if data is None:
             return Snapshot(path, "missing")
         state = hashlib.sha256(data).hexdigest()[:16]
-        entries, problems = _entries(_parse(data))
+        return Snapshot(path, state, _parse(data)["entries"])
     except _Invalid as exc:
         warn_once(path, state + str(exc) if state == "unread" else state, str(exc))
         return Snapshot(path, state)
     except Exception as exc:  # noqa: BLE001 - reading a store must never take the program down
         warn_once(path, state, f"unreadable ({type(exc).__name__}: {str(exc)[:200]})")
         return Snapshot(path, state)
-    if problems:
-        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-        warn_once(path, state, f"{len(problems)} unusable entr{'y' if len(problems) == 1 else 'ies'} skipped: {problems[0]}{more}")
-    return Snapshot(path, state, entries)
 
 
 # --- writing -----------------------------------------------------------------------------
@@ -464,5 +505,4 @@ class Store:
                 os.replace(self.path, aside)
             warn_once(self.path, f"write:{aside.name}", f"{exc}; moved aside to {aside.name} and starting afresh")
             return Snapshot(self.path, "corrupt")
-        entries, _ = _entries(doc)
-        return Snapshot(self.path, "write", entries)
+        return Snapshot(self.path, hashlib.sha256(data).hexdigest()[:16], doc["entries"])

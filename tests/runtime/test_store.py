@@ -123,3 +123,30 @@ def test_store_baselines_and_export_import_without_torch():
         "flashtune.runtime.resolve, flashtune.runtime.monitor; assert 'torch' not in sys.modules, 'torch imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_written_files_validate_against_the_documented_schema(store_path, h200):
+    import jsonschema
+
+    from flashtune.runtime.store_schema import STORE_SCHEMA
+
+    Store(store_path).merge([entry(h200, B1, cfg(128, 64, 8, 3), 1.5, tflops=400.0), entry(h200, B2, cfg(64, 64, 4, 3), None)])
+    jsonschema.validate(json.loads(store_path.read_text()), STORE_SCHEMA)
+
+
+def test_entries_are_validated_per_gpu_when_first_looked_up(store_path, h200):
+    """A broken entry of another GPU never costs this GPU a warning or its entries."""
+    Store(store_path).merge([entry(h200, B1, cfg(128, 64, 8, 3))])
+    doc = json.loads(store_path.read_text())
+    broken = json.loads(json.dumps(doc["entries"][0]))
+    broken["fingerprint"], broken["config"]["BLOCK_M"] = "ffffffffffffffff", "huge"
+    doc["entries"].append(broken)
+    store_path.write_text(json.dumps(doc))
+    key = (h200.fingerprint, kernel_source_hash(), triton_version())
+    with store_warnings() as caught:
+        snap = read_snapshot(store_path)
+        assert snap.exact(key, B1).config == cfg(128, 64, 8, 3)
+    assert not caught
+    with store_warnings() as caught:
+        assert len(snap) == 1  # validating everything finds the broken one: one warning
+    assert len(caught) == 1 and "entries/1" in str(caught[0].message) and "BLOCK_M" in str(caught[0].message)
