@@ -220,13 +220,21 @@ def fallback_config(hardware: HardwareSpec | None, workload: Workload) -> Config
     return SAFE_DEFAULT
 
 
+#: Rank proxy of the primary baseline, and the step between ranks (see baseline_priors).
+_RANK_MS, _RANK_STEP_MS = 1.0, 0.1
+
+
 def baseline_priors(hardware: HardwareSpec, workload: Workload) -> list[Measurement]:
     """Baselines as priors for a study on ``hardware``: feasible, deduplicated, best first.
 
-    Each is a :class:`Measurement` with ``source="prior"``, ``status`` ok and no time
-    (``median_ms`` is inf): a strategy should evaluate them first (Optuna's
-    ``enqueue_trial``), not tell them as results. ``versions`` says which baseline and
-    whether it had to be shrunk to fit.
+    Each is a :class:`Measurement` with ``source="prior"``, ``status`` ok, the target
+    ``workload``, ``fingerprint="baseline-<arch>"`` (one prior source per architecture,
+    apart from measured GPUs) and ``hardware="baseline <arch>"``. Nothing was timed:
+    ``median_ms`` is a rank proxy (1.0 for the primary baseline, +0.1 per rank) so that
+    rankers such as ``search._priors.PriorBook`` order them; ``tflops`` is 0 and
+    ``versions["median_ms"]`` says so. ``versions`` also names the baseline's source and
+    whether it had to be shrunk to fit. Never export these to a store (``export_best``
+    skips priors).
     """
     arch = arch_of(hardware)
     priors: list[Measurement] = []
@@ -241,12 +249,15 @@ def baseline_priors(hardware: HardwareSpec, workload: Workload) -> list[Measurem
                 config=fitted,
                 workload=workload,
                 status=Status.OK,
+                fingerprint=f"baseline-{arch}",
                 hardware=f"baseline {arch}",
+                median_ms=_RANK_MS + _RANK_STEP_MS * len(priors),
                 source="prior",
                 versions={
                     "prior": "baseline",
                     "arch": arch,
                     "label": baseline.label,
+                    "median_ms": "rank proxy, not a measurement",
                     "shrunk_from": "" if fitted == baseline.config else baseline.config.key(),
                 },
             )

@@ -72,11 +72,22 @@ def test_priors_are_feasible_prior_measurements_without_duplicates():
             priors = baseline_priors(spec, workload)
             assert priors, (spec.name, workload.name)
             assert len({p.config for p in priors}) == len(priors)
-            for prior in priors:
+            for rank, prior in enumerate(priors):
                 assert prior.source == "prior" and prior.status is Status.OK
-                assert prior.workload == workload
+                assert prior.workload == workload and prior.fingerprint == f"baseline-{spec.arch}"
                 assert prior.versions["arch"] == spec.arch and prior.versions["label"]
                 assert check(prior.config, workload, spec).feasible
+                assert prior.median_ms == pytest.approx(1.0 + 0.1 * rank)  # a rank proxy, best first
+
+
+def test_priors_rank_first_in_the_search_prior_book(h200):
+    book_module = pytest.importorskip("flashtune.search._priors")
+    workload = SUITE[1]
+    priors = baseline_priors(h200, workload)
+    book = book_module.PriorBook()
+    for prior in reversed(priors):
+        book.add(prior)
+    assert book.ranked() == [p.config for p in priors]
 
 
 def test_fit_shrinks_stages_first_and_gives_up_when_nothing_fits():
