@@ -7,6 +7,8 @@ unless the test writes an entry.
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 from runtime_helpers import entry
@@ -109,12 +111,16 @@ def test_small_llama_matches_sdpa():
     torch.manual_seed(0)
     model = transformers.LlamaForCausalLM(config).to("cuda", torch.bfloat16).eval()
     ids = torch.randint(0, 1000, (2, 256), device="cuda")
-    with torch.no_grad():
+    with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         _set_attention(model, "sdpa")
         ref = model(ids).logits.float()
         _set_attention(model, name)
         out = model(ids).logits.float()
-    assert relative_error(out, ref) < 2e-2
+    fallbacks = [str(w.message) for w in caught if "flashtune attention" in str(w.message)]
+    assert not fallbacks, fallbacks  # our kernel ran, not the SDPA fallback
+    # bf16 through two layers: differences of attention at ~1e-2 grow a little.
+    assert relative_error(out, ref) < 5e-2
 
 
 def _set_attention(model: torch.nn.Module, name: str) -> None:
