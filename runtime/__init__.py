@@ -10,6 +10,20 @@ library), ``resolve`` (exact -> nearest -> baseline), ``dispatch`` (the op),
 ``online`` with ``monitor``, ``timing``, ``candidates`` and ``worker`` (opt-in
 re-tuning), ``mlflow_callback``, ``export`` (``export_best``), and the benchmarks
 ``bench_dispatch`` and ``bench_model``.
+
+Usage::
+
+    import flashtune.runtime as rt
+
+    rt.set_store("configs.json")  # else $FLASHTUNE_STORE, else ~/.cache/flashtune/configs.json
+    out = rt.flash_attention(q, k, v, causal=True)
+    rt.explain(q, k, causal=True)  # Resolution(config, origin="exact"|"nearest"|"baseline", detail)
+
+    from flashtune.runtime.hf_attention import register
+    model.set_attn_implementation(register())  # transformers, name "flashtune"
+
+    from flashtune.runtime.mlflow_callback import MlflowMetrics
+    tuner = rt.enable_online(callbacks=[MlflowMetrics()])  # opt-in; tuner.metrics(), tuner.close()
 """
 
 from __future__ import annotations
