@@ -193,6 +193,10 @@ class Dispatcher:
         """Whether this dispatcher may serve ``config`` (fp8 only when allowed)."""
         return self.allow_fp8 or not uses_fp8(config)
 
+    def current(self, key: CacheKey) -> Config | None:
+        """The config served for ``key`` now (None before its first call)."""
+        return self._configs.get(key)
+
     def swap(self, key: CacheKey, config: Config) -> Config | None:
         """Serve ``config`` for ``key`` from the next call on; returns the one it replaces.
 

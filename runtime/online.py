@@ -274,7 +274,16 @@ class OnlineTuner:
     def _on_sample(self, key: CacheKey, config: Config, ms: float, tokens: int) -> None:
         state = self._buckets[key]
         if config != state.current:
-            return  # timed before a swap: describes a config no longer served
+            served = self.dispatcher.current(key)
+            if served is None or served == state.current:
+                return  # timed before a swap: describes a config no longer served
+            # The dispatcher serves another config than this tuner put there (a reload,
+            # another store): follow it and start the bucket afresh.
+            state.current, state.previous, state.baseline_ms = served, None, None
+            self.monitor.reset(key)
+            self._event("followed", key, config=served.key())
+            if config != served:
+                return
         self.monitor.record(key, ms, tokens)
         self._sampled += 1
         opts = self.options

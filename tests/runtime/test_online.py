@@ -258,3 +258,21 @@ def test_a_candidate_that_fails_to_launch_is_rolled_back(setup, monkeypatch):
             _calls(dispatcher, q, k, 2)
         assert dispatcher.config_for(q, k) == incumbent
         assert [e["kind"] for e in tuner.events][-1] == "rollback"
+
+
+def test_the_tuner_follows_a_config_changed_under_it(setup, store_path, h200):
+    from runtime_helpers import entry
+
+    from flashtune.runtime.buckets import Bucket
+    from flashtune.runtime.store import Store
+
+    clock, world, dispatcher, q, k = setup
+    with _tuner(dispatcher, world, clock, []) as tuner:
+        _calls(dispatcher, q, k, 20)
+        new = cfg(32, 32, 4, 1)
+        Store(store_path).merge([entry(h200, Bucket("float16", False, 64, 2, 128, 128), new)])
+        dispatcher.reload()  # e.g. after an export
+        _calls(dispatcher, q, k, 20)
+        (bucket,) = tuner.metrics()["buckets"].values()
+    assert bucket["config"] == new.key() and bucket["samples"] == 16
+    assert [e["kind"] for e in tuner.events] == ["followed"]
