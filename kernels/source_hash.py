@@ -11,15 +11,19 @@ import functools
 import hashlib
 from pathlib import Path
 
-#: The file whose bytes decide the hash: the ``@triton.jit`` kernels themselves.
-KERNEL_SOURCE = Path(__file__).with_name("_flash_fwd.py")
+#: The files whose bytes decide the hash: the ``@triton.jit`` kernels and their launcher
+#: (which decides the constexprs, the fp8 quantization and the grid).
+KERNEL_SOURCES = tuple(Path(__file__).with_name(name) for name in ("_flash_fwd.py", "attention.py"))
 
 
 @functools.lru_cache(maxsize=1)
 def kernel_source_hash() -> str:
-    """First 16 hex digits of the SHA-256 of ``kernels/_flash_fwd.py``'s bytes.
+    """First 16 hex digits of the SHA-256 of the kernel's and launcher's source bytes.
 
     Cached for the life of the process: the kernel cannot change under a running
     process without a re-import, which a cache key should not try to follow.
     """
-    return hashlib.sha256(KERNEL_SOURCE.read_bytes()).hexdigest()[:16]
+    digest = hashlib.sha256()
+    for path in KERNEL_SOURCES:
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]

@@ -36,6 +36,12 @@ def check(config: Mapping[str, Value], workload: Workload, hardware: HardwareSpe
     shared = shared_memory_bytes(config, head_dim=workload.head_dim, dtype_bytes=dtype_bytes,
                                  compute_capability=hardware.compute_capability)
     regs = registers_per_thread(config, head_dim=workload.head_dim, dtype_bytes=dtype_bytes)
+    if config.get("loads", "pointer") != "pointer" and hardware.compute_capability < (9, 0):
+        # Tensor descriptors and automatic warp specialization are Hopper-and-newer paths.
+        return Verdict(False, shared, regs, f"loads={config['loads']!r} needs compute capability >= 9.0, "
+                                            f"{hardware.name} is {hardware.arch}")
+    if config.get("use_fp8") and hardware.compute_capability < (8, 9):
+        return Verdict(False, shared, regs, f"use_fp8 needs compute capability >= 8.9, {hardware.name} is {hardware.arch}")
     if shared > hardware.shared_memory_per_block_bytes:
         return Verdict(
             False, shared, regs,
