@@ -254,6 +254,9 @@ class MlflowTracker:
             Metric("trials_failed", float(len(trials) - ok), now, step),
         ])
         title = f"{self.study_name} on {self.gpu_name}"
+        # The run page's Description: what a person wants first, without opening artifacts.
+        note = report.summary_text(trials, title=title)
+        self.client.set_tag(self.parent_run_id, "mlflow.note.content", f"```\n{note}\n```")
         with tempfile.TemporaryDirectory(prefix="flashtune-artifacts-") as tmp:
             folder = Path(tmp)
             report.write_convergence_png(trials, folder / "convergence.png", title=title)

@@ -125,6 +125,8 @@ def run_tune(args: argparse.Namespace) -> int:
         source = sources.open_live(expected, timeout_s=args.timeout, precompile=args.precompile, seed=args.seed)
     else:
         hardware = expected or load_spec(DEFAULT_REPLAY_HARDWARE)
+        if not args.workload:
+            workloads = _recorded_or_all(workloads, args.replay_dir or sources.default_replay_dir(hardware))
         source = sources.open_replay(hardware, workloads, args.replay_dir, noise=args.replay_noise, seed=args.seed)
     note = "" if args.objective == "replay" or kind == "live" else "no GPU found (nvidia-smi): "
     print(f"flashtune tune: {note}{source.description}", file=sys.stderr)
@@ -151,6 +153,19 @@ def run_tune(args: argparse.Namespace) -> int:
         source.close()
     _print_overview(results, tracking_uri)
     return 0
+
+
+def _recorded_or_all(workloads: list[Workload], folder: Path) -> list[Workload]:
+    """A script's default workloads, replayed: those with a recorded table, saying which are
+    skipped (all of them when none is recorded: then the replay names what is missing)."""
+    from flashtune.experiments import sources
+
+    recorded = set(sources.recorded_workloads(folder))
+    kept = [w for w in workloads if w.name in recorded]
+    skipped = [w.name for w in workloads if w.name not in recorded]
+    if kept and skipped:
+        print(f"flashtune tune: no recorded table in {folder} for {', '.join(skipped)}: skipped", file=sys.stderr)
+    return kept or workloads
 
 
 def _check_stores(tracking_uri: str, storage_url: str) -> tuple[str, str]:
@@ -206,13 +221,14 @@ def _interrupt(signum: int, frame: FrameType | None) -> None:
 def _print_overview(results: Sequence[Any], tracking_uri: str) -> None:
     """One line per study, then where to look in MLflow."""
     if len(results) > 1:
-        print(f"{'study':40s} {'trials':>6s} {'best ms':>10s} {'TFLOP/s':>8s}  config")
+        width = max(len("study"), *(len(r.study.name) for r in results))
+        print(f"{'study':{width}s} {'trials':>6s} {'best ms':>10s} {'TFLOP/s':>8s}  config")
         for r in results:
             best = r.best
             if best is None:
-                print(f"{r.study.name:40s} {len(r.trials):6d} {'-':>10s} {'-':>8s}  no config ran")
+                print(f"{r.study.name:{width}s} {len(r.trials):6d} {'-':>10s} {'-':>8s}  no config ran")
             else:
-                print(f"{r.study.name:40s} {len(r.trials):6d} {best.cost_ms:10.4f} "
+                print(f"{r.study.name:{width}s} {len(r.trials):6d} {best.cost_ms:10.4f} "
                       f"{best.measurement.tflops:8.1f}  {best.config.to_dict()}")
         print()
     experiments = sorted({r.experiment_id for r in results})

@@ -91,8 +91,10 @@ def free_port() -> int:
 
 def start_server(uri: str, port: int) -> subprocess.Popen[bytes]:
     """``mlflow ui`` on 127.0.0.1:``port`` in its own process group (stopped as a whole)."""
+    # One worker: a single person's UI; MLflow's default four start slowly on a small
+    # machine, and under load uvicorn's supervisor was seen killing them while they started.
     command = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri,
-               "--host", "127.0.0.1", "--port", str(port)]
+               "--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
     env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": os.environ.get("MLFLOW_DISABLE_TELEMETRY", "true")}
     return subprocess.Popen(command, start_new_session=True, stdin=subprocess.DEVNULL, env=env)
 

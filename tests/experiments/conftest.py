@@ -1,7 +1,13 @@
-"""Fixtures of the study tests: synthetic recorded tables and throw-away stores."""
+"""Fixtures for the experiments tests: synthetic recorded tables on disk, throw-away stores.
+
+Two groups share this file: the strategy-comparison tests (``recorded_tables``, needle
+landscapes from tests/search/needles.py) and the study tests (``replay_dir``,
+``stores``; helpers in study_support.py).
+"""
 
 from __future__ import annotations
 
+import importlib.util
 import shutil
 import sqlite3
 from collections.abc import Iterator
@@ -11,6 +17,35 @@ import pytest
 from study_support import GQA_WORKLOAD, WORKLOAD, write_tables
 
 from flashtune.objectives.hardware import HardwareSpec, load_spec
+from flashtune.objectives.replay import write_table
+from flashtune.objectives.types import Workload
+
+# -- strategy comparison ------------------------------------------------------------------
+
+
+def _needles():  # noqa: ANN202 - a module
+    # The generator lives with the search tests; load it by path (tests are not a package).
+    path = Path(__file__).resolve().parents[1] / "search" / "needles.py"
+    spec = importlib.util.spec_from_file_location("flashtune_test_needles", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="session")
+def recorded_tables(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    """Two synthetic H200 tables: head_dim 256 (many infeasible) and 64 (all feasible)."""
+    needles = _needles()
+    folder = tmp_path_factory.mktemp("h200")
+    paths = []
+    for seed, workload in enumerate((needles.WORKLOAD, Workload(4, 16, 16, 1024, 1024, 64, causal=True))):
+        path = folder / f"{workload.name}.jsonl"
+        write_table(path, needles.needle_table(seed, workload=workload))
+        paths.append(path)
+    return paths
+
+
+# -- studies (MLflow, Optuna storage, CLI) ------------------------------------------------
 
 
 @pytest.fixture(scope="session")
