@@ -103,3 +103,20 @@ def test_shipped_h200_tables_replay(stores, capsys, monkeypatch) -> None:
     captured = capsys.readouterr()
     assert "replaying recorded NVIDIA H200 tables" in captured.err
     assert "5 trials" in captured.out
+
+
+def test_the_tuning_process_never_imports_torch(replay_dir, stores, tmp_path) -> None:
+    """The parent never touches CUDA: a replay study does not even import torch or triton
+    (a live one measures in the objective's worker process)."""
+    import subprocess
+    import sys
+
+    from study_support import cli_env
+
+    code = ("import sys; from flashtune.experiments.cli import main; "
+            f"rc = main({tune_args(stores, replay_dir, '--trials', '2')!r}); "
+            "print('IMPORTED', sorted(m for m in ('torch', 'triton') if m in sys.modules)); sys.exit(rc)")
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=cli_env(), capture_output=True, text=True,
+                          timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "IMPORTED []" in done.stdout
