@@ -157,6 +157,7 @@ class MlflowTracker:
         self.client = mlflow_client(tracking_uri)
         self.experiment_id = ""
         self.parent_run_id = ""
+        self._opened = False  # whether this tracker set the parent RUNNING (and must close it)
         self._children: dict[int, str] = {}  # trial number -> finished child run id
         self._best_ms = math.inf
         self._best_tflops = 0.0
@@ -164,7 +165,14 @@ class MlflowTracker:
     # -- lifecycle -----------------------------------------------------------------------------
 
     def start(self, trials: Sequence[Trial]) -> None:
-        """Find or create the parent (RUNNING again on resume) and reconcile the children."""
+        """Find or create the parent, reconcile its children, and mark it RUNNING.
+
+        Raises:
+            ValueError: MLflow holds trials the storage does not (see :meth:`_reconcile`);
+                an existing parent is then left as it was.
+        """
+        from mlflow.entities import Param
+
         self.experiment_id = get_or_create_experiment(
             self.client, experiment_name(self.gpu_name), self.tracking_uri,
             {"gpu": self.gpu_name, "flashtune": "1"},
@@ -174,16 +182,17 @@ class MlflowTracker:
         if parent is None:
             run = self.client.create_run(self.experiment_id, tags=tags, run_name=self.study_name)
             self.parent_run_id = run.info.run_id
+            self._opened = True  # created RUNNING: from here on it must be closed
+            self._reconcile(trials)  # a new parent of a resumed study: write every stored trial
         else:
             self.parent_run_id = parent.info.run_id
+            self._reconcile(trials)  # before touching the parent: a refusal leaves it as it was
             self.client.update_run(self.parent_run_id, status="RUNNING")
+            self._opened = True
             for key, value in tags.items():
                 self.client.set_tag(self.parent_run_id, key, value)
-        from mlflow.entities import Param
-
         # Re-logging an identical param is allowed; the Optuna identity check keeps them identical.
         self.client.log_batch(self.parent_run_id, params=[Param(k, v) for k, v in self._parent_params.items()])
-        self._reconcile(trials)
 
     def __call__(self, trial: Trial, trials: Sequence[Trial]) -> None:
         """Loop callback: one child run for ``trial`` and the parent's best so far."""
@@ -198,7 +207,7 @@ class MlflowTracker:
         The status is set even when the artifacts cannot be written: a parent must never
         stay RUNNING because a plot failed.
         """
-        if not self.parent_run_id:
+        if not self._opened:
             return
         try:
             self._write_summary(trials)
@@ -269,7 +278,16 @@ class MlflowTracker:
     # -- children ----------------------------------------------------------------------------
 
     def _reconcile(self, trials: Sequence[Trial]) -> None:
-        """Make the children match ``trials`` exactly: one finished child per trial."""
+        """Make the children match ``trials`` exactly: one finished child per trial.
+
+        A child is written only after its trial is stored, so a *finished* child that the
+        storage does not know means the storage is not the one this study used: refuse,
+        rather than delete what MLflow holds. Unfinished children (a kill mid-write) and
+        duplicates are deleted (MLflow's soft delete) and written again.
+
+        Raises:
+            ValueError: a finished child contradicts the stored trials.
+        """
         by_number = {t.number: t for t in trials}
         keep: dict[int, str] = {}
         for run in self._list_children():
@@ -279,10 +297,17 @@ class MlflowTracker:
             matches = trial is not None and all(
                 run.data.params.get(k) == str(v) for k, v in trial.config.items()
             )
-            if complete and matches and number not in keep:
+            if complete and not matches:
+                raise ValueError(
+                    f"study {self.study_name!r}: MLflow run {run.info.run_id} holds trial {number} "
+                    f"({run.data.params}), which the Optuna storage "
+                    f"{'does not have' if trial is None else 'stored with another config'}; "
+                    "resume with the --storage this study used, or choose another --study-name"
+                )
+            if complete and number not in keep:
                 keep[number] = run.info.run_id
             else:
-                # Half-written by a killed process, a duplicate, or a trial storage never kept.
+                # Half-written by a killed process, or a duplicate of a kept child.
                 self.client.delete_run(run.info.run_id)
         self._children = keep
         logged_steps = {m.step for m in self.client.get_metric_history(self.parent_run_id, "best_ms")}

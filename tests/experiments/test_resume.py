@@ -189,3 +189,15 @@ def test_stored_numbers_are_contiguous(replay_dir, stores, h200) -> None:
     result = replay(replay_dir, stores, make_study(h200, trials=5))
     numbers = sorted(t.user_attrs[NUMBER_ATTR] for t in optuna_trials(stores, result.study))
     assert numbers == list(range(5))
+
+
+def test_mlflow_trials_unknown_to_the_storage_are_not_deleted(replay_dir, stores, tmp_path, h200,
+                                                               mlflow_client) -> None:
+    """The same tracking store with a fresh Optuna storage: refuse, naming the cause."""
+    first = replay(replay_dir, stores, make_study(h200, trials=3))
+    other_storage = {**stores, "storage": f"sqlite:///{tmp_path / 'other-optuna.db'}"}
+    with pytest.raises(ValueError, match="resume with the --storage this study used"):
+        replay(replay_dir, other_storage, make_study(h200, trials=3))
+    assert len(children(mlflow_client, first)) == 3
+    parent = mlflow_client.get_run(first.parent_run_id)
+    assert parent.info.status == "FINISHED"  # the refused resume left it as it was
