@@ -9,6 +9,7 @@ import sys
 # Each module defines ``add_parser(subparsers)`` and sets ``func`` on its parser.
 _SUBCOMMAND_MODULES = (
     "flashtune.experiments.sweep",
+    "flashtune.experiments.compare",
     "flashtune.experiments.tune",
     "flashtune.experiments.ui",
 )

@@ -1,0 +1,163 @@
+"""The feasible configs a strategy may still ask, as points of a unit cube.
+
+Model-based strategies propose points of the whole product space; on this kernel's
+space a fifth of those cannot run (shared memory) and late in a study most of the rest
+were already measured. ``CandidatePool`` turns any proposal into a config worth a trial:
+feasible by ``SearchSpace.is_feasible`` and not yet asked, the nearest one to what the
+model wanted. It also draws the space-filling start designs.
+
+Points are index vectors (``SearchSpace.to_indices``) scaled to [0, 1] per tunable, so
+every knob weighs the same in a distance whatever its number of values, and ordered
+values (block sizes, stages) stay ordered.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from flashtune.kernels.config import Config
+from flashtune.search.space import SearchSpace
+
+
+class CandidatePool:
+    """Every feasible config of a space, and which of them are still open to ask.
+
+    Args:
+        space: the search space; its feasible configs are enumerated once, here.
+    """
+
+    def __init__(self, space: SearchSpace) -> None:
+        self.space = space
+        self.configs: list[Config] = space.feasible_configs()
+        self._position = {config: i for i, config in enumerate(self.configs)}
+        spans = np.array([max(len(space.values(name)) - 1, 1) for name in space.names], dtype=float)
+        self._spans = spans
+        indices = np.array([space.to_indices(c) for c in self.configs], dtype=float).reshape(len(self.configs), -1)
+        self.points: np.ndarray = indices / spans
+        self.open: np.ndarray = np.ones(len(self.configs), dtype=bool)
+
+    def __len__(self) -> int:
+        return len(self.configs)
+
+    @property
+    def n_open(self) -> int:
+        return int(self.open.sum())
+
+    def is_open(self, config: Config) -> bool:
+        """Feasible and never asked nor told."""
+        i = self._position.get(config)
+        return i is not None and bool(self.open[i])
+
+    def close(self, config: Config) -> None:
+        """Never offer ``config`` again (asked, or told by someone else)."""
+        i = self._position.get(config)
+        if i is not None:
+            self.open[i] = False
+
+    def complete(self, config: Config) -> Config | None:
+        """``config`` with any tunable it lacks that has a single value filled in, or None.
+
+        Priors recorded before the kernel declared a new knob lack it; while the knob has
+        one value, they still name a config of this space.
+        """
+        if set(config) - set(self.space.names):
+            return None
+        values = dict(config)
+        for name in self.space.names:
+            if name not in values:
+                if len(self.space.values(name)) != 1:
+                    return None
+                values[name] = self.space.values(name)[0]
+        completed = Config(values)
+        return completed if completed in self.space else None
+
+    def point(self, config: Config) -> np.ndarray:
+        """``config`` in the unit cube (any config of the space, feasible or not)."""
+        return np.asarray(self.space.to_indices(config), dtype=float) / self._spans
+
+    def open_configs(self) -> list[Config]:
+        return [self.configs[i] for i in np.flatnonzero(self.open)]
+
+    def open_points(self) -> tuple[np.ndarray, np.ndarray]:
+        """Positions (into ``configs``) and unit-cube points of the open configs."""
+        where = np.flatnonzero(self.open)
+        return where, self.points[where]
+
+    def nearest_open(self, point: Sequence[float] | np.ndarray, rng: np.random.Generator) -> Config | None:
+        """The open config closest to ``point`` (unit cube); ties broken at random.
+
+        A random tie-break matters: a deterministic one would walk every seed and every
+        repeated proposal towards the same corner of the space.
+        """
+        where, points = self.open_points()
+        if len(where) == 0:
+            return None
+        distance = np.sqrt(((points - np.asarray(point, dtype=float)) ** 2).sum(axis=1))
+        ties = np.flatnonzero(distance <= distance.min() + 1e-12)
+        return self.configs[int(where[rng.choice(ties)])]
+
+    def random_open(self, rng: np.random.Generator) -> Config | None:
+        where = np.flatnonzero(self.open)
+        return None if len(where) == 0 else self.configs[int(rng.choice(where))]
+
+    def spread_open(self, n: int, rng: np.random.Generator, *, around: Sequence[np.ndarray] = ()) -> list[Config]:
+        """Up to ``n`` open configs far from each other and from ``around`` (greedy maximin).
+
+        Random search's first picks cluster by chance; a spread design sees every region
+        of a small space once, which is what a surrogate model needs first.
+
+        Args:
+            n: how many configs.
+            rng: picks the first config (when ``around`` is empty) and breaks ties.
+            around: points already known (priors measured, history); the design avoids them.
+        """
+        where, points = self.open_points()
+        chosen: list[int] = []
+        if len(where) == 0 or n <= 0:
+            return []
+        if around:
+            known = np.asarray(list(around), dtype=float)
+            nearest = np.sqrt(((points[:, None, :] - known[None, :, :]) ** 2).sum(axis=2)).min(axis=1)
+        else:
+            first = int(rng.integers(len(where)))
+            chosen.append(first)
+            nearest = np.sqrt(((points - points[first]) ** 2).sum(axis=1))
+        while len(chosen) < min(n, len(where)):
+            candidates = np.flatnonzero(nearest >= nearest.max() - 1e-12)
+            candidates = np.setdiff1d(candidates, chosen)
+            pick = int(rng.choice(candidates))
+            chosen.append(pick)
+            nearest = np.minimum(nearest, np.sqrt(((points - points[pick]) ** 2).sum(axis=1)))
+        return [self.configs[int(where[i])] for i in chosen]
+
+    def latin_open(self, n: int, rng: np.random.Generator, *, exclude: Sequence[Config] = ()) -> list[Config]:
+        """Up to ``n`` open configs whose values cover each tunable's range evenly (a Latin design).
+
+        Each tunable's values are dealt out in turn, shuffled independently per tunable,
+        and each resulting point is moved to its nearest open config. Unlike a maximin
+        design, which starts in the corners (on a kernel's space, the worst configs),
+        every value of every tunable is seen about equally often.
+        """
+        chosen: list[Config] = []
+        taken = set(exclude)
+        if n <= 0:
+            return chosen
+        columns = []
+        for name in self.space.names:
+            count = len(self.space.values(name))
+            levels = np.resize(rng.permutation(count), n)  # each value once before any twice
+            columns.append(rng.permutation(levels) / max(count - 1, 1))
+        for point in np.array(columns).T:
+            where, points = self.open_points()
+            keep = np.array([self.configs[i] not in taken for i in where], dtype=bool)
+            if not keep.any():
+                break
+            where, points = where[keep], points[keep]
+            distance = np.sqrt(((points - point) ** 2).sum(axis=1))
+            ties = np.flatnonzero(distance <= distance.min() + 1e-12)
+            config = self.configs[int(where[rng.choice(ties)])]
+            chosen.append(config)
+            taken.add(config)
+        return chosen

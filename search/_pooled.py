@@ -1,0 +1,160 @@
+"""The ask/tell plumbing every model-based adapter shares (Optuna, DEAP, scikit-optimize).
+
+REFERENCE.md measured out-of-the-box TPE and GP at random search's level on this
+kernel's needle landscape. What earns a model its keep is done here, once:
+
+- never ask a config the feasibility model rejects, nor one already asked or told: a
+  model's proposal is moved to the nearest open feasible config (``CandidatePool``),
+  so no trial is spent on a known answer and a converged model explores its neighbours;
+- measure the best configs of the priors first (re-searched, not copied);
+- start with a space-filling design of the open configs, then hand over to the model;
+- tell models log time, and failures as a penalty above the worst time seen, so
+  multiplicative effects look additive and one failure does not flatten the rest.
+
+An adapter implements ``_propose`` (the model's next config, any config of the space)
+and ``_observe`` (a measured config and its cost), and may implement ``_rejected`` to
+learn that its proposal was moved.
+"""
+
+from __future__ import annotations
+
+import abc
+import math
+from typing import Any, ClassVar
+
+import numpy as np
+
+from flashtune.kernels.config import Config
+from flashtune.objectives.types import Measurement
+from flashtune.search._base import Strategy
+from flashtune.search._candidates import CandidatePool
+from flashtune.search._priors import PriorBook
+from flashtune.search.space import SearchSpace
+
+#: ``Measurement.source`` of a prior: knowledge from elsewhere, not a trial of this study.
+PRIOR_SOURCE = "prior"
+
+#: Start designs after the first config: ``latin`` (every value of every tunable about
+#: equally often), ``spread`` (greedy maximin: corners first) or ``random``.
+STARTUP_DESIGNS = ("latin", "spread", "random")
+
+
+class PooledStrategy(Strategy):
+    """A strategy whose asks are open feasible configs: priors first, a start design, then a model.
+
+    Options (every adapter has these, plus its own):
+        n_startup: configs of the start design before the model proposes (priors count).
+        start_center: without priors, measure the middle of every range first.
+        startup: the rest of the design, ``"latin"``, ``"spread"`` or ``"random"``.
+        prior_trials: how many of the priors' best configs to measure first.
+    """
+
+    options_defaults: ClassVar[dict[str, Any]] = {
+        "n_startup": 8, "start_center": True, "startup": "latin", "prior_trials": 3,
+    }
+
+    def __init__(self, space: SearchSpace, *, seed: int = 0, **options: Any) -> None:
+        super().__init__(space, seed=seed, **options)
+        _check_int(self, "n_startup", minimum=0)
+        _check_int(self, "prior_trials", minimum=0)
+        if self.options["startup"] not in STARTUP_DESIGNS:
+            raise ValueError(f"{self.name}: startup must be one of {STARTUP_DESIGNS}, got {self.options['startup']!r}")
+        self.rng = np.random.default_rng(seed)
+        self.pool = CandidatePool(space)
+        self.priors = PriorBook()
+        self.observed: dict[Config, float] = {}
+        self._queue: list[Config] | None = None  # priors' best, then the start design; built at the first ask
+
+    # -- the Strategy interface -------------------------------------------------------
+
+    def ask(self) -> Config | None:
+        if self.pool.n_open == 0:
+            return None
+        if self._queue is None:
+            self._queue = self._plan_start()
+        config = None
+        while self._queue and config is None:
+            candidate = self._queue.pop(0)
+            config = candidate if self.pool.is_open(candidate) else None
+        if config is None:
+            proposal = self._propose()
+            config = proposal if proposal is not None and self.pool.is_open(proposal) else None
+            if config is None:
+                if proposal is not None:
+                    self._rejected(proposal)
+                config = self._repair(proposal)
+        self.pool.close(config)
+        return config
+
+    def tell(self, config: Config, measurement: Measurement) -> None:
+        if measurement.source == PRIOR_SOURCE:
+            self.priors.add(measurement)
+            return
+        if config in self.observed or config not in self.space:
+            # The loop re-tells a repeated ask; a config outside the space teaches no model.
+            return
+        value = self.model_cost(measurement)
+        self.observed[config] = value
+        self.pool.close(config)
+        self._observe(config, value)
+
+    # -- shared pieces ----------------------------------------------------------------
+
+    def model_cost(self, measurement: Measurement) -> float:
+        """log(ms), or log of the failure penalty (``penalized_ms``: above any success)."""
+        return math.log(self.penalized_ms(measurement))
+
+    @property
+    def n_startup(self) -> int:
+        return int(self.options["n_startup"])
+
+    def _plan_start(self) -> list[Config]:
+        ranked = [c for c in map(self.pool.complete, self.priors.ranked()) if c is not None and self.pool.is_open(c)]
+        first = list(dict.fromkeys(ranked))[: int(self.options["prior_trials"])]
+        known = [self.pool.point(c) for c in [*self.observed, *first]]
+        n_design = max(self.n_startup - len(self.observed) - len(first), 0)
+        design: list[Config] = []
+        if self.options["start_center"] and not known and n_design > 0:
+            # Scores count the best so far: the first config should be the likeliest to be
+            # good, and the middle of every ordered range is (the extremes of a kernel's
+            # ranges are there to be ruled out: tiny tiles, one stage). Exploring after
+            # it costs nothing until something beats it.
+            center = self.pool.nearest_open(np.full(len(self.space.names), 0.5), self.rng)
+            design, known = [center], [self.pool.point(center)]
+            n_design -= 1
+        if self.options["startup"] == "spread":
+            design += self.pool.spread_open(n_design, self.rng, around=known)
+        elif self.options["startup"] == "latin":
+            design += self.pool.latin_open(n_design, self.rng, exclude=[*first, *design])
+        else:
+            open_configs = [c for c in self.pool.open_configs() if c not in first and c not in design]
+            picks = self.rng.permutation(len(open_configs))[:n_design]
+            design += [open_configs[i] for i in picks]
+        return first + [c for c in design if c not in first]
+
+    def _repair(self, proposal: Config | None) -> Config:
+        if proposal is None or proposal not in self.space:
+            config = self.pool.random_open(self.rng)
+        else:
+            config = self.pool.nearest_open(self.pool.point(proposal), self.rng)
+        assert config is not None  # ask() checked that the pool has open configs
+        return config
+
+    # -- what an adapter provides -----------------------------------------------------
+
+    @abc.abstractmethod
+    def _propose(self) -> Config | None:
+        """The model's next config (any config of the space; None: no idea, pick at random)."""
+
+    @abc.abstractmethod
+    def _observe(self, config: Config, cost: float) -> None:
+        """A config of the space was measured (asked here or not); ``cost`` is ``model_cost``."""
+
+    def _rejected(self, proposal: Config) -> None:  # noqa: B027 - optional hook
+        """The proposal was infeasible or known and was moved; adapters may close its trial."""
+
+
+def _check_int(strategy: Strategy, name: str, *, minimum: int) -> None:
+    value = strategy.options[name]
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise ValueError(f"{strategy.name}: option {name} must be an int >= {minimum}, got {value!r}")

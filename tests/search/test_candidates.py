@@ -1,0 +1,95 @@
+"""CandidatePool: open feasible configs, repair of proposals, start designs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from flashtune.kernels.config import Config
+from flashtune.search import SearchSpace
+from flashtune.search._candidates import CandidatePool
+
+
+@pytest.fixture
+def space() -> SearchSpace:
+    # 5 x 4 = 20 configs; the two largest a with b == 3 are infeasible.
+    return SearchSpace({"a": (1, 2, 4, 8, 16), "b": (0, 1, 2, 3)}, lambda c: not (c["a"] >= 8 and c["b"] == 3))
+
+
+def test_pool_holds_exactly_the_feasible_configs(space) -> None:
+    pool = CandidatePool(space)
+    assert len(pool) == 18 == pool.n_open
+    assert all(space.is_feasible(c) for c in pool.configs)
+    assert pool.points.min() == 0.0 and pool.points.max() == 1.0
+
+
+def test_close_and_is_open(space) -> None:
+    pool = CandidatePool(space)
+    config = Config(a=2, b=1)
+    assert pool.is_open(config)
+    pool.close(config)
+    assert not pool.is_open(config) and pool.n_open == 17
+    pool.close(Config(a=16, b=3))  # infeasible: nothing to close, no error
+    assert not pool.is_open(Config(a=16, b=3))
+
+
+def test_nearest_open_moves_an_infeasible_proposal_to_a_neighbour(space) -> None:
+    pool = CandidatePool(space)
+    rng = np.random.default_rng(0)
+    proposal = pool.point(Config(a=16, b=3))
+    assert pool.nearest_open(proposal, rng) == Config(a=16, b=2)
+    pool.close(Config(a=16, b=2))
+    # (8, 3) is infeasible too; of the rest, (8, 2) at sqrt(1/16 + 1/9) = 0.42 beats
+    # (4, 3) at 0.5 and (16, 1) at 0.67.
+    assert pool.nearest_open(proposal, rng) == Config(a=8, b=2)
+
+
+def test_nearest_open_breaks_ties_at_random(space) -> None:
+    pool = CandidatePool(space)
+    centre = np.array([0.5, 0.5])  # a=4 exactly, b between 1 and 2
+    picks = {pool.nearest_open(centre, np.random.default_rng(seed)) for seed in range(20)}
+    assert picks == {Config(a=4, b=1), Config(a=4, b=2)}
+
+
+def test_nearest_open_is_none_when_all_are_closed(space) -> None:
+    pool = CandidatePool(space)
+    for config in pool.configs:
+        pool.close(config)
+    rng = np.random.default_rng(0)
+    assert pool.nearest_open([0.0, 0.0], rng) is None
+    assert pool.random_open(rng) is None
+    assert pool.spread_open(3, rng) == [] and pool.latin_open(3, rng) == []
+
+
+def test_spread_design_starts_in_the_corners(space) -> None:
+    pool = CandidatePool(space)
+    design = pool.spread_open(4, np.random.default_rng(1), around=[pool.point(Config(a=4, b=1))])
+    assert len(set(design)) == 4
+    corners = {Config(a=1, b=0), Config(a=1, b=3), Config(a=16, b=0), Config(a=16, b=2)}
+    assert set(design) <= corners | {Config(a=8, b=2)}
+
+
+def test_latin_design_covers_every_value(space) -> None:
+    pool = CandidatePool(space)
+    design = pool.latin_open(5, np.random.default_rng(3))
+    assert len(set(design)) == 5
+    assert all(pool.is_open(c) for c in design)
+    # Five points over five values of a: each value about once (a moved point may repeat one).
+    assert len({c["a"] for c in design}) >= 4
+    assert len({c["b"] for c in design}) >= 3
+
+
+def test_latin_design_skips_excluded_configs(space) -> None:
+    pool = CandidatePool(space)
+    excluded = pool.configs[:10]
+    design = pool.latin_open(8, np.random.default_rng(0), exclude=excluded)
+    assert not set(design) & set(excluded) and len(set(design)) == 8
+
+
+def test_complete_fills_a_knob_with_one_value() -> None:
+    space = SearchSpace({"a": (1, 2), "loads": ("pointer",)})
+    pool = CandidatePool(space)
+    assert pool.complete(Config(a=2)) == Config(a=2, loads="pointer")
+    assert pool.complete(Config(a=3)) is None
+    assert pool.complete(Config(a=2, extra=1)) is None
+    assert CandidatePool(SearchSpace({"a": (1, 2), "b": (1, 2)})).complete(Config(a=1)) is None
