@@ -66,11 +66,14 @@ def default_replay_dir(hardware: HardwareSpec) -> Path:
 
 
 def table_path(replay_dir: Path, workload: Workload) -> Path:
+    """Where the recorded table of ``workload`` lies in ``replay_dir``."""
     return Path(replay_dir) / f"{workload.name}.jsonl"
 
 
 def recorded_workloads(replay_dir: Path) -> list[str]:
-    return sorted(p.name[: -len(".jsonl")] for p in Path(replay_dir).glob("*.jsonl")) if Path(replay_dir).is_dir() else []
+    """Names of the workloads with a table in ``replay_dir`` (none if it does not exist)."""
+    folder = Path(replay_dir)
+    return sorted(p.name[: -len(".jsonl")] for p in folder.glob("*.jsonl")) if folder.is_dir() else []
 
 
 @dataclass
@@ -158,7 +161,7 @@ def open_replay(hardware: HardwareSpec, workloads: Iterable[Workload], replay_di
                 "re-record it with `flashtune sweep`"
             )
         if len(complete) < len(table):
-            partial.append(f"{workload.name}: {len(complete)} of {len(table)} recorded configs are in the current space")
+            partial.append(f"{workload.name}: {len(complete)} of {len(table)} recorded configs are in the space")
         table = complete
         covered.append(len(complete))
         measurements.extend(table)

@@ -92,7 +92,8 @@ def test_kill_9_at_random_trials_then_resume(replay_dir, stores, tmp_path) -> No
     # MLflow: one parent, FINISHED; exactly one finished child per trial, matching its config.
     client = MlflowClient(tracking_uri=stores["tracking_uri"])
     experiment = client.get_experiment_by_name("flashtune/NVIDIA H200")
-    parents = client.search_runs([experiment.experiment_id], filter_string=f"tags.role = 'study' AND tags.study = '{name}'")
+    parents = client.search_runs([experiment.experiment_id],
+                                 filter_string=f"tags.role = 'study' AND tags.study = '{name}'")
     assert len(parents) == 1 and parents[0].info.status == "FINISHED", f"seed {seed}"
     runs = client.search_runs([experiment.experiment_id], max_results=1000,
                               filter_string=f"tags.mlflow.parentRunId = '{parents[0].info.run_id}'")

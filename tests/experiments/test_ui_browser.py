@@ -62,7 +62,8 @@ def test_runs_and_metrics_in_the_mlflow_ui(replay_dir, stores, tmp_path) -> None
     assert made.returncode == 0, made.stderr
     client = MlflowClient(tracking_uri=stores["tracking_uri"])
     experiment = client.get_experiment_by_name("flashtune/NVIDIA H200")
-    parent = client.search_runs([experiment.experiment_id], filter_string=f"tags.role = 'study' AND tags.study = '{STUDY}'")[0]
+    parent = client.search_runs([experiment.experiment_id],
+                                filter_string=f"tags.role = 'study' AND tags.study = '{STUDY}'")[0]
     best_ms = parent.data.metrics["best_ms"]
 
     ui = subprocess.Popen(flashtune_command("ui", "--tracking-uri", stores["tracking_uri"], "--port", "0"),
