@@ -52,12 +52,17 @@ def run_ui(args: argparse.Namespace) -> int:
         print("this tracking URI is a server already: open it in a browser", file=sys.stderr)
         return 0
     port = args.port or free_port()
+    if not port_free(port):
+        raise ValueError(f"port {port} on 127.0.0.1 is in use (another `flashtune ui`?); pass --port 0 for a free one")
     proc = start_server(uri, port)
     stop = _Stopper(proc)
     previous = signal.signal(signal.SIGTERM, stop.on_signal)
     try:
         base = f"http://127.0.0.1:{port}"
-        wait_ready(base, proc)
+        try:
+            wait_ready(base, proc)
+        except RuntimeError as exc:
+            raise ValueError(str(exc)) from None  # one line for the user, as for bad input
         if not experiments:
             print(f"MLflow UI: {base} (no flashtune study in this store yet)", flush=True)
         for name, eid in experiments:
@@ -81,6 +86,16 @@ def flashtune_experiments(uri: str) -> list[tuple[str, str]]:
     found = [e for e in client.search_experiments(max_results=1000) if e.name.startswith("flashtune/")]
     found.sort(key=lambda e: e.last_update_time or 0, reverse=True)
     return [(e.name, e.experiment_id) for e in found]
+
+
+def port_free(port: int) -> bool:
+    """Whether nothing listens on 127.0.0.1:``port`` (checked by binding it for a moment)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
 def free_port() -> int:

@@ -120,3 +120,15 @@ def test_the_tuning_process_never_imports_torch(replay_dir, stores, tmp_path) ->
                           timeout=300, check=False)
     assert done.returncode == 0, done.stderr
     assert "IMPORTED []" in done.stdout
+
+
+def test_ui_says_when_its_port_is_taken(replay_dir, stores, tmp_path, capsys) -> None:
+    import socket
+
+    run_cli(*tune_args(stores, replay_dir, "--trials", "1"), cwd=tmp_path)
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        assert main(["ui", "--tracking-uri", stores["tracking_uri"], "--port", str(port)]) == 2
+    assert f"port {port} on 127.0.0.1 is in use" in capsys.readouterr().err
