@@ -52,12 +52,22 @@ INTERRUPTED_ATTR = "flashtune.interrupted"
 _log = logging.getLogger(__name__)
 
 
-def open_storage(url: str) -> BaseStorage:
+def is_shared_storage(url: str) -> bool:
+    """Whether many workers may share a study in this storage: a server database or a
+    journal file. SQLite is one writer at a time (see REFERENCE.md): one process per study."""
+    return not url.startswith("sqlite:")
+
+
+def open_storage(url: str, *, heartbeat_s: float | None = None) -> BaseStorage:
     """Open an Optuna storage from a URL, or raise naming the URL and the problem.
 
     Args:
         url: an SQLAlchemy URL (``sqlite:///flashtune_optuna.db``,
             ``postgresql://user@host/db``) or ``journal:PATH`` for a journal file.
+        heartbeat_s: RDB storage only: Optuna's heartbeat interval; a RUNNING trial
+            whose worker has not beaten for three intervals is stale (failed by any
+            worker of the study). Journal storage has no heartbeat: its workers share a
+            host and reap dead ones by process id.
 
     Raises:
         ValueError: the URL is malformed, its driver is missing, or it cannot be opened.
@@ -89,7 +99,10 @@ def open_storage(url: str) -> BaseStorage:
     try:
         # Optuna's RDBStorage logs its own schema creation; quiet while opening.
         logging.getLogger("optuna").setLevel(logging.WARNING)
-        return optuna.storages.RDBStorage(url)
+        if heartbeat_s is None:
+            return optuna.storages.RDBStorage(url)
+        interval = max(1, round(heartbeat_s))  # Optuna takes whole seconds
+        return optuna.storages.RDBStorage(url, heartbeat_interval=interval, grace_period=3 * interval)
     except Exception as exc:  # SQLAlchemy raises ArgumentError, OperationalError, ImportError, ...
         raise ValueError(f"storage URL {url!r} cannot be opened: {type(exc).__name__}: {exc}") from None
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import os
 import re
 import signal
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -26,10 +27,12 @@ from flashtune.kernels.config import Config
 from flashtune.objectives.hardware import HardwareSpec
 from flashtune.objectives.types import Measurement, Workload
 from flashtune.search._base import make_strategy, strategy_names
-from flashtune.search.loop import Callback, Trial, run
+from flashtune.search.loop import Callback, History, Trial, run
 from flashtune.search.space import SearchSpace
 
 _log = logging.getLogger(__name__)
+#: Seconds between Optuna heartbeats of a worker on a shared RDB study (stale after 3x).
+DEFAULT_HEARTBEAT_S = 10.0
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-/+=:@ ]{0,199}$")
 
 
@@ -146,6 +149,8 @@ def run_study(
     on_start: Callable[[StudyResult], None] | None = None,
     priors: Iterable[Measurement] = (),
     constraint: Callable[[Config], bool] | None = None,
+    worker: int | None = None,
+    heartbeat_s: float = DEFAULT_HEARTBEAT_S,
 ) -> StudyResult:
     """Run (or resume) ``study`` with ``evaluate`` measuring configs of its workload.
 
@@ -160,6 +165,12 @@ def run_study(
         on_start: called once the history is loaded and the parent is open (trials so far).
         priors: measurements from elsewhere told to the strategy first (not trials here).
         constraint: narrows the space further (replay: only the recorded configs).
+        worker: shared storage only: this worker's index; seeds its strategy apart from
+            the other workers' (default: derived from the process id).
+        heartbeat_s: shared RDB storage only: Optuna's heartbeat interval.
+
+    With a shared storage (PostgreSQL, ``journal:PATH``; see ``storage.is_shared_storage``)
+    any number of processes may run the same study at once: see ``claims.py``.
 
     Returns:
         The study's trials (all runs) and how the MLflow parent ended.
@@ -167,7 +178,7 @@ def run_study(
     Raises:
         Whatever ended the study, after the parent run was closed FAILED or KILLED.
     """
-    from flashtune.experiments.storage import TrialStore, open_storage
+    from flashtune.experiments.storage import TrialStore, is_shared_storage, open_storage
     from flashtune.experiments.tracking import MlflowTracker
 
     fingerprint = fingerprint or study.hardware.fingerprint
@@ -179,12 +190,25 @@ def run_study(
     if constraint is not None:
         fits = space.is_feasible
         space = SearchSpace(space.tunables, lambda config: fits(config) and constraint(config))
-    strategy = make_strategy(study.strategy, space, seed=study.seed, **study.strategy_options)
+    shared = is_shared_storage(storage_url)
+    strategy = make_strategy(study.strategy, space, seed=worker_seed(study.seed, worker) if shared else study.seed,
+                             **study.strategy_options)
     # Keyed by GPU model too: the same study name on two GPUs is two studies (as in MLflow,
     # where each GPU model has its own experiment), even in one shared storage.
-    store = TrialStore(open_storage(storage_url), study.storage_name, study.identity(fingerprint), space)
-    store.recover()
-    history = store.load_history()
+    storage = open_storage(storage_url, heartbeat_s=heartbeat_s if shared else None)
+    store = TrialStore(storage, study.storage_name, study.identity(fingerprint), space)
+    if shared:
+        from flashtune.experiments.claims import SharedTrials
+
+        claims = SharedTrials(store)
+        claims.reap()  # dead workers' claims; live ones belong to workers running now
+        history = History()
+        for trial in claims.snapshot().trials():
+            history.trials.append(trial)
+            history.known[trial.config] = trial.measurement
+    else:
+        store.recover()
+        history = store.load_history()
     resumed = len(history.trials)
     tracker = MlflowTracker(
         tracking_uri,
@@ -194,6 +218,7 @@ def run_study(
         parent_params=_parent_params(study),
         child_tags={"strategy": study.strategy, "workload": study.workload.name, "gpu": study.hardware.name},
         study_info={**study.identity(fingerprint), "budget_trials": study.trials},
+        shared=shared,
     )
 
     def result(status: str, trials: Sequence[Trial]) -> StudyResult:
@@ -206,19 +231,29 @@ def run_study(
 
         return call
 
-    loop_callbacks = [stamped(tracker), *(stamped(c) for c in callbacks)]
+    def load_final() -> list[Trial]:
+        return claims.snapshot().trials() if shared else store.load_history().trials
+
+    # Shared: trials carry the storage's numbers and the study's wall time already.
+    loop_callbacks = [tracker, *callbacks] if shared else [stamped(tracker), *(stamped(c) for c in callbacks)]
     try:
         # Inside the try: a failure while reconciling must not leave the parent RUNNING.
         tracker.start(history.trials)
         if on_start is not None:
             on_start(result("RUNNING", history.trials))
-        run(strategy, store.measuring(evaluate), max_trials=study.trials, max_seconds=study.max_seconds,
-            callbacks=loop_callbacks, priors=priors, history=history)
+        if shared:
+            from flashtune.experiments.shared_loop import run_shared
+
+            run_shared(strategy, claims, evaluate, max_trials=study.trials, max_seconds=study.max_seconds,
+                       callbacks=loop_callbacks, priors=priors)
+        else:
+            run(strategy, store.measuring(evaluate), max_trials=study.trials, max_seconds=study.max_seconds,
+                callbacks=loop_callbacks, priors=priors, history=history)
     except BaseException as exc:
         status = "KILLED" if isinstance(exc, (KeyboardInterrupt, StudyInterrupted)) else "FAILED"
         with _signals_deferred():
             try:
-                final = store.load_history().trials
+                final = load_final()
             except Exception:  # the storage may be what failed: close MLflow with what we have
                 final = history.trials
             try:
@@ -229,9 +264,16 @@ def run_study(
     status = "FINISHED"
     with _signals_deferred():
         # Reloaded from storage: the trials as persisted, with the study's elapsed times.
-        final = store.load_history().trials
+        final = load_final()
         tracker.end(status, final)
     return result(status, final)
+
+
+def worker_seed(seed: int, worker: int | None) -> int:
+    """The strategy seed of one worker of a shared study: worker 0 keeps the study's seed,
+    others are spread apart (partitioning by seed); no index: the process id decides."""
+    index = os.getpid() if worker is None else worker
+    return seed + 1_000_003 * index
 
 
 def _parent_tags(study: Study, fingerprint: str, versions: Mapping[str, str]) -> dict[str, str]:

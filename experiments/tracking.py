@@ -23,6 +23,7 @@ import functools
 import logging
 import math
 import os
+import socket
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
@@ -44,6 +45,8 @@ _SCHEMES = ("", "file", "sqlite", "postgresql", "mysql", "mssql", "http", "https
 #: Tag keys: plain words, so MLflow filters need no backticks and the UI columns read well.
 ROLE_TAG, STUDY_TAG, TRIAL_TAG, STATUS_TAG = "role", "study", "trial", "status"
 PARENT_TAG = "mlflow.parentRunId"
+#: Child tag: host:pid of the process that wrote it (shared studies: is its writer alive?).
+WORKER_TAG = "worker"
 
 #: Measurement fields logged as child metrics (non-finite and missing values are skipped).
 _CHILD_METRICS = (
@@ -134,6 +137,9 @@ class MlflowTracker:
         parent_params: params of the parent (written once; must not change on resume).
         child_tags: extra tags of every child (strategy, workload, GPU: to filter trials).
         study_info: what the best-config JSON says about the study.
+        shared: many workers track this study at once (see ``tracking_shared.py``): the
+            parent is found or created race-safely, and no worker deletes a child that a
+            live worker may still be writing.
     """
 
     def __init__(
@@ -146,7 +152,9 @@ class MlflowTracker:
         parent_params: Mapping[str, str],
         child_tags: Mapping[str, str] | None = None,
         study_info: Mapping[str, Any] | None = None,
+        shared: bool = False,
     ) -> None:
+        self.shared = shared
         self.tracking_uri = tracking_uri
         self.study_name = study_name
         self.gpu_name = gpu_name
@@ -177,8 +185,17 @@ class MlflowTracker:
             self.client, experiment_name(self.gpu_name), self.tracking_uri,
             {"gpu": self.gpu_name, "flashtune": "1"},
         )
-        parent = self._find_parent()
         tags = {**self._parent_tags, ROLE_TAG: "study", STUDY_TAG: self.study_name}
+        if self.shared:
+            from flashtune.experiments import tracking_shared
+
+            self.parent_run_id = tracking_shared.find_or_create_parent(self, tags)
+            tracking_shared.reconcile(self, trials)
+            self.client.update_run(self.parent_run_id, status="RUNNING")
+            self._opened = True
+            self.client.log_batch(self.parent_run_id, params=[Param(k, v) for k, v in self._parent_params.items()])
+            return
+        parent = self._find_parent()
         if parent is None:
             run = self.client.create_run(self.experiment_id, tags=tags, run_name=self.study_name)
             self.parent_run_id = run.info.run_id
@@ -198,6 +215,10 @@ class MlflowTracker:
         """Loop callback: one child run for ``trial`` and the parent's best so far."""
         if trial.number not in self._children:
             self._children[trial.number] = self._write_child(trial)
+            if self.shared:
+                from flashtune.experiments import tracking_shared
+
+                tracking_shared.dedupe_child(self, trial.number)
         self._note_best(trial)
         self._log_best_now(trial.number)
 
@@ -345,6 +366,7 @@ class MlflowTracker:
             STATUS_TAG: m.status.value,
             "source": m.source,
             PARENT_TAG: self.parent_run_id,
+            WORKER_TAG: f"{socket.gethostname()}:{os.getpid()}",
         }
         if m.error:
             tags["error"] = m.error[:500]

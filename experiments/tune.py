@@ -61,6 +61,15 @@ def add_arguments(parser: argparse.ArgumentParser, *, hardware: str | None = Non
                         help=f"MLflow tracking URI (default: {DEFAULT_TRACKING_URI})")
     parser.add_argument("--storage", default=DEFAULT_STORAGE,
                         help=f"Optuna storage URL or journal:PATH (default: {DEFAULT_STORAGE})")
+    parser.add_argument("--workers", type=int, default=1,
+                        help="worker processes on the study, one GPU each (needs a shared --storage: "
+                             "postgresql://... or journal:PATH; default: 1)")
+    parser.add_argument("--worker-index", type=int, default=None,
+                        help="this worker's index on a shared study: seeds its strategy apart "
+                             "(default: $FLASHTUNE_WORKER_INDEX, else from the process id)")
+    parser.add_argument("--heartbeat", type=float, default=None,
+                        help="shared PostgreSQL study: seconds between Optuna heartbeats; a dead "
+                             "worker's trial is failed after 3 (default: 10)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.set_defaults(func=run_tune, default_workloads=tuple(workloads), name_prefix=hardware or "")
 
@@ -120,6 +129,8 @@ def run_tune(args: argparse.Namespace) -> int:
     stand_in = expected or load_spec(DEFAULT_REPLAY_HARDWARE)
     make_strategy(args.strategy, SearchSpace.for_workload(workloads[0], stand_in), seed=args.seed, **options)
     tracking_uri, storage_url = _check_stores(args.tracking_uri, args.storage)
+    if args.workers != 1:
+        return _launch_workers(args, kind, storage_url)
 
     if kind == "live":
         source = sources.open_live(expected, timeout_s=args.timeout, precompile=args.precompile, seed=args.seed)
@@ -138,7 +149,8 @@ def run_tune(args: argparse.Namespace) -> int:
     previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
         for study in studies:
-            results.append(_run_one(study, source, tracking_uri, storage_url, progress=not args.no_progress))
+            results.append(_run_one(study, source, tracking_uri, storage_url, progress=not args.no_progress,
+                                    worker=_worker_index(args), heartbeat_s=args.heartbeat))
     except BaseException as exc:
         from flashtune.experiments.study import StudyInterrupted
 
@@ -168,6 +180,27 @@ def _recorded_or_all(workloads: list[Workload], folder: Path) -> list[Workload]:
     return kept or workloads
 
 
+def _launch_workers(args: argparse.Namespace, kind: str, storage_url: str) -> int:
+    from flashtune.experiments import workers
+    from flashtune.experiments.storage import is_shared_storage
+
+    if args.workers < 1:
+        raise ValueError(f"--workers must be a positive int, got {args.workers}")
+    if not is_shared_storage(storage_url):
+        raise ValueError(f"--workers {args.workers}: SQLite storage ({storage_url}) takes one process at a time; "
+                         "use --storage postgresql://... (many hosts) or journal:PATH (one host)")
+    return workers.launch(args.workers, kind)
+
+
+def _worker_index(args: argparse.Namespace) -> int | None:
+    import os
+
+    if args.worker_index is not None:
+        return args.worker_index
+    text = os.environ.get("FLASHTUNE_WORKER_INDEX", "")
+    return int(text) if text.isdigit() else None
+
+
 def _check_stores(tracking_uri: str, storage_url: str) -> tuple[str, str]:
     from flashtune.experiments.storage import open_storage
     from flashtune.experiments.tracking import check_tracking_uri
@@ -177,7 +210,8 @@ def _check_stores(tracking_uri: str, storage_url: str) -> tuple[str, str]:
     return tracking_uri, storage_url
 
 
-def _run_one(study: Any, source: Any, tracking_uri: str, storage_url: str, *, progress: bool) -> Any:
+def _run_one(study: Any, source: Any, tracking_uri: str, storage_url: str, *, progress: bool,
+             worker: int | None = None, heartbeat_s: float | None = None) -> Any:
     from flashtune.experiments import report
     from flashtune.experiments.progress import ProgressBar
     from flashtune.experiments.study import StudyResult, run_study
@@ -199,7 +233,8 @@ def _run_one(study: Any, source: Any, tracking_uri: str, storage_url: str, *, pr
     try:
         result = run_study(study, source.evaluator(study.workload), tracking_uri=tracking_uri,
                            storage_url=storage_url, fingerprint=source.fingerprint, versions=source.versions,
-                           callbacks=[forward], on_start=on_start, constraint=source.constraint(study.workload))
+                           callbacks=[forward], on_start=on_start, constraint=source.constraint(study.workload),
+                           worker=worker, **({} if heartbeat_s is None else {"heartbeat_s": heartbeat_s}))
     finally:
         for bar in bars:
             bar.close()
