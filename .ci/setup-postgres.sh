@@ -31,6 +31,9 @@ if [ -z "$SUDO" ]; then psql_admin() { su postgres -c "psql -v ON_ERROR_STOP=1 -
 if [ "$(psql_admin -c "SELECT 1 FROM pg_roles WHERE rolname = 'flashtune'")" != 1 ]; then
   psql_admin -c "CREATE ROLE flashtune LOGIN PASSWORD 'flashtune'"
 fi
+# CREATEDB: each test makes throw-away databases (Optuna and MLflow both keep an
+# alembic_version table, so they cannot share one).
+psql_admin -c "ALTER ROLE flashtune CREATEDB"
 if [ "$(psql_admin -c "SELECT 1 FROM pg_database WHERE datname = 'flashtune_test'")" != 1 ]; then
   psql_admin -c "CREATE DATABASE flashtune_test OWNER flashtune"
 fi

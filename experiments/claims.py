@@ -32,6 +32,7 @@ import math
 import os
 import socket
 import time
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -223,7 +224,9 @@ class SharedTrials:
             return 0
         if self._study is None:
             self._study = self._optuna.load_study(study_name=self.store.study_name, storage=self.storage)
-        self._optuna.storages.fail_stale_trials(self._study)
+        with warnings.catch_warnings():  # experimental since Optuna 2.9, stable in use
+            warnings.simplefilter("ignore", self._optuna.exceptions.ExperimentalWarning)
+            self._optuna.storages.fail_stale_trials(self._study)
         return len(stale)
 
 

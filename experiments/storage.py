@@ -96,15 +96,30 @@ def open_storage(url: str, *, heartbeat_s: float | None = None) -> BaseStorage:
     from flashtune.experiments._sqlite import tune_sqlite_connections
 
     tune_sqlite_connections()
+    url = postgres_driver(url)
     try:
         # Optuna's RDBStorage logs its own schema creation; quiet while opening.
         logging.getLogger("optuna").setLevel(logging.WARNING)
         if heartbeat_s is None:
             return optuna.storages.RDBStorage(url)
         interval = max(1, round(heartbeat_s))  # Optuna takes whole seconds
-        return optuna.storages.RDBStorage(url, heartbeat_interval=interval, grace_period=3 * interval)
+        with warnings.catch_warnings():  # "experimental" since Optuna 2.9; said once per worker is noise
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            return optuna.storages.RDBStorage(url, heartbeat_interval=interval, grace_period=3 * interval)
     except Exception as exc:  # SQLAlchemy raises ArgumentError, OperationalError, ImportError, ...
         raise ValueError(f"storage URL {url!r} cannot be opened: {type(exc).__name__}: {exc}") from None
+
+
+def postgres_driver(url: str) -> str:
+    """``postgresql://`` with the driver that is installed: SQLAlchemy 2.1 reads a plain
+    scheme as psycopg 3, while flashtune's dev extras bring psycopg2."""
+    if not url.startswith("postgresql://"):
+        return url
+    import importlib.util
+
+    if importlib.util.find_spec("psycopg") is None and importlib.util.find_spec("psycopg2") is not None:
+        return "postgresql+psycopg2://" + url[len("postgresql://"):]
+    return url
 
 
 @dataclass(frozen=True)

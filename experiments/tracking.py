@@ -230,6 +230,13 @@ class MlflowTracker:
         """
         if not self._opened:
             return
+        if self.shared:
+            from flashtune.experiments import tracking_shared
+
+            try:  # a killed worker's trial may lack its child: whoever ends writes it
+                tracking_shared.reconcile(self, trials)
+            except Exception as exc:
+                _log.warning("study %r: could not reconcile MLflow children: %s", self.study_name, exc)
         try:
             self._write_summary(trials)
         except Exception as exc:  # reported, then the run is closed all the same
