@@ -186,6 +186,11 @@ class TrialStore:
                 self.storage.set_study_user_attr(study_id, IDENTITY_ATTR, self.identity)
                 return study_id
         stored = self.storage.get_study_user_attrs(study_id).get(IDENTITY_ATTR)
+        deadline = time.monotonic() + 10.0
+        while stored is None and time.monotonic() < deadline:
+            # A worker racing this one created the study and is writing its identity now.
+            time.sleep(0.1)
+            stored = self.storage.get_study_user_attrs(study_id).get(IDENTITY_ATTR)
         if stored is None:
             raise ValueError(
                 f"study {self.study_name!r} exists in the Optuna storage but was not made by flashtune; "

@@ -186,7 +186,7 @@ def test_kill_9_of_one_worker(postgres, replay_dir, tmp_path) -> None:
         pytest.fail("the workers did not reach 30 trials")
     procs[1].send_signal(signal.SIGKILL)
     outputs = [proc.communicate(timeout=600) for proc in procs]
-    assert procs[1].returncode == -signal.SIGKILL
+    assert procs[1].returncode == -signal.SIGKILL, outputs[1][1][-3000:]
     for index, (proc, (out, err)) in enumerate(zip(procs, outputs)):
         if index != 1:
             assert proc.returncode == 0, err[-3000:]
