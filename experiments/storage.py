@@ -100,12 +100,22 @@ def open_storage(url: str, *, heartbeat_s: float | None = None) -> BaseStorage:
     try:
         # Optuna's RDBStorage logs its own schema creation; quiet while opening.
         logging.getLogger("optuna").setLevel(logging.WARNING)
-        if heartbeat_s is None:
-            return optuna.storages.RDBStorage(url)
-        interval = max(1, round(heartbeat_s))  # Optuna takes whole seconds
-        with warnings.catch_warnings():  # "experimental" since Optuna 2.9; said once per worker is noise
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            return optuna.storages.RDBStorage(url, heartbeat_interval=interval, grace_period=3 * interval)
+        kwargs: dict[str, Any] = {}
+        if heartbeat_s is not None:
+            interval = max(1, round(heartbeat_s))  # Optuna takes whole seconds
+            kwargs = {"heartbeat_interval": interval, "grace_period": 3 * interval}
+        for attempt in range(5):
+            try:
+                with warnings.catch_warnings():  # "experimental" since Optuna 2.9; said once per worker is noise
+                    warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                    return optuna.storages.RDBStorage(url, **kwargs)
+            except Exception as exc:
+                # Workers started together on a fresh database race to create Optuna's schema.
+                text = f"{type(exc).__name__} {exc}"
+                if attempt == 4 or not any(w in text for w in ("UniqueViolation", "duplicate key", "already exists")):
+                    raise
+                time.sleep(2.0)
+        raise AssertionError("unreachable")
     except Exception as exc:  # SQLAlchemy raises ArgumentError, OperationalError, ImportError, ...
         raise ValueError(f"storage URL {url!r} cannot be opened: {type(exc).__name__}: {exc}") from None
 

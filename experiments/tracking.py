@@ -26,7 +26,7 @@ import os
 import socket
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
@@ -85,7 +85,16 @@ def check_tracking_uri(uri: str) -> str:
     os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] = "0"
     os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"] = "15"
     try:
-        mlflow_client(uri).search_experiments(max_results=1)
+        for attempt in range(5):
+            try:
+                mlflow_client(uri).search_experiments(max_results=1)
+                break
+            except Exception as exc:
+                # Workers started together on a fresh database race to create MLflow's
+                # schema; the losers see a duplicate and find the schema made a moment later.
+                if attempt == 4 or not _schema_race(exc):
+                    raise
+                time.sleep(2.0)
     except Exception as exc:  # any store error: the URI is what the user must fix
         raise ValueError(f"tracking URI {uri!r} cannot be used: {type(exc).__name__}: {exc}") from None
     finally:
@@ -136,6 +145,7 @@ class MlflowTracker:
         parent_tags: tags of the parent (GPU, versions, strategy, seed, workload, ...).
         parent_params: params of the parent (written once; must not change on resume).
         child_tags: extra tags of every child (strategy, workload, GPU: to filter trials).
+        trial_tags: tags of one trial's child, from the trial (which prior it came from).
         study_info: what the best-config JSON says about the study.
         shared: many workers track this study at once (see ``tracking_shared.py``): the
             parent is found or created race-safely, and no worker deletes a child that a
@@ -153,6 +163,7 @@ class MlflowTracker:
         child_tags: Mapping[str, str] | None = None,
         study_info: Mapping[str, Any] | None = None,
         shared: bool = False,
+        trial_tags: Callable[[Trial], Mapping[str, str]] | None = None,
     ) -> None:
         self.shared = shared
         self.tracking_uri = tracking_uri
@@ -162,6 +173,7 @@ class MlflowTracker:
         self._parent_params = {k: str(v) for k, v in parent_params.items()}
         self._child_tags = {k: str(v) for k, v in (child_tags or {}).items()}
         self._study_info = dict(study_info or {})
+        self._trial_tags = trial_tags
         self.client = mlflow_client(tracking_uri)
         self.experiment_id = ""
         self.parent_run_id = ""
@@ -367,6 +379,7 @@ class MlflowTracker:
         data = m.to_dict()
         tags = {
             **self._child_tags,
+            **({k: str(v) for k, v in self._trial_tags(trial).items()} if self._trial_tags else {}),
             ROLE_TAG: "trial",
             STUDY_TAG: self.study_name,
             TRIAL_TAG: str(trial.number),
@@ -407,6 +420,12 @@ def mlflow_client(uri: str) -> MlflowClient:
     from mlflow import MlflowClient
 
     return MlflowClient(tracking_uri=uri)
+
+
+def _schema_race(exc: BaseException) -> bool:
+    """Whether ``exc`` is another process creating the same database schema right now."""
+    text = f"{type(exc).__name__} {exc}"
+    return any(word in text for word in ("UniqueViolation", "duplicate key", "already exists"))
 
 
 def _now_ms() -> int:
