@@ -86,7 +86,9 @@ def tune(stores: dict[str, str], replay_dir: Path, name: str, trials: int, *extr
 
 
 def stored(storage: str, name: str) -> list[optuna.trial.FrozenTrial]:
-    return optuna.load_study(study_name=STORAGE_NAME.format(name), storage=storage).get_trials(deepcopy=False)
+    # open_storage: optuna.load_study does not read flashtune's journal:PATH URLs.
+    return optuna.load_study(study_name=STORAGE_NAME.format(name), storage=open_storage(storage)).get_trials(
+        deepcopy=False)
 
 
 def check_study(stores: dict[str, str], name: str, trials: int) -> None:
