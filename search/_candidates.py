@@ -34,7 +34,9 @@ class CandidatePool:
         self._position = {config: i for i, config in enumerate(self.configs)}
         spans = np.array([max(len(space.values(name)) - 1, 1) for name in space.names], dtype=float)
         self._spans = spans
-        indices = np.array([space.to_indices(c) for c in self.configs], dtype=float).reshape(len(self.configs), -1)
+        # Shaped explicitly: with no feasible config, reshape(0, -1) cannot infer a width.
+        indices = np.array([space.to_indices(c) for c in self.configs], dtype=float).reshape(
+            len(self.configs), len(space.names))
         self.points: np.ndarray = indices / spans
         self.open: np.ndarray = np.ones(len(self.configs), dtype=bool)
 
@@ -84,6 +86,21 @@ class CandidatePool:
         """Positions (into ``configs``) and unit-cube points of the open configs."""
         where = np.flatnonzero(self.open)
         return where, self.points[where]
+
+    def open_near(self, centres: Sequence[Config], steps: int) -> np.ndarray:
+        """Positions of the open configs at most ``steps`` value steps from any of ``centres``.
+
+        Steps are counted over all tunables together (one tunable one value up is one
+        step), the neighbourhood a local search walks. All open configs if ``steps`` is 0
+        or none is that close (the neighbourhoods were searched out).
+        """
+        where = np.flatnonzero(self.open)
+        if steps <= 0 or not centres or len(where) == 0:
+            return where
+        indices = np.rint(self.points[where] * self._spans)
+        anchors = np.array([self.space.to_indices(c) for c in centres], dtype=float)
+        near = (np.abs(indices[:, None, :] - anchors[None, :, :]).sum(axis=2) <= steps).any(axis=1)
+        return where[near] if near.any() else where
 
     def nearest_open(self, point: Sequence[float] | np.ndarray, rng: np.random.Generator) -> Config | None:
         """The open config closest to ``point`` (unit cube); ties broken at random.

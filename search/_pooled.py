@@ -6,7 +6,9 @@ kernel's needle landscape. What earns a model its keep is done here, once:
 - never ask a config the feasibility model rejects, nor one already asked or told: a
   model's proposal is moved to the nearest open feasible config (``CandidatePool``),
   so no trial is spent on a known answer and a converged model explores its neighbours;
-- measure the best configs of the priors first (re-searched, not copied);
+- measure the best configs of the priors first (re-searched, not copied), and later keep
+  every other ask for the priors' next best while their order agrees with the
+  measurements here (``PriorGuide``): a misleading prior costs a few trials, not the study;
 - start with a space-filling design of the open configs, then hand over to the model;
 - tell models log time, and failures as a penalty above the worst time seen, so
   multiplicative effects look additive and one failure does not flatten the rest.
@@ -26,9 +28,9 @@ import numpy as np
 
 from flashtune.kernels.config import Config
 from flashtune.objectives.types import Measurement
-from flashtune.search._base import Strategy
+from flashtune.search._base import Strategy, cost_ms
 from flashtune.search._candidates import CandidatePool
-from flashtune.search._priors import PriorBook
+from flashtune.search._priors import PriorBook, PriorGuide
 from flashtune.search.space import SearchSpace
 
 #: ``Measurement.source`` of a prior: knowledge from elsewhere, not a trial of this study.
@@ -44,7 +46,7 @@ class PooledStrategy(Strategy):
 
     Options (every adapter has these, plus its own):
         n_startup: configs of the start design before the model proposes (priors count).
-        start_center: without priors, measure the middle of every range first.
+        start_center: measure the middle of every range first (after the priors' best).
         startup: the rest of the design, ``"latin"``, ``"spread"`` or ``"random"``.
         prior_trials: how many of the priors' best configs to measure first.
     """
@@ -62,8 +64,12 @@ class PooledStrategy(Strategy):
         self.rng = np.random.default_rng(seed)
         self.pool = CandidatePool(space)
         self.priors = PriorBook()
+        self.guide = PriorGuide(self.priors, self.pool.complete)
+        self._guided_turn = False  # after the start, every other ask may follow the priors
         self.observed: dict[Config, float] = {}
-        self._queue: list[Config] | None = None  # priors' best, then the start design; built at the first ask
+        # Built at the first ask: the lead (the priors' best, the center), then the start design.
+        self._lead: list[Config] = []
+        self._queue: list[Config] | None = None
 
     # -- the Strategy interface -------------------------------------------------------
 
@@ -71,11 +77,17 @@ class PooledStrategy(Strategy):
         if self.pool.n_open == 0:
             return None
         if self._queue is None:
-            self._queue = self._plan_start()
-        config = None
-        while self._queue and config is None:
-            candidate = self._queue.pop(0)
-            config = candidate if self.pool.is_open(candidate) else None
+            self._lead, self._queue = self._plan_start()
+        config = self._pop_open(self._lead)
+        if config is None:
+            # After the priors' best and the center, every other ask follows the priors'
+            # order while it holds up here (the design, then the model, take the rest):
+            # steered by the priors, never handed over to them.
+            self._guided_turn = not self._guided_turn
+            if self._guided_turn:
+                config = self.guide.next_open(self.pool.is_open)
+        if config is None:
+            config = self._pop_open(self._queue)
         if config is None:
             proposal = self._propose()
             config = proposal if proposal is not None and self.pool.is_open(proposal) else None
@@ -94,11 +106,19 @@ class PooledStrategy(Strategy):
             # The loop re-tells a repeated ask; a config outside the space teaches no model.
             return
         value = self.model_cost(measurement)
+        self.guide.observe(config, cost_ms(measurement))
         self.observed[config] = value
         self.pool.close(config)
         self._observe(config, value)
 
     # -- shared pieces ----------------------------------------------------------------
+
+    def _pop_open(self, queue: list[Config]) -> Config | None:
+        while queue:
+            candidate = queue.pop(0)
+            if self.pool.is_open(candidate):
+                return candidate
+        return None
 
     def model_cost(self, measurement: Measurement) -> float:
         """log(ms), or log of the failure penalty (``penalized_ms``: above any success)."""
@@ -108,29 +128,46 @@ class PooledStrategy(Strategy):
     def n_startup(self) -> int:
         return int(self.options["n_startup"])
 
-    def _plan_start(self) -> list[Config]:
-        ranked = [c for c in map(self.pool.complete, self.priors.ranked()) if c is not None and self.pool.is_open(c)]
-        first = list(dict.fromkeys(ranked))[: int(self.options["prior_trials"])]
+    def _plan_start(self) -> tuple[list[Config], list[Config]]:
+        """The lead (the priors' ``prior_trials`` best, then the center) and the start design."""
+        ranked = [c for c in self.guide.ranking() if self.pool.is_open(c)]
+        first = ranked[: int(self.options["prior_trials"])]
         known = [self.pool.point(c) for c in [*self.observed, *first]]
         n_design = max(self.n_startup - len(self.observed) - len(first), 0)
         design: list[Config] = []
-        if self.options["start_center"] and not known and n_design > 0:
+        lead = list(first)
+        if self.options["start_center"] and not self.observed and n_design > 0:
             # Scores count the best so far: the first config should be the likeliest to be
             # good, and the middle of every ordered range is (the extremes of a kernel's
             # ranges are there to be ruled out: tiny tiles, one stage). Exploring after
-            # it costs nothing until something beats it.
+            # it costs nothing until something beats it. With priors it comes right after
+            # their best: a hedge of one trial against a prior from another head dim or
+            # mask, whose best configs can all lie in the wrong corner.
             center = self.pool.nearest_open(np.full(len(self.space.names), 0.5), self.rng)
-            design, known = [center], [self.pool.point(center)]
-            n_design -= 1
+            if center not in first:
+                lead, known = [*first, center], [*known, self.pool.point(center)]
+                n_design -= 1
         if self.options["startup"] == "spread":
             design += self.pool.spread_open(n_design, self.rng, around=known)
         elif self.options["startup"] == "latin":
-            design += self.pool.latin_open(n_design, self.rng, exclude=[*first, *design])
+            design += self.pool.latin_open(n_design, self.rng, exclude=lead)
         else:
-            open_configs = [c for c in self.pool.open_configs() if c not in first and c not in design]
+            open_configs = [c for c in self.pool.open_configs() if c not in lead]
             picks = self.rng.permutation(len(open_configs))[:n_design]
             design += [open_configs[i] for i in picks]
-        return first + [c for c in design if c not in first]
+        return lead, [c for c in design if c not in lead]
+
+    def candidates(self, steps: int, around: int) -> list[Config]:
+        """Open configs a model should score: near the ``around`` best measured, or all.
+
+        A GP's variance is largest at the edges of the box, so expected improvement over
+        the whole space keeps buying extreme tiles and stage counts, while on a kernel
+        the needles sit next to good configs. Scoring only the open configs within
+        ``steps`` value steps of the best few (a trust region) keeps the model's choice
+        among the neighbours worth measuring; once those are measured it scores all.
+        """
+        best = sorted(self.observed, key=self.observed.get)[:around] if steps > 0 else []
+        return [self.pool.configs[i] for i in self.pool.open_near(best, steps)]
 
     def _repair(self, proposal: Config | None) -> Config:
         if proposal is None or proposal not in self.space:

@@ -1,10 +1,18 @@
-"""Grid search: every feasible config once, in the space's deterministic order."""
+"""Grid search: every feasible config once, in the space's order or the priors' order.
+
+With priors, the grid is walked in the priors' order (``PriorGuide``) while that order
+agrees with the measurements here, and in the space's order otherwise: a grid cannot
+learn, so it must not follow a misleading prior to the end.
+"""
 
 from __future__ import annotations
 
 from flashtune.kernels.config import Config
 from flashtune.objectives.types import Measurement
-from flashtune.search._base import Strategy, register
+from flashtune.search._base import Strategy, cost_ms, register
+from flashtune.search._candidates import CandidatePool
+from flashtune.search._pooled import PRIOR_SOURCE
+from flashtune.search._priors import PriorBook, PriorGuide
 
 
 @register
@@ -13,15 +21,31 @@ class GridSearch(Strategy):
 
     def __init__(self, space, *, seed: int = 0, **options) -> None:  # noqa: ANN001
         super().__init__(space, seed=seed, **options)
-        self._pending = [c for c in space.configs() if space.is_feasible(c)]
+        self._pool = CandidatePool(space)  # the feasible configs, in grid order
+        self._pending = list(self._pool.configs)
         self._seen: set[Config] = set()
+        self._priors = PriorBook()
+        self._guide = PriorGuide(self._priors, self._pool.complete)
 
     def ask(self) -> Config | None:
+        guided = self._guide.next_open(self._is_open)
+        if guided is not None:
+            self._seen.add(guided)
+            return guided
         while self._pending:
             config = self._pending.pop(0)
             if config not in self._seen:
+                self._seen.add(config)
                 return config
         return None
 
     def tell(self, config: Config, measurement: Measurement) -> None:
+        if measurement.source == PRIOR_SOURCE:
+            # A prior is a hint about the order, not a trial: its config is still to measure.
+            self._priors.add(measurement)
+            return
         self._seen.add(config)
+        self._guide.observe(config, cost_ms(measurement))
+
+    def _is_open(self, config: Config) -> bool:
+        return config not in self._seen and self._pool.is_open(config)

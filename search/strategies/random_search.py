@@ -1,31 +1,61 @@
-"""Random search without replacement over the feasible configs (the baseline)."""
+"""Random search without replacement over the feasible configs (the baseline).
+
+With priors, the priors' ``prior_trials`` best configs come first, then random draws:
+the simplest use of priors, and the baseline the other strategies' use is judged by.
+"""
 
 from __future__ import annotations
+
+from typing import Any, ClassVar
 
 import numpy as np
 
 from flashtune.kernels.config import Config
 from flashtune.objectives.types import Measurement
 from flashtune.search._base import Strategy, register
+from flashtune.search._candidates import CandidatePool
+from flashtune.search._pooled import PRIOR_SOURCE, _check_int
+from flashtune.search._priors import PriorBook, PriorGuide
 
 
 @register
 class RandomSearch(Strategy):
+    """Options:
+        prior_trials: how many of the priors' best configs to measure before drawing.
+    """
+
     name = "random"
+    options_defaults: ClassVar[dict[str, Any]] = {"prior_trials": 3}
 
     def __init__(self, space, *, seed: int = 0, **options) -> None:  # noqa: ANN001
         super().__init__(space, seed=seed, **options)
-        feasible = space.feasible_configs()
-        order = np.random.default_rng(seed).permutation(len(feasible))
-        self._pending = [feasible[i] for i in order]
+        _check_int(self, "prior_trials", minimum=0)
+        self._pool = CandidatePool(space)
+        order = np.random.default_rng(seed).permutation(len(self._pool.configs))
+        self._pending = [self._pool.configs[i] for i in order]
         self._seen: set[Config] = set()
+        self._priors = PriorBook()
+        self._first: list[Config] | None = None  # the priors' best, fixed at the first ask
 
     def ask(self) -> Config | None:
+        if self._first is None:
+            ranking = PriorGuide(self._priors, self._pool.complete).ranking()
+            feasible = [c for c in ranking if self._pool.is_open(c)]
+            self._first = feasible[: int(self.options["prior_trials"])]
+        while self._first:
+            config = self._first.pop(0)
+            if config not in self._seen:
+                self._seen.add(config)
+                return config
         while self._pending:
             config = self._pending.pop()
             if config not in self._seen:
+                self._seen.add(config)
                 return config
         return None
 
     def tell(self, config: Config, measurement: Measurement) -> None:
+        if measurement.source == PRIOR_SOURCE:
+            self._priors.add(measurement)  # a hint about what to draw first, not a trial
+            return
         self._seen.add(config)

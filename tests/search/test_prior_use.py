@@ -1,0 +1,177 @@
+"""How each strategy uses priors: what it measures first, what its model is told, and how it
+recovers from a prior that misleads (issue 5)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+import pytest
+
+from flashtune.kernels.config import Config
+from flashtune.objectives.types import Measurement, Status
+from flashtune.search import make_strategy, run, strategy_names
+from flashtune.search._priors import MIN_CHECKS, PriorBook, PriorGuide, spearman
+
+from conftest import WORKLOAD  # noqa: E402 - tests/search is on sys.path
+
+MODEL_BASED = ["ga", "gp", "skopt", "tpe"]
+
+
+def _priors(measurements: list[Measurement], *, invert: bool = False) -> list[Measurement]:
+    """The table as priors from "another GPU"; ``invert`` ranks it upside down (a misleading prior)."""
+    ok = [m.median_ms for m in measurements if m.ok]
+    top = max(ok) + min(ok)
+    return [dataclasses.replace(m, source="prior", fingerprint="other-gpu",
+                                median_ms=(top - m.median_ms if invert else m.median_ms * 1.5) if m.ok else m.median_ms)
+            for m in measurements]
+
+
+def _ranked(priors: list[Measurement], space) -> list[Config]:  # noqa: ANN001
+    book = PriorBook()
+    for m in priors:
+        book.add(m)
+    return [c for c in book.ranked() if space.is_feasible(c)]
+
+
+def _evals_to_optimum(history, optimum_ms: float) -> int:  # noqa: ANN001
+    hits = [t.number + 1 for t in history.trials if t.cost_ms <= optimum_ms * (1 + 1e-9)]
+    return hits[0] if hits else len(history.trials) + 1
+
+
+# -- the guide ------------------------------------------------------------------------------
+
+
+def test_spearman_ranks_ties_and_infinities_together() -> None:
+    assert spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
+    assert spearman([1, 2, 3, math.inf], [4, 3, 2, 1]) == pytest.approx(-1.0)
+    assert spearman([1, 1, 1], [1, 2, 3]) == 0.0
+
+
+def test_guide_is_trusted_until_the_measurements_contradict_it() -> None:
+    book = PriorBook()
+    for a in range(20):
+        book.add(Measurement(config=Config(a=a), workload=WORKLOAD, status=Status.OK, median_ms=1.0 + a,
+                             source="prior"))
+    guide = PriorGuide(book, lambda c: c)
+    assert guide.ranking()[:3] == [Config(a=0), Config(a=1), Config(a=2)]
+    for a in range(MIN_CHECKS - 1):
+        guide.observe(Config(a=a), float(MIN_CHECKS - a))  # the priors' best, in the opposite order here
+        assert guide.trusted  # too few checks to judge
+    guide.observe(Config(a=MIN_CHECKS - 1), 1.0)
+    assert not guide.trusted and guide.next_open(lambda c: True) is None
+    for a in range(MIN_CHECKS, 20):
+        guide.observe(Config(a=a), float(a + 1))  # over the whole range the order holds: trusted again
+    assert guide.agreement() > 0.3 and guide.trusted
+
+
+def test_a_guide_without_priors_is_never_followed() -> None:
+    guide = PriorGuide(PriorBook(), lambda c: c)
+    assert not guide.trusted and guide.next_open(lambda c: True) is None
+
+
+# -- grid and random ------------------------------------------------------------------------
+
+
+def test_grid_is_walked_in_the_priors_order(needle_space, needle_evaluate, needle_measurements) -> None:
+    priors = _priors(needle_measurements)
+    history = run(make_strategy("grid", needle_space), needle_evaluate, max_trials=MIN_CHECKS, priors=priors)
+    assert [t.config for t in history.trials] == _ranked(priors, needle_space)[:MIN_CHECKS]
+
+
+def test_grid_leaves_a_misleading_prior(needle_space, needle_evaluate, needle_measurements, needle_optimum_ms) -> None:
+    budget = len(needle_space.feasible_configs())
+    cold = run(make_strategy("grid", needle_space), needle_evaluate, max_trials=budget)
+    misled = run(make_strategy("grid", needle_space), needle_evaluate, max_trials=budget,
+                 priors=_priors(needle_measurements, invert=True))
+    optimum = min((t for t in cold.trials if t.measurement.ok), key=lambda t: t.cost_ms).config
+    trusting = _ranked(_priors(needle_measurements, invert=True), needle_space).index(optimum) + 1
+    # Following the inverted prior to the end would find the optimum last; the grid drops it.
+    assert _evals_to_optimum(misled, needle_optimum_ms) <= _evals_to_optimum(cold, needle_optimum_ms) + 2 * MIN_CHECKS
+    assert _evals_to_optimum(misled, needle_optimum_ms) < trusting
+
+
+def test_grid_measures_prior_configs_it_was_told(needle_space, needle_evaluate, needle_measurements) -> None:
+    """A prior is not a trial: its config stays to be measured (it used to be skipped)."""
+    priors = _priors(needle_measurements)
+    budget = len(needle_space.feasible_configs())
+    history = run(make_strategy("grid", needle_space), needle_evaluate, max_trials=budget, priors=priors)
+    assert {t.config for t in history.trials} == set(needle_space.feasible_configs())
+
+
+def test_random_measures_the_priors_best_then_draws(needle_space, needle_evaluate, needle_measurements) -> None:
+    priors = _priors(needle_measurements)
+    cold = [t.config for t in run(make_strategy("random", needle_space, seed=4), needle_evaluate, max_trials=20).trials]
+    warm = [t.config for t in run(make_strategy("random", needle_space, seed=4, prior_trials=2), needle_evaluate,
+                                  max_trials=20, priors=priors).trials]
+    first = _ranked(priors, needle_space)[:2]
+    assert warm[:2] == first
+    assert warm[2:] == [c for c in cold if c not in first][:18]  # the same draws as cold start
+
+
+# -- model-based: what the model is told ----------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["tpe", "gp"])
+def test_optuna_study_starts_with_the_priors_configs_as_trials(name, needle_space, needle_evaluate,
+                                                                needle_measurements) -> None:
+    priors = _priors(needle_measurements)
+    strategy = make_strategy(name, needle_space, seed=0, prior_trials=3)
+    run(strategy, needle_evaluate, max_trials=4, priors=priors)
+    first = _ranked(priors, needle_space)[:3]
+    trials = [t for t in strategy.study.trials if t.value is not None][:3]
+    assert [tuple(t.params[n] for n in needle_space.names) for t in trials] == [needle_space.to_indices(c) for c in first]
+    # Completed with the time measured here, not the prior's (re-searched, not copied).
+    assert [t.value for t in trials] == pytest.approx([math.log(needle_evaluate(c).median_ms) for c in first])
+
+
+def test_ga_initial_population_holds_the_priors_best(needle_space, needle_evaluate, needle_measurements) -> None:
+    priors = _priors(needle_measurements)
+    strategy = make_strategy("ga", needle_space, seed=0, prior_trials=3)
+    run(strategy, needle_evaluate, max_trials=strategy.n_startup, priors=priors)
+    first = _ranked(priors, needle_space)[:3]
+    population = [tuple(individual) for individual in strategy._evaluated]
+    assert population[:3] == [needle_space.to_indices(c) for c in first]
+
+
+def test_skopt_is_told_the_priors_best_as_points(needle_space, needle_evaluate, needle_measurements) -> None:
+    priors = _priors(needle_measurements)
+    strategy = make_strategy("skopt", needle_space, seed=0, prior_trials=3)
+    # Long enough for the model to propose (it is told its points in a batch before that).
+    run(strategy, needle_evaluate, max_trials=2 * strategy.n_startup + 2, priors=priors)
+    first = _ranked(priors, needle_space)[:3]
+    assert strategy._optimizer.Xi[:3] == [strategy._coordinates(c) for c in first]
+    assert strategy._optimizer.yi[:3] == pytest.approx([math.log(needle_evaluate(c).median_ms) for c in first])
+
+
+@pytest.mark.parametrize("name", strategy_names())
+def test_infeasible_priors_are_never_asked(name, needle_space, needle_evaluate, needle_measurements) -> None:
+    """A prior from a GPU with more shared memory may name configs this space cannot run."""
+    infeasible = [c for c in needle_space.configs() if not needle_space.is_feasible(c)]
+    assert infeasible
+    priors = [Measurement(config=c, workload=WORKLOAD, status=Status.OK, median_ms=0.001 * (i + 1), source="prior",
+                          fingerprint="bigger-gpu") for i, c in enumerate(infeasible)]
+    history = run(make_strategy(name, needle_space, seed=0), needle_evaluate, max_trials=10, priors=priors)
+    assert all(needle_space.is_feasible(t.config) for t in history.trials)
+
+
+# -- recovery from a misleading prior -------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", MODEL_BASED)
+def test_a_misleading_prior_costs_a_few_trials(name, needle_space, needle_evaluate, needle_measurements,
+                                               needle_optimum_ms) -> None:
+    """Told the table upside down, a strategy still finds the optimum about as fast as cold."""
+    budget = 40 if name == "gp" else 60
+    misleading = _priors(needle_measurements, invert=True)
+    cold, misled = [], []
+    for seed in range(5):
+        cold.append(_evals_to_optimum(run(make_strategy(name, needle_space, seed=seed), needle_evaluate,
+                                          max_trials=budget), needle_optimum_ms))
+        misled.append(_evals_to_optimum(run(make_strategy(name, needle_space, seed=seed), needle_evaluate,
+                                            max_trials=budget, priors=misleading), needle_optimum_ms))
+    # The priors' best are measured first whatever they are; after MIN_CHECKS measurements
+    # the guide stops following them. What is left is a model that saw the worst corner.
+    assert np.median(misled) <= np.median(cold) + 3 + MIN_CHECKS
