@@ -109,18 +109,31 @@ def _run_one(spec: RunSpec) -> RunResult:
 # -- aggregation ------------------------------------------------------------------------
 
 
+def run_curve(landscape: Landscape, result: RunResult) -> np.ndarray:
+    """A run's best-so-far curve in ms (a run without trials: the space's worst)."""
+    if not result.costs:
+        return np.array([landscape.worst_ms])
+    return scoring.best_so_far(result.costs, landscape.worst_ms)
+
+
+def evals_to(landscape: Landscape, results: Sequence[RunResult], tolerance: float) -> list[int]:
+    """Evaluations each run needed to come within ``tolerance``; budget + 1 if it never did."""
+    counts = []
+    for r in results:
+        hit = scoring.evals_to_within(run_curve(landscape, r), landscape.optimum_ms, tolerance)
+        counts.append(r.spec.budget + 1 if hit is None else hit)
+    return counts
+
+
 def summarize_runs(landscape: Landscape, results: Sequence[RunResult]) -> dict[str, Any]:
     """Scores and evaluations-to-target of one strategy's runs on one workload."""
-    budget = max(r.spec.budget for r in results)
-    curves = [scoring.best_so_far(r.costs, landscape.worst_ms) if r.costs else np.array([landscape.worst_ms])
-              for r in results]
-    scores = [scoring.methodology_score(c, landscape.random_curve, landscape.optimum_ms, landscape.score_budget)
-              for c in curves]
+    scores = [scoring.methodology_score(run_curve(landscape, r), landscape.random_curve, landscape.optimum_ms,
+                                        landscape.score_budget) for r in results]
     summary: dict[str, Any] = {"score": scoring.spread(scores)}
     for key, tolerance in TOLERANCES.items():
-        hits = [scoring.evals_to_within(c, landscape.optimum_ms, tolerance) for c in curves]
-        summary[key] = {**scoring.spread([budget + 1 if h is None else h for h in hits]),
-                        "reached": sum(h is not None for h in hits) / len(hits)}
+        counts = evals_to(landscape, results, tolerance)
+        reached = sum(c <= r.spec.budget for c, r in zip(counts, results))
+        summary[key] = {**scoring.spread(counts), "reached": reached / len(results)}
     summary["seconds_per_run"] = float(np.mean([r.seconds for r in results]))
     summary["runs"] = len(results)
     return summary
@@ -130,14 +143,18 @@ def relative_curves(landscape: Landscape, results: Sequence[RunResult], length: 
     """Best so far / optimum for each run (rows), padded with the last value to ``length``."""
     rows = []
     for r in results:
-        curve = scoring.best_so_far(r.costs, landscape.worst_ms) if r.costs else np.array([landscape.worst_ms])
+        curve = run_curve(landscape, r)
         curve = np.concatenate([curve[:length], np.full(max(length - len(curve), 0), curve[-1])])
         rows.append(curve / landscape.optimum_ms)
     return np.array(rows)
 
 
 def aggregate(landscapes: Sequence[Landscape], results: Sequence[RunResult], strategies: Sequence[str]) -> dict[str, Any]:
-    """The JSON report (the schema of issue 3, plus per-workload detail)."""
+    """The JSON report: the schema of issue 3, plus per-workload detail.
+
+    A strategy's ``score`` is the mean of its per-workload scores; its ``evals_to_*``
+    spread pools the runs of every workload.
+    """
     grouped: dict[tuple[str, str], list[RunResult]] = defaultdict(list)
     for r in results:
         grouped[(r.spec.strategy, r.spec.workload)].append(r)
@@ -151,16 +168,8 @@ def aggregate(landscapes: Sequence[Landscape], results: Sequence[RunResult], str
     for name in strategies:
         per_workload = {ls.name: summarize_runs(ls, grouped[(name, ls.name)]) for ls in landscapes}
         entry: dict[str, Any] = {"score": float(np.mean([w["score"]["mean"] for w in per_workload.values()]))}
-        for key in TOLERANCES:
-            pooled = []
-            for ls in landscapes:
-                runs = grouped[(name, ls.name)]
-                budget = max(r.spec.budget for r in runs)
-                curves = [scoring.best_so_far(r.costs, ls.worst_ms) if r.costs else np.array([ls.worst_ms])
-                          for r in runs]
-                hits = [scoring.evals_to_within(c, ls.optimum_ms, TOLERANCES[key]) for c in curves]
-                pooled.extend(budget + 1 if h is None else h for h in hits)
-            entry[key] = scoring.spread(pooled)
+        for key, tolerance in TOLERANCES.items():
+            entry[key] = scoring.spread([c for ls in landscapes for c in evals_to(ls, grouped[(name, ls.name)], tolerance)])
         entry["workloads"] = per_workload
         report["strategies"][name] = entry
     return report

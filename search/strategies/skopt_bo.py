@@ -4,9 +4,10 @@ skopt's ``Optimizer`` keeps the measurements (``tell``) and fits its Gaussian pr
 (Matern 5/2 with one length scale per tunable, a learned noise term, normalised
 inputs and outputs) after each batch of them. Its own ``ask`` maximises the
 acquisition over random points of the unconstrained box; here the acquisition is
-scored on exactly the open feasible configs instead (a few hundred at most), which is
-both exact and cheaper, never proposes an infeasible or measured config, and finds
-the optima that sit on the shared-memory boundary.
+scored on the open feasible configs instead (a few hundred at most; by default those
+next to the best measured, a trust region), which is exact and cheaper, never proposes
+an infeasible or measured config, and finds the optima that sit on the shared-memory
+boundary.
 """
 
 from __future__ import annotations
@@ -38,6 +39,10 @@ class SkoptBO(PooledStrategy):
         xi: improvement (in log ms, so about a fraction) EI and PI ask for; larger explores.
         kappa: LCB's exploration weight.
         n_restarts: restarts of the GP's hyperparameter fit (each costs a fit).
+        trust_steps: score only open configs within this many value steps of the best
+            ``trust_best`` measured ones while there are any (``PooledStrategy.candidates``);
+            0 scores every open config.
+        trust_best: how many of the best measured configs the trust region surrounds.
     """
 
     name = "skopt"
@@ -47,6 +52,8 @@ class SkoptBO(PooledStrategy):
         "xi": 0.01,
         "kappa": 1.96,
         "n_restarts": 0,
+        "trust_steps": 1,
+        "trust_best": 3,
     }
 
     def __init__(self, space: SearchSpace, *, seed: int = 0, **options: Any) -> None:
@@ -54,6 +61,8 @@ class SkoptBO(PooledStrategy):
         if self.options["acq_func"] not in ACQUISITIONS:
             raise ValueError(f"{self.name}: acq_func must be one of {ACQUISITIONS}, got {self.options['acq_func']!r}")
         _check_int(self, "n_restarts", minimum=0)
+        _check_int(self, "trust_steps", minimum=0)
+        _check_int(self, "trust_best", minimum=1)
         # A tunable with one value carries no information and skopt rejects an empty range.
         self._modelled = [i for i, name in enumerate(space.names) if len(space.values(name)) > 1]
         self._optimizer: Optimizer | None = None
@@ -95,11 +104,10 @@ class SkoptBO(PooledStrategy):
                 _warm_start(optimizer)
         if not optimizer.models:
             return None  # fewer measurements than n_startup: let the pool pick
-        where, _ = self.pool.open_points()
-        candidates = [self._coordinates(self.pool.configs[i]) for i in where]
-        acquisition = self._acquisition(optimizer, optimizer.space.transform(candidates))
+        configs = self.candidates(int(self.options["trust_steps"]), int(self.options["trust_best"]))
+        acquisition = self._acquisition(optimizer, optimizer.space.transform([self._coordinates(c) for c in configs]))
         best = np.flatnonzero(acquisition >= acquisition.max() - 1e-12 * max(1.0, abs(acquisition.max())))
-        return self.pool.configs[int(where[self.rng.choice(best)])]
+        return configs[int(self.rng.choice(best))]
 
     def _acquisition(self, optimizer: Optimizer, points: np.ndarray) -> np.ndarray:
         """Higher is better, for every acquisition function."""

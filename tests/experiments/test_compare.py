@@ -24,7 +24,7 @@ def test_landscape_of_a_recorded_table(recorded_tables) -> None:
 
 def test_compare_writes_the_issue_schema_curves_and_a_table(recorded_tables, tmp_path, capsys) -> None:
     report_path = tmp_path / "compare.json"
-    rc = main(["compare", "--tables", *map(str, recorded_tables), "--seeds", "3", "--budget", "25",
+    rc = main(["compare", "--tables", *map(str, recorded_tables), "--seeds", "3", "--budget", "15",
                "--strategies", "random,tpe,ga", "--jobs", "1", "--json", str(report_path), "--out", str(tmp_path / "out")])
     assert rc == 0
     report = json.loads(report_path.read_text())
@@ -34,7 +34,7 @@ def test_compare_writes_the_issue_schema_curves_and_a_table(recorded_tables, tmp
     for entry in report["strategies"].values():
         assert isinstance(entry["score"], float) and math.isfinite(entry["score"])
         for key in ("evals_to_2pct", "evals_to_5pct"):
-            assert 1 <= entry[key]["median"] <= 26  # budget + 1 when never reached
+            assert 1 <= entry[key]["median"] <= 16  # budget + 1 when never reached
         assert set(entry["workloads"]) == set(report["workloads"])
         for detail in entry["workloads"].values():
             assert detail["runs"] == 3
@@ -81,7 +81,8 @@ def test_worker_processes_give_the_same_report(recorded_tables, tmp_path) -> Non
         assert main(["compare", "--tables", str(recorded_tables[1]), "--seeds", "2", "--budget", "12",
                      "--strategies", "ga,random", "--jobs", jobs, "--json", str(path)]) == 0
         reports.append(json.loads(path.read_text())["strategies"])
-    assert reports[0] == pytest.approx(reports[1]) or _without_timing(reports[0]) == _without_timing(reports[1])
+    # Seeded runs give the same numbers in any process; only the timing differs.
+    assert _without_timing(reports[0]) == _without_timing(reports[1])
 
 
 def _without_timing(strategies: dict) -> dict:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 
 import pytest
@@ -11,10 +10,10 @@ from flashtune.kernels.config import Config
 from flashtune.objectives.feasibility import check
 from flashtune.objectives.hardware import load_spec
 from flashtune.objectives.replay import ReplayObjective
-from flashtune.objectives.types import Measurement, Status
+from flashtune.objectives.types import Measurement
 from flashtune.search import SearchSpace
 
-from needles import TUNABLES, WORKLOAD, needle_table  # noqa: E402 - tests/search is on sys.path
+from needles import TUNABLES, WORKLOAD, needle_table  # tests/search is on sys.path (no __init__.py)
 
 Evaluate = Callable[[Config], Measurement]
 
@@ -40,14 +39,3 @@ def needle_evaluate(needle_measurements: list[Measurement]) -> Evaluate:
 @pytest.fixture(scope="session")
 def needle_optimum_ms(needle_measurements: list[Measurement]) -> float:
     return min(m.median_ms for m in needle_measurements if m.ok)
-
-
-def bowl(space: SearchSpace, centre: tuple[float, ...]) -> Evaluate:
-    """A smooth synthetic objective: log time quadratic in the index vector around ``centre``."""
-
-    def evaluate(config: Config) -> Measurement:
-        indices = space.to_indices(config)
-        ms = math.exp(sum((i - c) ** 2 for i, c in zip(indices, centre)) / 4.0)
-        return Measurement(config=config, workload=WORKLOAD, status=Status.OK, median_ms=ms, p20_ms=ms, p80_ms=ms)
-
-    return evaluate

