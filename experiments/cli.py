@@ -10,6 +10,7 @@ import sys
 _SUBCOMMAND_MODULES = (
     "flashtune.experiments.sweep",
     "flashtune.experiments.compare",
+    "flashtune.experiments.transfer",
     "flashtune.experiments.tune",
     "flashtune.experiments.ui",
 )

@@ -163,7 +163,9 @@ def run_study(
         versions: driver/CUDA/torch/Triton of the measuring machine (default: the spec's).
         callbacks: more loop callbacks (a progress bar), called after storage and MLflow.
         on_start: called once the history is loaded and the parent is open (trials so far).
-        priors: measurements from elsewhere told to the strategy first (not trials here).
+        priors: measurements from elsewhere told to the strategy first (not trials here);
+            the parent records their sources, and each trial whose config they held
+            records which (``flashtune.experiments.priors``).
         constraint: narrows the space further (replay: only the recorded configs).
         worker: shared storage only: this worker's index; seeds its strategy apart from
             the other workers' (default: derived from the process id).
@@ -181,6 +183,9 @@ def run_study(
     from flashtune.experiments.storage import TrialStore, is_shared_storage, open_storage
     from flashtune.experiments.tracking import MlflowTracker
 
+    from flashtune.experiments import priors as prior_tags
+
+    priors = list(priors)  # told to the strategy, and described in MLflow
     fingerprint = fingerprint or study.hardware.fingerprint
     versions = dict(versions) if versions else {
         "driver": study.hardware.driver, "cuda": study.hardware.cuda,
@@ -214,11 +219,12 @@ def run_study(
         tracking_uri,
         study_name=study.name,
         gpu_name=study.hardware.name,
-        parent_tags=_parent_tags(study, fingerprint, versions),
+        parent_tags={**_parent_tags(study, fingerprint, versions), **prior_tags.parent_tags(priors)},
         parent_params=_parent_params(study),
         child_tags={"strategy": study.strategy, "workload": study.workload.name, "gpu": study.hardware.name},
         study_info={**study.identity(fingerprint), "budget_trials": study.trials},
         shared=shared,
+        trial_tags=prior_tags.trial_tagger(priors) if priors else None,
     )
 
     def result(status: str, trials: Sequence[Trial]) -> StudyResult:

@@ -70,6 +70,11 @@ def add_arguments(parser: argparse.ArgumentParser, *, hardware: str | None = Non
     parser.add_argument("--heartbeat", type=float, default=None,
                         help="shared PostgreSQL study: seconds between Optuna heartbeats; a dead "
                              "worker's trial is failed after 3 (default: 10)")
+    parser.add_argument("--prior-from", action="append", default=[], metavar="SOURCE",
+                        help="priors told to each study first, re-checked on its GPU; repeatable: mlflow:RUN_ID, "
+                             "mlflow-experiment:NAME, store:PATH, table:PATH or baselines")
+    parser.add_argument("--prior-tracking-uri", default=None,
+                        help="MLflow tracking URI of mlflow: priors (default: --tracking-uri)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.set_defaults(func=run_tune, default_workloads=tuple(workloads), name_prefix=hardware or "")
 
@@ -129,6 +134,7 @@ def run_tune(args: argparse.Namespace) -> int:
     stand_in = expected or load_spec(DEFAULT_REPLAY_HARDWARE)
     make_strategy(args.strategy, SearchSpace.for_workload(workloads[0], stand_in), seed=args.seed, **options)
     tracking_uri, storage_url = _check_stores(args.tracking_uri, args.storage)
+    prior_specs, raw_priors = _read_priors(args, tracking_uri)
     if args.workers != 1:
         return _launch_workers(args, kind, storage_url)
 
@@ -149,8 +155,9 @@ def run_tune(args: argparse.Namespace) -> int:
     previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
         for study in studies:
+            priors = _study_priors(study, prior_specs, raw_priors)
             results.append(_run_one(study, source, tracking_uri, storage_url, progress=not args.no_progress,
-                                    worker=_worker_index(args), heartbeat_s=args.heartbeat))
+                                    worker=_worker_index(args), heartbeat_s=args.heartbeat, priors=priors))
     except BaseException as exc:
         from flashtune.experiments.study import StudyInterrupted
 
@@ -201,6 +208,26 @@ def _worker_index(args: argparse.Namespace) -> int | None:
     return int(text) if text.isdigit() else None
 
 
+def _read_priors(args: argparse.Namespace, tracking_uri: str) -> tuple[list[Any], dict[Any, Any]]:
+    """Parse and read every ``--prior-from`` source once (a bad one fails before any study)."""
+    from flashtune.experiments import priors
+
+    specs = list(dict.fromkeys(priors.parse_source(text) for text in getattr(args, "prior_from", [])))
+    uri = getattr(args, "prior_tracking_uri", None) or tracking_uri
+    return specs, {spec: priors.read(spec, tracking_uri=uri) for spec in specs}
+
+
+def _study_priors(study: Any, specs: Sequence[Any], raw: dict[Any, Any]) -> tuple[Any, ...]:
+    """The priors of one study: re-checked on its workload and GPU, summarised on stderr."""
+    from flashtune.experiments import priors
+
+    if not specs:
+        return ()
+    prior_set = priors.load_for(specs, raw, study.workload, study.hardware)
+    print(f"flashtune tune: study {study.name}: {prior_set.summary()}", file=sys.stderr)
+    return prior_set.told
+
+
 def _check_stores(tracking_uri: str, storage_url: str) -> tuple[str, str]:
     from flashtune.experiments.storage import open_storage
     from flashtune.experiments.tracking import check_tracking_uri
@@ -211,7 +238,7 @@ def _check_stores(tracking_uri: str, storage_url: str) -> tuple[str, str]:
 
 
 def _run_one(study: Any, source: Any, tracking_uri: str, storage_url: str, *, progress: bool,
-             worker: int | None = None, heartbeat_s: float | None = None) -> Any:
+             worker: int | None = None, heartbeat_s: float | None = None, priors: Sequence[Any] = ()) -> Any:
     from flashtune.experiments import report
     from flashtune.experiments.progress import ProgressBar
     from flashtune.experiments.study import StudyResult, run_study
@@ -234,7 +261,8 @@ def _run_one(study: Any, source: Any, tracking_uri: str, storage_url: str, *, pr
         result = run_study(study, source.evaluator(study.workload), tracking_uri=tracking_uri,
                            storage_url=storage_url, fingerprint=source.fingerprint, versions=source.versions,
                            callbacks=[forward], on_start=on_start, constraint=source.constraint(study.workload),
-                           worker=worker, **({} if heartbeat_s is None else {"heartbeat_s": heartbeat_s}))
+                           worker=worker, priors=priors,
+                           **({} if heartbeat_s is None else {"heartbeat_s": heartbeat_s}))
     finally:
         for bar in bars:
             bar.close()
