@@ -226,3 +226,12 @@ def test_skopt_trust_region_stays_next_to_the_best(needle_space, needle_evaluate
             and c not in {t.config for t in history.trials[:i]}
             for c in needle_space.feasible_configs())
         assert step == 1 or not neighbours_open
+
+
+def test_gp_with_optunas_own_acquisition_optimiser(needle_space, needle_evaluate) -> None:
+    strategy = make_strategy("gp", needle_space, seed=0, acquisition="optuna", n_startup=4)
+    history = run(strategy, needle_evaluate, max_trials=7)
+    # Its proposals may be infeasible or measured; the pool moves them, so trials stay distinct.
+    assert len({t.config for t in history.trials}) == 7
+    with pytest.raises(ValueError, match="acquisition"):
+        make_strategy("gp", needle_space, acquisition="lbfgs")
