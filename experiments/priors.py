@@ -130,9 +130,18 @@ class PriorSet:
             return kept
         reasons: dict[str, int] = {}
         for _, why in self.dropped:
-            reasons[why.split(",")[0]] = reasons.get(why.split(",")[0], 0) + 1
-        top = "; ".join(f"{n} x {why}" for why, n in sorted(reasons.items(), key=lambda kv: -kv[1])[:2])
+            reasons[_reason(why)] = reasons.get(_reason(why), 0) + 1
+        top = ", ".join(f"{n} {why}" for why, n in sorted(reasons.items(), key=lambda kv: -kv[1]))
         return f"{kept}; {len(self.dropped)} dropped as infeasible on the target ({top})"
+
+
+def _reason(why: str) -> str:
+    """A verdict's reason without its numbers, to count alike ones together."""
+    if "shared memory" in why:
+        return "need more shared memory"
+    if "compute capability" in why:
+        return "need a newer architecture"
+    return "name no config of this kernel" if why.startswith("not a config") else why[:60]
 
 
 def recheck(priors: Iterable[Measurement], workload: Workload, hardware: HardwareSpec) -> PriorSet:

@@ -42,6 +42,7 @@ def plot_transfer(report: dict[str, Any], path: Path) -> Path:
             if mark:
                 ax.text(max(cell["prior_median"], 1) * 1.15, j + 0.2, mark, va="center", fontsize=6, color="tab:red")
         ax.set_xscale("log")
+        ax.set_xlim(left=0.5)  # a bar of one evaluation stays visible
         ax.set_yticks(y, [p["name"].replace("_bfloat16", "") for p in pairs], fontsize=6)
         if i == 0:
             ax.invert_yaxis()  # shared: once
