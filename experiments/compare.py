@@ -210,7 +210,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                    help="a strategy option (VALUE is JSON, else a string); repeatable")
     p.add_argument("--hardware", default="h200", help="spec for the feasibility model (default: h200)")
     p.add_argument("--jobs", type=int, default=None, help="worker processes (default: CPU count)")
-    p.add_argument("--out", type=Path, default=None, help="folder for the curves (PNG) and report.json")
+    p.add_argument("--out", type=Path, default=None,
+                   help="folder for the curves (PNG), report.json and runs.jsonl (every run's trial costs)")
     p.add_argument("--json", type=Path, default=None, help="write the report as JSON to this file")
     p.set_defaults(func=run_compare)
 
@@ -244,6 +245,7 @@ def run_compare(args: argparse.Namespace) -> int:
         for path in plot_curves(landscapes, results, strategies, args.out):
             print(f"wrote {path}", file=sys.stderr)
         _write_json(args.out / "report.json", report)
+        _write_runs(args.out / "runs.jsonl", results)
     if args.json is not None:
         _write_json(args.json, report)
     print(format_table(report))
@@ -350,6 +352,18 @@ def _write_json(path: Path, report: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")
     tmp.write_text(json.dumps(report, indent=2, sort_keys=True, allow_nan=False) + "\n")
+    tmp.replace(path)
+    print(f"wrote {path}", file=sys.stderr)
+
+
+def _write_runs(path: Path, results: Sequence[RunResult]) -> None:
+    """Every run's trial costs (ms, null for a failure), to re-plot or re-score without re-running."""
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    with tmp.open("w") as fh:
+        for r in sorted(results, key=lambda r: (r.spec.workload, r.spec.strategy, r.spec.seed)):
+            record = {**dataclasses.asdict(r.spec), "options": dict(r.spec.options), "seconds": r.seconds,
+                      "costs_ms": [c if np.isfinite(c) else None for c in r.costs]}
+            fh.write(json.dumps(record, sort_keys=True) + "\n")
     tmp.replace(path)
     print(f"wrote {path}", file=sys.stderr)
 

@@ -59,10 +59,11 @@ def plot_curves(landscapes: Sequence[Landscape], results: Sequence[RunResult], s
 
 
 def _draw(ax, ls: Landscape, grouped, strategies: Sequence[str], colors) -> None:  # noqa: ANN001
-    length = max([len(ls.random_curve), *(r.spec.budget for rs in grouped.values() for r in rs if r.spec.workload == ls.name)])
+    # Up to the runs' budget (beyond it a run has no data, only its last value).
+    budgets = [r.spec.budget for rs in grouped.values() for r in rs if r.spec.workload == ls.name]
+    length = min(max(budgets), len(ls.random_curve)) if budgets else len(ls.random_curve)
     x = np.arange(1, length + 1)
-    random_curve = np.concatenate([ls.random_curve, np.full(max(length - len(ls.random_curve), 0), ls.optimum_ms)])
-    ax.plot(x, (random_curve[:length] / ls.optimum_ms - 1) * 100, "k--", lw=1.2, label="random (expected)")
+    ax.plot(x, (ls.random_curve[:length] / ls.optimum_ms - 1) * 100, "k--", lw=1.2, label="random (expected)")
     from flashtune.experiments.compare import relative_curves
 
     for name in strategies:

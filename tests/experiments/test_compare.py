@@ -43,6 +43,9 @@ def test_compare_writes_the_issue_schema_curves_and_a_table(recorded_tables, tmp
     pngs = sorted(p.name for p in (tmp_path / "out").glob("*.png"))
     assert "curves.png" in pngs and len(pngs) == 1 + len(recorded_tables)
     assert (tmp_path / "out" / "report.json").exists()
+    runs = [json.loads(line) for line in (tmp_path / "out" / "runs.jsonl").read_text().splitlines()]
+    assert len(runs) == 3 * 3 * len(recorded_tables)
+    assert all(len(r["costs_ms"]) == 15 and r["budget"] == 15 for r in runs)
     printed = capsys.readouterr().out
     assert all(name in printed for name in ("random", "tpe", "ga", "feasible"))
 
