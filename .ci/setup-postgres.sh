@@ -37,6 +37,11 @@ psql_admin -c "ALTER ROLE flashtune CREATEDB"
 if [ "$(psql_admin -c "SELECT 1 FROM pg_database WHERE datname = 'flashtune_test'")" != 1 ]; then
   psql_admin -c "CREATE DATABASE flashtune_test OWNER flashtune"
 fi
-# Many workers each hold a pool of connections: the default of 100 is enough for 4
-# workers x (Optuna + MLflow) pools, but say so when a test reports "too many clients".
+# Each worker holds pools of connections (Optuna's storage, MLflow's store, heartbeats), and
+# the scale-out tests run several studies' workers back to back: 100 slots (the default) ran
+# out once in CI ("remaining connection slots are reserved"). 300 leaves room.
+if [ "$(psql_admin -c "SHOW max_connections")" -lt 300 ]; then
+  psql_admin -c "ALTER SYSTEM SET max_connections = 300"
+  $SUDO pg_ctlcluster "$version" "$cluster" restart
+fi
 echo "setup-postgres: cluster $version/$cluster online; postgresql://flashtune:flashtune@127.0.0.1:5432/flashtune_test"

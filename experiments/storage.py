@@ -58,6 +58,14 @@ def is_shared_storage(url: str) -> bool:
     return not url.startswith("sqlite:")
 
 
+def close_storage(storage: BaseStorage) -> None:
+    """Give an RDB storage's pooled connections back to the server now, not at garbage
+    collection: PostgreSQL has a fixed number of connection slots shared by every worker."""
+    engine = getattr(storage, "engine", None)
+    if engine is not None:
+        engine.dispose()
+
+
 def open_storage(url: str, *, heartbeat_s: float | None = None) -> BaseStorage:
     """Open an Optuna storage from a URL, or raise naming the URL and the problem.
 

@@ -229,11 +229,11 @@ def _study_priors(study: Any, specs: Sequence[Any], raw: dict[Any, Any]) -> tupl
 
 
 def _check_stores(tracking_uri: str, storage_url: str) -> tuple[str, str]:
-    from flashtune.experiments.storage import open_storage
+    from flashtune.experiments.storage import close_storage, open_storage
     from flashtune.experiments.tracking import check_tracking_uri
 
     check_tracking_uri(tracking_uri)
-    open_storage(storage_url)
+    close_storage(open_storage(storage_url))
     return tracking_uri, storage_url
 
 

@@ -22,7 +22,7 @@ from mlflow import MlflowClient
 from study_support import WORKLOAD, cli_env, flashtune_command, run_cli
 
 from flashtune.experiments.claims import RELEASED_ATTR, SharedTrials
-from flashtune.experiments.storage import MEASUREMENT_ATTR, TrialStore, open_storage
+from flashtune.experiments.storage import MEASUREMENT_ATTR, TrialStore, close_storage, open_storage
 from flashtune.kernels.space import all_configs
 from flashtune.objectives.hardware import load_spec
 from flashtune.search.space import SearchSpace
@@ -70,10 +70,19 @@ def postgres() -> Iterator[dict[str, str]]:
         from flashtune.experiments.tracking import mlflow_client
 
         mlflow_client.cache_clear()  # its connection pool would keep the database busy
+        _close_cached_storages()
         with admin.cursor() as cursor:
             for name in names.values():
                 cursor.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         admin.close()
+
+
+_STORAGES: dict[str, optuna.storages.BaseStorage] = {}
+
+
+def _close_cached_storages() -> None:
+    while _STORAGES:
+        close_storage(_STORAGES.popitem()[1])
 
 
 # -- helpers ---------------------------------------------------------------------------------
@@ -85,9 +94,17 @@ def tune(stores: dict[str, str], replay_dir: Path, name: str, trials: int, *extr
             "--study-name", name, "--trials", str(trials), *extra]
 
 
-def stored(storage: str, name: str) -> list[optuna.trial.FrozenTrial]:
+def _storage(url: str) -> optuna.storages.BaseStorage:
+    # One storage per URL: a fresh one per poll would hold a pool of PostgreSQL
+    # connections each until garbage collection and exhaust the server's slots.
     # open_storage: optuna.load_study does not read flashtune's journal:PATH URLs.
-    return optuna.load_study(study_name=STORAGE_NAME.format(name), storage=open_storage(storage)).get_trials(
+    if url not in _STORAGES:
+        _STORAGES[url] = open_storage(url)
+    return _STORAGES[url]
+
+
+def stored(storage: str, name: str) -> list[optuna.trial.FrozenTrial]:
+    return optuna.load_study(study_name=STORAGE_NAME.format(name), storage=_storage(storage)).get_trials(
         deepcopy=False)
 
 
