@@ -12,6 +12,7 @@ _SUBCOMMAND_MODULES = (
     "flashtune.experiments.compare",
     "flashtune.experiments.transfer",
     "flashtune.experiments.tune",
+    "flashtune.experiments.export_cli",
     "flashtune.experiments.ui",
 )
 

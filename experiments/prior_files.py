@@ -26,8 +26,9 @@ def as_prior(measurement: Measurement, label: str, **versions: str) -> Measureme
     return dataclasses.replace(measurement, source="prior", versions=merged)
 
 
-def read_tables(path: str | Path, label: str) -> list[Measurement]:
-    """Every measurement of a recorded table, or of every ``*.jsonl`` table in a folder.
+def table_measurements(path: str | Path) -> list[Measurement]:
+    """Every measurement of a recorded table, or of every ``*.jsonl`` table in a folder, as
+    recorded (``flashtune export`` stores the best of them; :func:`read_tables` makes priors).
 
     Raises:
         FileNotFoundError: ``path`` does not exist.
@@ -35,11 +36,16 @@ def read_tables(path: str | Path, label: str) -> list[Measurement]:
     """
     path = Path(path)
     if not path.exists():
-        raise FileNotFoundError(f"prior table {path} does not exist")
+        raise FileNotFoundError(f"table {path} does not exist")
     files = sorted(path.glob("*.jsonl")) if path.is_dir() else [path]
     if not files:
-        raise ValueError(f"prior tables: folder {path} holds no *.jsonl table")
-    return [as_prior(m, label) for file in files for m in load_table(file)]
+        raise ValueError(f"tables: folder {path} holds no *.jsonl table")
+    return [m for file in files for m in load_table(file)]
+
+
+def read_tables(path: str | Path, label: str) -> list[Measurement]:
+    """:func:`table_measurements` as priors of source ``label``."""
+    return [as_prior(m, label) for m in table_measurements(path)]
 
 
 def read_store(path: str | Path, label: str) -> list[Measurement]:

@@ -1,11 +1,13 @@
-"""Priors read back from MLflow: a study's trials, or every study of a GPU model's experiment.
+"""Trials read back from MLflow: a study's, or every study's of a GPU model's experiment.
 
 A study is tracked as one parent run with a child run per trial
 (``flashtune.experiments.tracking``): the child holds the config as params, the
 measurement as metrics and its status as a tag; the parent holds the workload (params
 ``workload.*``), the GPU and its fingerprint and versions (tags). This module turns
-children back into :class:`~flashtune.objectives.types.Measurement` s with
-``source="prior"``, so what one GPU learned steers a study on another.
+children back into :class:`~flashtune.objectives.types.Measurement` s: as recorded
+(:func:`trial_measurements_of_run`, :func:`trial_measurements_of_experiment`, which
+``flashtune export`` stores the best of), or with ``source="prior"`` (:func:`read_run`,
+:func:`read_experiment`), so what one GPU learned steers a study on another.
 
 Children still RUNNING (a write cut short by a kill) are skipped: the study's resume
 rewrites them, and their metrics may be incomplete.
@@ -28,8 +30,13 @@ _INT_METRICS = ("registers", "spills", "shared_bytes")
 _VERSION_TAGS = ("driver", "cuda", "torch", "triton")
 
 
-def read_run(tracking_uri: str, run_id: str, label: str) -> list[Measurement]:
-    """The trials of one study, given its parent run's id.
+#: Key of ``Measurement.versions`` naming the trial's MLflow run.
+RUN_ID_KEY = "run_id"
+
+
+def trial_measurements_of_run(tracking_uri: str, run_id: str) -> list[Measurement]:
+    """The trials of one study, given its parent run's id, as measured (each names its
+    child run in ``versions["run_id"]``).
 
     Raises:
         ValueError: no such run, or the run is not a flashtune study's parent (a trial's
@@ -39,26 +46,25 @@ def read_run(tracking_uri: str, run_id: str, label: str) -> list[Measurement]:
     try:
         parent = client.get_run(run_id)
     except Exception as exc:  # MLflow raises its own exception types per store
-        raise ValueError(f"prior mlflow:{run_id}: no such run in {tracking_uri} ({type(exc).__name__})") from None
+        raise ValueError(f"mlflow:{run_id}: no such run in {tracking_uri} ({type(exc).__name__})") from None
     role = parent.data.tags.get(ROLE_TAG)
     if role == "trial":
-        raise ValueError(f"prior mlflow:{run_id} is one trial; give its study's run, "
+        raise ValueError(f"mlflow:{run_id} is one trial; give its study's run, "
                          f"mlflow:{parent.data.tags.get(PARENT_TAG, '?')}")
     if role != "study":
-        raise ValueError(f"prior mlflow:{run_id} is not a flashtune study run (tag {ROLE_TAG}={role!r})")
+        raise ValueError(f"mlflow:{run_id} is not a flashtune study run (tag {ROLE_TAG}={role!r})")
     children = _search(client, [parent.info.experiment_id],
                        f"tags.{ROLE_TAG} = 'trial' AND tags.{PARENT_TAG} = '{run_id}'")
-    return [m for child in children if (m := _measurement(child, parent, label)) is not None]
+    return [m for child in children if (m := _measurement(child, parent)) is not None]
 
 
-def read_experiment(tracking_uri: str, name: str, label: str) -> list[Measurement]:
-    """The trials of every study in a GPU model's experiment.
+def trial_measurements_of_experiment(tracking_uri: str, name: str) -> list[Measurement]:
+    """The trials of every study in a GPU model's experiment, as measured.
 
     Args:
         tracking_uri: the MLflow tracking URI.
         name: the experiment's name (``flashtune/NVIDIA H200``), the GPU's name
             (``NVIDIA H200``) or a shipped spec's short name (``h200``).
-        label: the prior source's label, recorded on each prior.
 
     Raises:
         ValueError: no such experiment (the message lists the flashtune experiments there).
@@ -67,16 +73,26 @@ def read_experiment(tracking_uri: str, name: str, label: str) -> list[Measuremen
     experiment = _find_experiment(client, name)
     if experiment is None:
         known = sorted(e.name for e in client.search_experiments() if e.name.startswith("flashtune/"))
-        raise ValueError(f"prior mlflow-experiment:{name}: no such experiment in {tracking_uri}; "
+        raise ValueError(f"mlflow-experiment:{name}: no such experiment in {tracking_uri}; "
                          f"flashtune experiments there: {known or 'none'}")
     ids = [experiment.experiment_id]
     parents = {run.info.run_id: run for run in _search(client, ids, f"tags.{ROLE_TAG} = 'study'")}
-    priors = []
+    measurements = []
     for child in _search(client, ids, f"tags.{ROLE_TAG} = 'trial'"):
         parent = parents.get(child.data.tags.get(PARENT_TAG, ""))
-        if parent is not None and (m := _measurement(child, parent, label)) is not None:
-            priors.append(m)
-    return priors
+        if parent is not None and (m := _measurement(child, parent)) is not None:
+            measurements.append(m)
+    return measurements
+
+
+def read_run(tracking_uri: str, run_id: str, label: str) -> list[Measurement]:
+    """:func:`trial_measurements_of_run` as priors of source ``label``."""
+    return [as_prior(m, label) for m in trial_measurements_of_run(tracking_uri, run_id)]
+
+
+def read_experiment(tracking_uri: str, name: str, label: str) -> list[Measurement]:
+    """:func:`trial_measurements_of_experiment` as priors of source ``label``."""
+    return [as_prior(m, label) for m in trial_measurements_of_experiment(tracking_uri, name)]
 
 
 def _find_experiment(client: Any, name: str) -> Any:
@@ -104,8 +120,8 @@ def _search(client: Any, experiment_ids: list[str], filter_string: str) -> list[
             return runs
 
 
-def _measurement(child: Any, parent: Any, label: str) -> Measurement | None:
-    """A trial's child run as a prior; None for a child still RUNNING or unreadable."""
+def _measurement(child: Any, parent: Any) -> Measurement | None:
+    """A trial's child run as a Measurement; None for a child still RUNNING or unreadable."""
     if child.info.status not in ("FINISHED", "FAILED"):
         return None
     tags, metrics = child.data.tags, child.data.metrics
@@ -120,12 +136,12 @@ def _measurement(child: Any, parent: Any, label: str) -> Measurement | None:
     if status is Status.OK and not math.isfinite(fields.get("median_ms", math.inf)):
         return None  # a success without a time says nothing a ranking can use
     ptags = parent.data.tags
-    measurement = Measurement(
+    versions = {k: ptags[k] for k in _VERSION_TAGS if ptags.get(k)}
+    return Measurement(
         config=config, workload=workload, status=status, fingerprint=ptags.get("fingerprint", ""),
         hardware=ptags.get("gpu", ""), error=tags.get("error", ""), source=tags.get("source", "measured"),
-        versions={k: ptags[k] for k in _VERSION_TAGS if ptags.get(k)}, **fields,
+        versions={**versions, RUN_ID_KEY: child.info.run_id}, **fields,
     )
-    return as_prior(measurement, label, run_id=child.info.run_id)
 
 
 def parse_config(params: Mapping[str, str]) -> Config:
@@ -169,4 +185,5 @@ def _bool(text: str) -> bool:
     return text == "True"
 
 
-__all__: Iterable[str] = ("parse_config", "parse_workload", "read_experiment", "read_run")
+__all__: Iterable[str] = ("RUN_ID_KEY", "parse_config", "parse_workload", "read_experiment", "read_run",
+                          "trial_measurements_of_experiment", "trial_measurements_of_run")

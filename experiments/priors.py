@@ -64,19 +64,30 @@ class PriorSpec:
         return self.kind if self.kind == "baselines" else f"{self.kind}:{self.value}"
 
 
-def parse_source(text: str) -> PriorSpec:
-    """Parse ``KIND:VALUE`` (or ``baselines``).
+#: How each kind of source is written (``flashtune export`` reads ``optuna:`` sources too).
+FORMS = {"mlflow": "mlflow:RUN_ID", "mlflow-experiment": "mlflow-experiment:NAME", "optuna": "optuna:STUDY_NAME",
+         "store": "store:PATH", "table": "table:PATH", "baselines": "baselines"}
+
+
+def parse_source(text: str, *, kinds: Sequence[str] = KINDS, option: str = "--prior-from") -> PriorSpec:
+    """Parse ``KIND:VALUE`` (or ``baselines``, when it is one of ``kinds``).
+
+    Args:
+        text: the source as written.
+        kinds: the kinds accepted, in the order the error message lists them.
+        option: what the message calls the source (the option or argument it was given as).
 
     Raises:
         ValueError: an unknown kind or a missing value, naming the forms accepted.
     """
     text = text.strip()
-    if text == "baselines":
+    if text == "baselines" and "baselines" in kinds:
         return PriorSpec("baselines")
     kind, sep, value = text.partition(":")
-    if not sep or kind not in KINDS or kind == "baselines" or not value.strip():
-        raise ValueError(f"--prior-from {text!r}: use mlflow:RUN_ID, mlflow-experiment:NAME, store:PATH, "
-                         "table:PATH or baselines")
+    if not sep or kind not in kinds or kind == "baselines" or not value.strip():
+        forms = [FORMS[k] for k in kinds]
+        listed = f"{', '.join(forms[:-1])} or {forms[-1]}" if len(forms) > 1 else forms[0]
+        raise ValueError(f"{option} {text!r}: use {listed}")
     return PriorSpec(kind, value.strip())
 
 
@@ -247,5 +258,5 @@ def _clip(text: str) -> str:
     return text if len(text) <= _TAG_CHARS else text[: _TAG_CHARS - 3] + "..."
 
 
-__all__ = ["KINDS", "PriorSet", "PriorSpec", "load_for", "parent_tags", "parse_source", "read", "recheck",
+__all__ = ["FORMS", "KINDS", "PriorSet", "PriorSpec", "load_for", "parent_tags", "parse_source", "read", "recheck",
            "trial_tagger"]

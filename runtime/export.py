@@ -50,20 +50,8 @@ def entry_of(measurement: Measurement, *, include_fp8: bool = False) -> StoreEnt
     )
 
 
-def export_best(measurements: Iterable[Measurement], path: str | os.PathLike[str], *, include_fp8: bool = False) -> int:
-    """Merge the fastest successful config per store key of ``measurements`` into ``path``.
-
-    Within one key the fastest measurement wins; against an entry already in the file,
-    too (the store's ``faster`` policy).
-
-    Args:
-        measurements: any mix of GPUs, workloads and statuses.
-        path: the store file (created with its directory if missing).
-        include_fp8: also export fp8 configs (the runtime serves them only when
-            ``FLASHTUNE_ALLOW_FP8=1``).
-
-    Returns:
-        The number of entries exported (after keeping the best per key).
+def best_entries(measurements: Iterable[Measurement], *, include_fp8: bool = False) -> list[StoreEntry]:
+    """The fastest storable entry per (GPU, kernel, Triton, bucket) of ``measurements``.
 
     Raises:
         TypeError: an item is not a Measurement, naming its position.
@@ -77,6 +65,28 @@ def export_best(measurements: Iterable[Measurement], path: str | os.PathLike[str
             continue
         k = (entry.key, entry.bucket)
         best[k] = entry if k not in best else better(entry, best[k])
-    if best:
-        Store(path).merge(best.values())
-    return len(best)
+    return list(best.values())
+
+
+def export_best(measurements: Iterable[Measurement], path: str | os.PathLike[str], *, include_fp8: bool = False) -> int:
+    """Merge the fastest successful config per store key of ``measurements`` into ``path``.
+
+    Within one key the fastest measurement wins (:func:`best_entries`); against an entry
+    already in the file, too (the store's ``faster`` policy).
+
+    Args:
+        measurements: any mix of GPUs, workloads and statuses.
+        path: the store file (created with its directory if missing).
+        include_fp8: also export fp8 configs (the runtime serves them only when
+            ``FLASHTUNE_ALLOW_FP8=1``).
+
+    Returns:
+        The number of entries exported (after keeping the best per key).
+
+    Raises:
+        TypeError: an item is not a Measurement, naming its position.
+    """
+    entries = best_entries(measurements, include_fp8=include_fp8)
+    if entries:
+        Store(path).merge(entries)
+    return len(entries)
