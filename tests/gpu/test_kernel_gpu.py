@@ -39,9 +39,13 @@ def hardware():
     return HardwareSpec.from_device()
 
 
-@pytest.fixture(scope="module", autouse=True)
+@pytest.fixture(scope="module")
 def precompiled(hardware):
-    """Fill Triton's cache for every (shape, dtype, feasible config) in parallel."""
+    """Fill Triton's cache for every (shape, dtype, feasible config) in parallel.
+
+    Only the exhaustive test asks for it (thousands of compiles): the other tests here
+    compile a handful of configs and can run on their own in a short device call.
+    """
     from flashtune.objectives.precompile import CompilePool
 
     pool = CompilePool(16)
@@ -59,7 +63,7 @@ def precompiled(hardware):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"d{s[0]}-{'causal' if s[1] else 'full'}-g{s[2]}")
-def test_every_feasible_config(shape, dtype, hardware):
+def test_every_feasible_config(shape, dtype, hardware, precompiled):
     w = _small(*shape, dtype)
     q, k, v = make_inputs(w, seed=7, dev=torch.device("cuda"))
     ref = reference_attention(q, k, v, causal=w.causal)

@@ -1,0 +1,167 @@
+"""Nsight Compute metrics of the best configs: where the kernel's time goes.
+
+Why: the tuner's objective is time; when the best config misses a target (cuDNN, the fp8
+target), the counters say which resource limits it: DRAM bandwidth, the tensor pipe,
+the issue slots, or occupancy (registers, shared memory). Three parts:
+
+- ``target``: the program ncu profiles; it launches each named workload's best recorded
+  config once (the GPU side).
+- ``metrics``: the ``--metrics`` list, filtered by what this ncu knows (a name it does not
+  know aborts the whole profile), from ``ncu --query-metrics`` output.
+- ``parse``: ncu's raw CSV page -> JSON, one record per kernel, with the headline figures
+  named (CPU). ``log_to_mlflow`` puts those figures onto a trial's MLflow run.
+
+    ncu --clock-control none -k regex:attention_forward --section SpeedOfLight ... \\
+        --metrics $(python -m flashtune.experiments.ncu_metrics metrics q.txt) -o rep \\
+        python -m flashtune.experiments.ncu_metrics target NAME...
+    ncu --import rep.ncu-rep --csv --page raw > raw.csv
+    python -m flashtune.experiments.ncu_metrics parse raw.csv --json ncu.json NAME...
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+from pathlib import Path
+
+#: Headline figures: (name in our JSON, ncu raw metric). Alternatives for one figure are
+#: listed in order; the first present wins (metric names moved between ncu versions).
+HEADLINES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("duration", ("gpu__time_duration.sum",)),
+    ("dram_bandwidth", ("dram__bytes.sum.per_second",)),
+    ("dram_throughput_pct", ("dram__throughput.avg.pct_of_peak_sustained_elapsed",)),
+    ("l2_bandwidth", ("lts__t_bytes.sum.per_second",)),
+    ("sm_throughput_pct", ("sm__throughput.avg.pct_of_peak_sustained_elapsed",)),
+    ("tensor_pipe_pct", ("sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active",
+                         "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active",
+                         "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active")),
+    ("tensor_pipe_hmma_pct", ("sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active",)),
+    ("xu_pipe_pct", ("sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active",)),
+    ("fma_pipe_pct", ("sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active",)),
+    ("alu_pipe_pct", ("sm__pipe_alu_cycles_active.avg.pct_of_peak_sustained_active",)),
+    ("issue_active_pct", ("smsp__issue_active.avg.pct_of_peak_sustained_active",)),
+    ("achieved_occupancy_pct", ("sm__warps_active.avg.pct_of_peak_sustained_active",)),
+    ("theoretical_occupancy_pct", ("sm__maximum_warps_per_active_cycle_pct",)),
+    ("registers_per_thread", ("launch__registers_per_thread",)),
+    ("shared_mem_per_block", ("launch__shared_mem_per_block_dynamic", "launch__shared_mem_per_block")),
+    ("block_size", ("launch__block_size",)),
+    ("grid_size", ("launch__grid_size",)),
+)
+
+#: Sections every profile takes (their metrics exist on every ncu that has the section).
+SECTIONS = ("SpeedOfLight", "LaunchStats", "Occupancy", "ComputeWorkloadAnalysis", "MemoryWorkloadAnalysis", "WarpStateStats")
+
+
+def metrics_arg(query_output: str) -> str:
+    """Comma list of the headline metrics whose base name ``ncu --query-metrics`` lists."""
+    known = {line.split()[0] for line in query_output.splitlines() if line.strip() and "__" in line.split()[0]}
+    wanted = [m for _, alts in HEADLINES for m in alts if not m.startswith("launch__")]
+    return ",".join(dict.fromkeys(m for m in wanted if m.split(".")[0] in known))
+
+
+def _number(text: str) -> float | str:
+    try:
+        return float(text.replace(",", ""))
+    except ValueError:
+        return text
+
+
+def parse(raw_csv: str, labels: list[str] | None = None) -> list[dict]:
+    """ncu's ``--page raw --csv`` (a header row, a units row, one row per kernel) -> records."""
+    rows = [r for r in csv.reader(io.StringIO(raw_csv)) if r and not r[0].startswith("==")]
+    if len(rows) < 2:
+        return []
+    header, units, data = rows[0], rows[1], rows[2:]
+    records = []
+    for i, row in enumerate(data):
+        values = dict(zip(header, row))
+        unit = dict(zip(header, units))
+        rec: dict = {"label": labels[i] if labels and i < len(labels) else f"kernel{i}",
+                     "kernel": values.get("Kernel Name", ""), "metrics": {}, "units": {}}
+        for name, alts in HEADLINES:
+            for metric in alts:
+                if values.get(metric, "") not in ("", "n/a"):
+                    rec["metrics"][name] = _number(values[metric])
+                    rec["units"][name] = unit.get(metric, "")
+                    break
+        # Warp stall reasons: ncu 2025's raw page names them ..._per_issue_active.ratio (warps
+        # stalled for that reason per issued instruction); older ones ..._per_warp_active.pct.
+        stalls = {k: _number(v) for k, v in values.items()
+                  if "issue_stalled" in k and not k.split("issue_stalled_")[1].startswith("selected")
+                  and k.endswith(("per_warp_active.pct", "per_issue_active.ratio")) and v not in ("", "n/a")}
+        rec["stalls"] = dict(sorted(((k, v) for k, v in stalls.items() if isinstance(v, float)),
+                                        key=lambda kv: -kv[1])[:8])
+        records.append(rec)
+    return records
+
+
+def log_to_mlflow(record: dict, run_id: str | None = None) -> None:
+    """Log a parsed record's numeric figures as ``ncu.<name>`` metrics on an MLflow run
+    (the active run, or ``run_id``): the counters then sit next to the trial they explain."""
+    import mlflow
+
+    numeric = {f"ncu.{k}": float(v) for k, v in record["metrics"].items() if isinstance(v, (int, float))}
+    numeric |= {f"ncu.stall.{k.split('issue_stalled_')[1].split('_per_warp')[0]}": float(v)
+                for k, v in record.get("stalls", {}).items()}
+    if run_id is None:
+        mlflow.log_metrics(numeric)
+    else:
+        mlflow.tracking.MlflowClient().log_batch(
+            run_id, metrics=[mlflow.entities.Metric(k, v, 0, 0) for k, v in numeric.items()])
+
+
+def target(names: list[str]) -> None:
+    """Launch each workload's best recorded bf16 config once (compiling first), then sync."""
+    import math
+
+    import torch
+
+    from flashtune.experiments.best_configs import best_configs
+    from flashtune.kernels.attention import launch
+    from flashtune.objectives.bench import make_inputs
+    from flashtune.objectives.types import SUITE
+
+    by_name = {w.name: w for w in SUITE}
+    for name in names:
+        w = by_name[name]
+        (config, tflops), = best_configs(name, top=1)
+        q, k, v = make_inputs(w, seed=5, dev=torch.device("cuda"))
+        out = torch.empty_like(q)
+        launch(q, k, v, out, causal=w.causal, scale=1 / math.sqrt(w.head_dim), config=config)
+        torch.cuda.synchronize()
+        print(f"{name}: {config.to_dict()} (recorded {tflops:.0f} TFLOP/s)", flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    t = sub.add_parser("target")
+    t.add_argument("names", nargs="+")
+    m = sub.add_parser("metrics")
+    m.add_argument("query_output", type=Path)
+    p = sub.add_parser("parse")
+    p.add_argument("raw_csv", type=Path)
+    p.add_argument("names", nargs="*")
+    p.add_argument("--json", type=Path, required=True)
+    args = parser.parse_args(argv)
+    if args.cmd == "target":
+        target(args.names)
+    elif args.cmd == "metrics":
+        print(metrics_arg(args.query_output.read_text(errors="replace")))
+    else:
+        from flashtune.experiments.best_configs import best_configs
+
+        records = parse(args.raw_csv.read_text(errors="replace"), args.names)
+        for rec in records:
+            if rec["label"] in args.names:
+                rec["config"] = best_configs(rec["label"], top=1)[0][0].to_dict()
+        args.json.write_text(json.dumps(records, indent=2) + "\n")
+        for rec in records:
+            print(rec["label"], json.dumps(rec["metrics"]))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
