@@ -20,7 +20,7 @@ Usage::
     rt.explain(q, k, causal=True)  # Resolution(config, origin="exact"|"nearest"|"baseline", detail)
 
     from flashtune.runtime.hf_attention import register
-    model.set_attn_implementation(register())  # transformers, name "flashtune"
+    model.set_attn_implementation(register())  # transformers, name "tuned_attention"
 
     from flashtune.runtime.mlflow_callback import MlflowMetrics
     tuner = rt.enable_online(callbacks=[MlflowMetrics()])  # opt-in; tuner.metrics(), tuner.close()

@@ -27,7 +27,13 @@ import torch.nn.functional as F
 import flashtune.runtime.torch_op  # noqa: F401 - registers torch.ops.flashtune.flash_attention
 from flashtune.kernels.attention import SUPPORTED_DTYPES, SUPPORTED_HEAD_DIMS
 
-NAME = "flashtune"
+#: Not "flashtune": transformers (5.x) treats every implementation name containing
+#: "flash" as a FlashAttention build and tries to load it (from the hub for unknown names),
+#: so ``set_attn_implementation("flashtune")`` raised before our function was ever called.
+NAME = "tuned_attention"
+
+#: Substrings transformers routes to its own loaders or checks instead of the registry.
+_RESERVED = ("flash", "flex_attention", "sdpa", "eager", "/")
 
 # kwargs whose presence changes the attention's result in ways the kernel cannot do.
 _UNSUPPORTED_KWARGS = ("softcap", "s_aux", "sinks")
@@ -112,6 +118,10 @@ def register(name: str = NAME) -> str:
     Returns:
         ``name``, for ``model.set_attn_implementation(name)`` or ``from_pretrained(..., attn_implementation=name)``.
     """
+    reserved = [r for r in _RESERVED if r in name]
+    if reserved:
+        raise ValueError(f"attention name {name!r} contains {reserved[0]!r}: transformers would not route it "
+                         f"to the registered function; pick another (default {NAME!r})")
     from transformers import AttentionInterface
 
     AttentionInterface.register(name, attention_forward)

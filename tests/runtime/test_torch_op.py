@@ -92,6 +92,12 @@ def test_what_the_kernel_cannot_do_goes_to_sdpa_with_one_warning(monkeypatch):
     assert out.shape == (1, 8, 2, 48)
 
 
+@pytest.mark.parametrize("name", ["flashtune", "my_sdpa", "org/repo"])
+def test_register_refuses_names_transformers_routes_elsewhere(name):
+    with pytest.raises(ValueError, match="transformers would not route"):
+        hf_attention.register(name)
+
+
 def test_register_with_transformers():
     transformers = pytest.importorskip("transformers")
     name = hf_attention.register()
