@@ -97,14 +97,21 @@ def parse(raw_csv: str, labels: list[str] | None = None) -> list[dict]:
     return records
 
 
+def stall_reason(metric: str) -> str:
+    """'smsp__..._issue_stalled_long_scoreboard_per_issue_active.ratio' -> 'long_scoreboard'."""
+    reason = metric.split("issue_stalled_")[1]
+    for suffix in ("_per_warp_active.pct", "_per_issue_active.ratio"):
+        reason = reason.removesuffix(suffix)
+    return reason
+
+
 def log_to_mlflow(record: dict, run_id: str | None = None) -> None:
     """Log a parsed record's numeric figures as ``ncu.<name>`` metrics on an MLflow run
     (the active run, or ``run_id``): the counters then sit next to the trial they explain."""
     import mlflow
 
     numeric = {f"ncu.{k}": float(v) for k, v in record["metrics"].items() if isinstance(v, (int, float))}
-    numeric |= {f"ncu.stall.{k.split('issue_stalled_')[1].split('_per_warp')[0]}": float(v)
-                for k, v in record.get("stalls", {}).items()}
+    numeric |= {f"ncu.stall.{stall_reason(k)}": float(v) for k, v in record.get("stalls", {}).items()}
     if run_id is None:
         mlflow.log_metrics(numeric)
     else:

@@ -79,3 +79,15 @@ def test_ncu_raw_csv_parses_to_named_figures():
                                      "smsp__average_warps_issue_stalled_wait_per_issue_active.ratio"]
     assert second["metrics"]["sm_throughput_pct"] == 1080.0 and "tensor_pipe_pct" not in second["metrics"]
     assert ncu_metrics.parse("==PROF== nothing\n") == []
+
+
+def test_ncu_figures_land_on_an_mlflow_run(tmp_path):
+    mlflow = pytest.importorskip("mlflow")
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    record = ncu_metrics.parse(RAW, ["a"])[0]
+    with mlflow.start_run() as run:
+        pass
+    ncu_metrics.log_to_mlflow(record, run.info.run_id)
+    metrics = mlflow.tracking.MlflowClient().get_run(run.info.run_id).data.metrics
+    assert metrics["ncu.dram_bandwidth"] == 1.23 and metrics["ncu.registers_per_thread"] == 168
+    assert metrics["ncu.stall.math_pipe_throttle"] == 20.25 and metrics["ncu.stall.wait"] == 1.5
