@@ -10,12 +10,15 @@ the issue slots, or occupancy (registers, shared memory). Three parts:
   know aborts the whole profile), from ``ncu --query-metrics`` output.
 - ``parse``: ncu's raw CSV page -> JSON, one record per kernel, with the headline figures
   named (CPU). ``log_to_mlflow`` puts those figures onto a trial's MLflow run.
+- ``log``: each record onto the MLflow trial runs that measured its workload and config
+  (``attach_to_trials``), so the counters sit with the trial in the UI.
 
     ncu --clock-control none -k regex:attention_forward --section SpeedOfLight ... \\
         --metrics $(python -m flashtune.experiments.ncu_metrics metrics q.txt) -o rep \\
         python -m flashtune.experiments.ncu_metrics target NAME...
     ncu --import rep.ncu-rep --csv --page raw > raw.csv
     python -m flashtune.experiments.ncu_metrics parse raw.csv --json ncu.json NAME...
+    python -m flashtune.experiments.ncu_metrics log ncu.json --experiment h200 [--tracking-uri URI]
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import argparse
 import csv
 import io
 import json
+import sys
 from pathlib import Path
 
 #: Headline figures: (name in our JSON, ncu raw metric). Alternatives for one figure are
@@ -105,9 +109,10 @@ def stall_reason(metric: str) -> str:
     return reason
 
 
-def log_to_mlflow(record: dict, run_id: str | None = None) -> None:
+def log_to_mlflow(record: dict, run_id: str | None = None, *, tracking_uri: str | None = None) -> None:
     """Log a parsed record's numeric figures as ``ncu.<name>`` metrics on an MLflow run
-    (the active run, or ``run_id``): the counters then sit next to the trial they explain."""
+    (the active run, or ``run_id`` in ``tracking_uri``): the counters then sit next to the
+    trial they explain."""
     import mlflow
 
     numeric = {f"ncu.{k}": float(v) for k, v in record["metrics"].items() if isinstance(v, (int, float))}
@@ -115,8 +120,34 @@ def log_to_mlflow(record: dict, run_id: str | None = None) -> None:
     if run_id is None:
         mlflow.log_metrics(numeric)
     else:
-        mlflow.tracking.MlflowClient().log_batch(
+        mlflow.tracking.MlflowClient(tracking_uri=tracking_uri).log_batch(
             run_id, metrics=[mlflow.entities.Metric(k, v, 0, 0) for k, v in numeric.items()])
+
+
+def attach_to_trials(records: list[dict], tracking_uri: str, experiment: str) -> list[tuple[str, str]]:
+    """Log each record onto every trial run of a GPU model's MLflow experiment that measured
+    the record's workload (its label, a ``Workload.name``) with the record's config.
+
+    Returns:
+        (label, run id) for each run written; a record no trial matches is left out.
+
+    Raises:
+        ValueError: no such experiment, or a record has no label or config.
+    """
+    from flashtune.experiments.prior_mlflow import RUN_ID_KEY, trial_measurements_of_experiment
+    from flashtune.kernels.space import validate_config
+
+    trials = trial_measurements_of_experiment(tracking_uri, experiment)
+    written = []
+    for number, record in enumerate(records):
+        if not record.get("label") or not record.get("config"):
+            raise ValueError(f"ncu record {number} has no label or config: run `parse` with workload names")
+        config = validate_config(record["config"])  # fills implied knobs, as trials store them
+        for m in trials:
+            if m.workload.name == record["label"] and m.config == config and m.versions.get(RUN_ID_KEY):
+                log_to_mlflow(record, m.versions[RUN_ID_KEY], tracking_uri=tracking_uri)
+                written.append((record["label"], m.versions[RUN_ID_KEY]))
+    return written
 
 
 def target(names: list[str]) -> None:
@@ -152,9 +183,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("raw_csv", type=Path)
     p.add_argument("names", nargs="*")
     p.add_argument("--json", type=Path, required=True)
+    g = sub.add_parser("log", help="put a parsed JSON's figures onto the MLflow trials that measured them")
+    g.add_argument("ncu_json", type=Path)
+    g.add_argument("--experiment", required=True, help="GPU model: h200, 'NVIDIA H200' or 'flashtune/NVIDIA H200'")
+    g.add_argument("--tracking-uri", default=None, help="default: flashtune tune's")
     args = parser.parse_args(argv)
     if args.cmd == "target":
         target(args.names)
+    elif args.cmd == "log":
+        from flashtune.experiments.tracking import DEFAULT_TRACKING_URI
+
+        records = json.loads(args.ncu_json.read_text())
+        written = attach_to_trials(records, args.tracking_uri or DEFAULT_TRACKING_URI, args.experiment)
+        for label, run_id in written:
+            print(f"{label}: ncu figures logged on trial run {run_id}")
+        if not written:
+            print("no trial in the experiment measured these workloads and configs", file=sys.stderr)
+            return 1
     elif args.cmd == "metrics":
         print(metrics_arg(args.query_output.read_text(errors="replace")))
     else:
