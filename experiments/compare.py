@@ -333,18 +333,25 @@ def _parse_options(items: Sequence[str], strategies: Sequence[str]) -> dict[str,
             raise ValueError(f"--option {item!r}: expected STRATEGY.NAME=VALUE")
         if strategy not in strategies:
             raise ValueError(f"--option {item!r}: strategy {strategy!r} is not compared ({list(strategies)})")
+        if text in ("True", "False"):  # Python's spelling, as the defaults print
+            text = text.lower()
         try:
             options[strategy][name] = json.loads(text)
         except json.JSONDecodeError:
             options[strategy][name] = text
     for strategy, values in options.items():
         # Fail now, naming the option, rather than in a worker process.
-        from flashtune.search._base import _REGISTRY
+        from flashtune.search._base import _REGISTRY, _check_option_type
 
-        unknown = sorted(set(values) - set(_REGISTRY[strategy].options_defaults))
+        defaults = _REGISTRY[strategy].options_defaults
+        unknown = sorted(set(values) - set(defaults))
         if unknown:
-            raise ValueError(f"--option: {strategy} has no option(s) {unknown}; "
-                             f"known: {sorted(_REGISTRY[strategy].options_defaults)}")
+            raise ValueError(f"--option: {strategy} has no option(s) {unknown}; known: {sorted(defaults)}")
+        for name, value in values.items():
+            try:
+                _check_option_type(strategy, name, value, defaults[name])
+            except TypeError as exc:
+                raise ValueError(f"--option: {exc}") from None
     return dict(options)
 
 

@@ -47,6 +47,8 @@ class Strategy(abc.ABC):
             raise ValueError(
                 f"{self.name}: unknown option(s) {unknown}; known options are {sorted(self.options_defaults)}"
             )
+        for name, value in options.items():
+            _check_option_type(self.name, name, value, self.options_defaults[name])
         self.space = space
         self.seed = seed
         self.options: dict[str, Any] = {**self.options_defaults, **options}
@@ -101,3 +103,21 @@ def _load_builtin() -> None:
 
 
 StrategyFactory = Callable[..., Strategy]
+
+
+def _check_option_type(strategy: str, name: str, value: Any, default: Any) -> None:
+    """Raise naming the option when ``value`` is not of its default's kind.
+
+    Why: a flag typed on a command line arrives as text, and ``"False"`` is truthy; a bool
+    option must get a bool, a number option a number (an int is a fine float). Options
+    whose default is None or text take anything: their strategy checks them.
+    """
+    if isinstance(default, bool):
+        ok = isinstance(value, bool)
+    elif isinstance(default, (int, float)):
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    else:
+        return
+    if not ok:
+        raise TypeError(f"{strategy}: option {name} must be {type(default).__name__} like its default "
+                        f"{default!r}, got {value!r}")

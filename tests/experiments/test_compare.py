@@ -98,8 +98,16 @@ def _without_timing(strategies: dict) -> dict:
     (["--workloads", "b9_nothing"], "b9_nothing"),
     (["--option", "tpe.n_startp=3", "--strategies", "tpe"], "n_startp"),
     (["--option", "tpe-n_startup=3"], "STRATEGY.NAME=VALUE"),
+    (["--option", "tpe.start_center=no", "--strategies", "tpe"], "start_center"),
     (["--seeds", "0"], "--seeds"),
 ])
 def test_bad_arguments_fail_with_one_clear_line(recorded_tables, capsys, argv, message) -> None:
     assert main(["compare", "--tables", str(recorded_tables[0]), *argv]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_python_spelled_bools_are_bools() -> None:
+    from flashtune.experiments.compare import _parse_options
+
+    options = _parse_options(["tpe.start_center=False", "ga.start_center=true"], ["tpe", "ga"])
+    assert options == {"tpe": {"start_center": False}, "ga": {"start_center": True}}

@@ -157,6 +157,14 @@ def test_unknown_option_raises_naming_it(name, needle_space) -> None:
 
 
 @pytest.mark.parametrize("name", MODEL_BASED)
+@pytest.mark.parametrize("option", [{"start_center": "False"}, {"n_startup": "8"}, {"n_startup": True}])
+def test_option_of_the_wrong_kind_raises_naming_it(name, option, needle_space) -> None:
+    # "False" is truthy: a flag typed as text must not silently mean True.
+    with pytest.raises(TypeError, match=next(iter(option))):
+        make_strategy(name, needle_space, seed=0, **option)
+
+
+@pytest.mark.parametrize("name", MODEL_BASED)
 @pytest.mark.parametrize("option", [{"n_startup": -1}, {"startup": "corners"}, {"prior_trials": 1.5}])
 def test_bad_option_values_raise(name, option, needle_space) -> None:
     with pytest.raises(ValueError, match=next(iter(option))):
