@@ -9,6 +9,7 @@ successful time (``flashtune.experiments.scoring``).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -75,7 +76,7 @@ def build_landscape(path: str | Path, hardware: HardwareSpec) -> Landscape:
         ValueError: the table is unreadable, or no feasible config ran correctly.
     """
     path = Path(path)
-    measurements = load_table(path)
+    measurements = _with_implied_knobs(load_table(path))
     workload = measurements[0].workload
     table = {m.config: m for m in measurements}
     space = SearchSpace(recorded_tunables(measurements), _constraint(table, workload, hardware))
@@ -95,6 +96,18 @@ def build_landscape(path: str | Path, hardware: HardwareSpec) -> Landscape:
         optimum_ms=optimum_ms, optimum_config=optimum_config, worst_ms=worst, median_ms=median_ms,
         random_curve=curve, score_budget=scoring.score_budget(curve, median_ms, optimum_ms),
     )
+
+
+def _with_implied_knobs(measurements: list[Measurement]) -> list[Measurement]:
+    """Rows recorded before a knob joined the kernel's space omit it, which means its implied
+    value (kernels.space.IMPLIED). Where other rows of the table name the knob (a table
+    extended by a later sweep), fill it in, so that every row lies in one space."""
+    from flashtune.kernels.space import IMPLIED
+
+    named = set().union(*(m.config for m in measurements))
+    fill = {knob: value for knob, value in IMPLIED.items() if knob in named}
+    return [m if fill.keys() <= m.config.keys() else dataclasses.replace(m, config=Config({**fill, **m.config}))
+            for m in measurements]
 
 
 def _constraint(table: Mapping[Config, Measurement], workload: Workload, hardware: HardwareSpec):  # noqa: ANN202

@@ -1,9 +1,12 @@
 """FlashAttention forward as a Triton kernel (pointer loads, online softmax in base 2).
 
-One program computes one BLOCK_M tile of queries for one (batch, query head). It walks
-the keys in two phases: tiles that need no mask (fully inside the sequence and, when
-causal, fully below the diagonal), then the remaining tiles with masks (the diagonal
-band and the ragged tail). Splitting keeps the hot loop free of mask arithmetic.
+A tile is one BLOCK_M block of queries for one (batch, query head). By default one
+program computes one tile; with ``PERSISTENT`` the launcher starts a fixed number of
+programs (one per SM) and each strides over the tiles, which pays the per-program cost
+once per SM rather than once per tile and mixes long and short causal tiles in every
+program. Each tile walks the keys in two phases: key blocks that need no mask (fully
+inside the sequence and, when causal, fully below the diagonal), then the remaining
+blocks with masks (the diagonal band and the ragged tail). Splitting keeps the hot loop free of mask arithmetic.
 
 K and V tiles come either from pointer loads or from device-side tensor descriptors
 (TMA on Hopper, ``USE_TMA``); the unmasked loop may be warp-specialized
@@ -81,13 +84,14 @@ def _attend_tiles(
 
 
 @triton.jit
-def attention_forward_kernel(
+def _attend_tile(
     Q, K, V, Out, Scales,
     stride_qz, stride_qh, stride_qm,
     stride_kz, stride_kh, stride_kn,
     stride_vz, stride_vh, stride_vn, stride_vd,
     stride_oz, stride_oh, stride_om,
     q_heads, kv_group, q_len, kv_len, qk_scale,
+    pid_m, pid_zh,
     HEAD_DIM: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
@@ -96,12 +100,7 @@ def attention_forward_kernel(
     WARP_SPECIALIZE: tl.constexpr,
     FP8: tl.constexpr,
 ):
-    # Causal tiles near the end of the sequence carry the most work: schedule them first.
-    num_m_blocks = tl.cdiv(q_len, BLOCK_M)
-    pid_m = tl.program_id(0)
-    if IS_CAUSAL:
-        pid_m = num_m_blocks - 1 - pid_m
-    pid_zh = tl.program_id(1)
+    """One tile: queries [pid_m * BLOCK_M, +BLOCK_M) of the (batch, query head) pid_zh."""
     off_z = pid_zh // q_heads
     off_h = pid_zh % q_heads
     off_kv_h = off_h // kv_group  # grouped-query: kv_group query heads share one K/V head
@@ -116,6 +115,9 @@ def attention_forward_kernel(
     o_base = Out + off_z.to(tl.int64) * stride_oz + off_h.to(tl.int64) * stride_oh
 
     if USE_TMA:
+        # Per tile, because the descriptor's base is this tile's (batch, head) and its shape
+        # ends at kv_len (rows past it load as zeros). A persistent program rewrites its
+        # descriptors once per tile, after the previous tile's loads have all completed.
         k_desc = tl.make_tensor_descriptor(k_base, shape=[kv_len, HEAD_DIM], strides=[stride_kn, 1],
                                            block_shape=[BLOCK_N, HEAD_DIM])
         if FP8:
@@ -168,3 +170,56 @@ def attention_forward_kernel(
     if FP8:
         out = out * (tl.load(Scales + 2) / 448.0)
     tl.store(o_base + offs_m[:, None] * stride_om + offs_d[None, :], out.to(Out.dtype.element_ty), mask=row_ok)
+
+
+@triton.jit
+def attention_forward_kernel(
+    Q, K, V, Out, Scales,
+    stride_qz, stride_qh, stride_qm,
+    stride_kz, stride_kh, stride_kn,
+    stride_vz, stride_vh, stride_vn, stride_vd,
+    stride_oz, stride_oh, stride_om,
+    batch, q_heads, kv_group, q_len, kv_len, qk_scale,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    IS_CAUSAL: tl.constexpr,
+    USE_TMA: tl.constexpr,
+    WARP_SPECIALIZE: tl.constexpr,
+    FP8: tl.constexpr,
+    PERSISTENT: tl.constexpr,
+):
+    num_m_blocks = tl.cdiv(q_len, BLOCK_M)
+    if PERSISTENT:
+        # A fixed number of programs (the launcher's grid) stride over all tiles, so the
+        # per-program cost (start-up, index math, the first loads' latency) is paid once per
+        # program rather than once per tile, and the stride mixes long and short causal
+        # tiles in every program.
+        # Tile t is (batch * head, m-block) = (t // num_m_blocks, t % num_m_blocks): programs
+        # side by side run consecutive tiles, mostly of one (batch, head), so that head's
+        # K/V are read by several SMs at about the same time and stay in L2.
+        num_tiles = num_m_blocks * batch * q_heads
+        for tile in tl.range(tl.program_id(0), num_tiles, tl.num_programs(0)):
+            pid_m = tile % num_m_blocks
+            if IS_CAUSAL:
+                pid_m = num_m_blocks - 1 - pid_m  # the longest causal tiles of a head first
+            _attend_tile(
+                Q, K, V, Out, Scales,
+                stride_qz, stride_qh, stride_qm, stride_kz, stride_kh, stride_kn,
+                stride_vz, stride_vh, stride_vn, stride_vd, stride_oz, stride_oh, stride_om,
+                q_heads, kv_group, q_len, kv_len, qk_scale, pid_m, tile // num_m_blocks,
+                HEAD_DIM, BLOCK_M, BLOCK_N, IS_CAUSAL, USE_TMA, WARP_SPECIALIZE, FP8,
+            )
+    else:
+        # One program per tile: grid (m-blocks, batch * heads).
+        pid_m = tl.program_id(0)
+        if IS_CAUSAL:
+            # Causal tiles near the end of the sequence carry the most work: schedule them first.
+            pid_m = num_m_blocks - 1 - pid_m
+        _attend_tile(
+            Q, K, V, Out, Scales,
+            stride_qz, stride_qh, stride_qm, stride_kz, stride_kh, stride_kn,
+            stride_vz, stride_vh, stride_vn, stride_vd, stride_oz, stride_oh, stride_om,
+            q_heads, kv_group, q_len, kv_len, qk_scale, pid_m, tl.program_id(1),
+            HEAD_DIM, BLOCK_M, BLOCK_N, IS_CAUSAL, USE_TMA, WARP_SPECIALIZE, FP8,
+        )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -11,7 +12,7 @@ import triton
 
 from flashtune.kernels._flash_fwd import attention_forward_kernel
 from flashtune.kernels.config import Config, Value
-from flashtune.kernels.space import SAFE_DEFAULT, validate_config
+from flashtune.kernels.space import IMPLIED, SAFE_DEFAULT, validate_config
 
 SUPPORTED_HEAD_DIMS = (32, 64, 128, 256)
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -113,16 +114,52 @@ def launch_quantized(
 def _launch_kernel(q, k, v, out, scales, stride_v, *, causal: bool, scale: float, config: Config) -> Any:
     batch, q_heads, q_len, head_dim = q.shape
     kv_heads, kv_len = k.shape[1], k.shape[2]
-    grid = (triton.cdiv(q_len, int(config["BLOCK_M"])), batch * q_heads)
+    grid = launch_grid(config, q_len=q_len, batch_heads=batch * q_heads, device=q.device)
     return attention_forward_kernel[grid](
         q, k, v, out, scales,
         q.stride(0), q.stride(1), q.stride(2),
         k.stride(0), k.stride(1), k.stride(2),
         *stride_v,
         out.stride(0), out.stride(1), out.stride(2),
-        q_heads, q_heads // kv_heads, q_len, kv_len, scale * LOG2_E,
+        batch, q_heads, q_heads // kv_heads, q_len, kv_len, scale * LOG2_E,
         **compile_options(config, head_dim=head_dim, causal=causal),
     )
+
+
+#: Persistent programs per SM. One: the configs that matter at scale (BLOCK_M 128, head
+#: dim 128, 3+ stages) take more than half of an H200 SM's shared memory, so a second
+#: program would not be resident anyway; a grid beyond what is resident would run as a
+#: second, partial wave (the imbalance a persistent grid exists to remove). Small configs
+#: could host several per SM; deriving this from the resource model is the next step once
+#: measurements show it matters.
+PROGRAMS_PER_SM = 1
+#: Persistent programs under the interpreter (no SMs): few, so tests loop over several tiles.
+INTERPRETER_PROGRAMS = 3
+
+
+def launch_grid(config: Config, *, q_len: int, batch_heads: int, device: torch.device) -> tuple[int, ...]:
+    """The launch grid: (query blocks, batch * heads) tiles, or a 1-D persistent grid."""
+    m_blocks = triton.cdiv(q_len, int(config["BLOCK_M"]))
+    if is_persistent(config):
+        return (min(m_blocks * batch_heads, _persistent_programs(device)),)
+    return (m_blocks, batch_heads)
+
+
+def is_persistent(config: Mapping[str, Value]) -> bool:
+    # A config recorded before the knob existed means the tiles grid (kernels.space.IMPLIED).
+    return config.get("grid", IMPLIED["grid"]) == "persistent"
+
+
+def _persistent_programs(device: torch.device) -> int:
+    if device.type != "cuda":
+        return INTERPRETER_PROGRAMS
+    return _sm_count(device.index if device.index is not None else torch.cuda.current_device()) * PROGRAMS_PER_SM
+
+
+@functools.lru_cache(maxsize=None)
+def _sm_count(index: int) -> int:
+    # Cached: the op's dispatch overhead is measured (BENCHMARKS.md, "Runtime").
+    return torch.cuda.get_device_properties(index).multi_processor_count
 
 
 #: Largest finite float8 e4m3 value.
@@ -163,6 +200,7 @@ def compile_options(config: Config, *, head_dim: int, causal: bool) -> dict[str,
         "USE_TMA": loads != "pointer",
         "WARP_SPECIALIZE": loads == "tma_ws",
         "FP8": bool(config["use_fp8"]),
+        "PERSISTENT": is_persistent(config),
         "num_warps": int(config["num_warps"]),
         "num_stages": int(config["num_stages"]),
     }

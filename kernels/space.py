@@ -28,17 +28,22 @@ TUNABLES: Mapping[str, tuple[Value, ...]] = MappingProxyType(
         "loads": ("pointer", "tma", "tma_ws"),
         # e4m3 Q, K, V with per-tensor scales (Hopper, Ada); checked against its own budget.
         "use_fp8": (False, True),
+        # How programs map to tiles: one program per (query block, batch, head) tile, or a
+        # persistent grid of one program per SM, each looping over tiles (BENCHMARKS.md,
+        # "The knee": many short tiles pay a fixed cost per program that nothing overlaps).
+        "grid": ("tiles", "persistent"),
     }
 )
 
 #: Knobs a config may omit, with the value that omission means. Knobs added to the space
 #: after configs were recorded (tables, stores, priors) go here, so old configs keep
 #: meaning the kernel they were measured on.
-IMPLIED: Mapping[str, Value] = MappingProxyType({"loads": "pointer", "use_fp8": False})
+IMPLIED: Mapping[str, Value] = MappingProxyType({"loads": "pointer", "use_fp8": False, "grid": "tiles"})
 
 #: A config that compiles and fits every GPU flashtune knows at every head dim
 #: (about 50 KB of shared memory at head_dim 256); slow but safe.
-SAFE_DEFAULT = Config(BLOCK_M=64, BLOCK_N=32, num_warps=4, num_stages=2, loads="pointer", use_fp8=False)
+SAFE_DEFAULT = Config(BLOCK_M=64, BLOCK_N=32, num_warps=4, num_stages=2, loads="pointer", use_fp8=False,
+                      grid="tiles")
 
 
 def validate_config(config: Mapping[str, Value]) -> Config:

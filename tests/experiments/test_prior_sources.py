@@ -180,6 +180,9 @@ def test_mlflow_params_read_back_as_the_kernel_declares_them() -> None:
     assert config["use_fp8"] is False
     with pytest.raises(ValueError, match="not one of"):
         parse_config({**params, "BLOCK_M": "100"})
+    assert parse_config({**params, "grid": "persistent"})["grid"] == "persistent"
+    with pytest.raises(ValueError, match="not one of"):
+        parse_config({**params, "grid": "waves"})
 
 
 def test_a_study_records_its_priors(replay_dir, stores, h200, mlflow_client) -> None:

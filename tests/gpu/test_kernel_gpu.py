@@ -81,16 +81,32 @@ def test_every_feasible_config(shape, dtype, hardware, precompiled):
     assert not failures, failures
 
 
+@pytest.mark.parametrize("grid", ["tiles", "persistent"])
 @pytest.mark.parametrize("nq,nk", [(1, 1), (1, 300), (300, 1), (37, 1000), (1000, 37), (777, 777), (4097, 4099)])
 @pytest.mark.parametrize("causal", [False, True])
-def test_odd_lengths_sampled_configs(nq, nk, causal, hardware):
+def test_odd_lengths_sampled_configs(nq, nk, causal, grid, hardware):
     w = Workload(1, 8, 2, nq, nk, 128, "bfloat16", causal)
     q, k, v = make_inputs(w, seed=nq * 7 + nk, dev=torch.device("cuda"))
     ref = reference_attention(q, k, v, causal=causal)
-    configs = [c for c in all_configs() if check(c, w, hardware).feasible]
+    configs = [c for c in all_configs() if c["grid"] == grid and check(c, w, hardware).feasible]
     for config in random.Random(nq + nk).sample(configs, 4):
         err = relative_error(flash_attention(q, k, v, causal=causal, config=config), ref)
         assert err < TOLERANCE["bfloat16"], (config, err)
+
+
+@pytest.mark.parametrize("loads", ["pointer", "tma", "tma_ws"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_persistent_grid_with_more_tiles_than_sms(loads, causal, hardware):
+    """Each program loops over several tiles (per-tile descriptors for TMA); GQA, ragged tails."""
+    w = Workload(4, 16, 4, 1000, 1037, 128, "bfloat16", causal)
+    q, k, v = make_inputs(w, seed=5, dev=torch.device("cuda"))
+    ref = reference_attention(q, k, v, causal=causal)
+    config = {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 3, "loads": loads, "use_fp8": False}
+    assert math.ceil(1000 / 128) * 4 * 16 > torch.cuda.get_device_properties(q.device).multi_processor_count
+    for grid in ("tiles", "persistent"):
+        out = flash_attention(q, k, v, causal=causal, config={**config, "grid": grid})
+        assert torch.isfinite(out).all(), grid
+        assert relative_error(out, ref) < TOLERANCE["bfloat16"], grid
 
 
 def test_infeasible_config_is_a_clear_error_not_a_triton_traceback():

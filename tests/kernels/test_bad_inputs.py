@@ -76,4 +76,5 @@ def test_causal_must_be_bool():
 
 def test_validate_config_returns_config():
     cfg = validate_config({"BLOCK_M": 64, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2})
-    assert isinstance(cfg, Config) and hash(cfg) == hash(Config(BLOCK_M=64, BLOCK_N=32, num_warps=4, num_stages=2, loads="pointer", use_fp8=False))
+    complete = Config(BLOCK_M=64, BLOCK_N=32, num_warps=4, num_stages=2, loads="pointer", use_fp8=False, grid="tiles")
+    assert isinstance(cfg, Config) and hash(cfg) == hash(complete)
