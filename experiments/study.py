@@ -240,8 +240,18 @@ def run_study(
     def load_final() -> list[Trial]:
         return claims.snapshot().trials() if shared else store.load_history().trials
 
+    def whole(callback: Callback) -> Callback:
+        # A SIGTERM raised inside an MLflow write can leave its SQLite session unusable, and
+        # then closing the parent KILLED fails (seen in CI under load): let the write finish,
+        # take the signal right after it.
+        def call(trial: Trial, trials: Sequence[Trial]) -> None:
+            with _signals_deferred():
+                callback(trial, trials)
+
+        return call
+
     # Shared: trials carry the storage's numbers and the study's wall time already.
-    loop_callbacks = [tracker, *callbacks] if shared else [stamped(tracker), *(stamped(c) for c in callbacks)]
+    loop_callbacks = [whole(tracker), *callbacks] if shared else [whole(stamped(tracker)), *(stamped(c) for c in callbacks)]
     try:
         # Inside the try: a failure while reconciling must not leave the parent RUNNING.
         tracker.start(history.trials)

@@ -120,7 +120,7 @@ def test_sigterm_ends_killed_and_resumes(replay_dir, stores, tmp_path) -> None:
     client = MlflowClient(tracking_uri=stores["tracking_uri"])
     experiment = client.get_experiment_by_name("flashtune/NVIDIA H200")
     parent = client.search_runs([experiment.experiment_id], filter_string="tags.role = 'study'")[0]
-    assert parent.info.status == "KILLED"
+    assert parent.info.status == "KILLED", err[-3000:]
     study = optuna.load_study(study_name=STORAGE_NAME.format(name), storage=stores["storage"])
     assert not [t for t in study.get_trials(deepcopy=False) if t.state == optuna.trial.TrialState.RUNNING]
     stopped_at = len(measured(stores["storage"], name))
