@@ -26,13 +26,11 @@ import argparse
 import dataclasses
 import datetime
 import json
-import os
 import shlex
 import sys
 import time
 from collections import defaultdict
 from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +41,9 @@ from flashtune.experiments.landscape import Landscape, build_landscape
 from flashtune.objectives.hardware import load_spec
 from flashtune.objectives.replay import ReplayObjective
 from flashtune.objectives.types import Measurement
-from flashtune.search import make_strategy, run, strategy_names
+from flashtune.experiments.replay_batch import job_count, quiet_worker, run_all, select_strategies, write_report
+from flashtune.search import make_strategy, run
+from flashtune.search._base import check_options, option_defaults, option_value
 
 DEFAULT_TABLES = Path(__file__).resolve().parent / "data" / "h200"
 TOLERANCES = {"evals_to_2pct": 0.02, "evals_to_5pct": 0.05}
@@ -75,16 +75,7 @@ _WORKER: dict[str, Any] = {}
 
 def _init_worker(paths: Sequence[str], hardware: str, noise: bool, priors: str) -> None:
     """Load the tables once per process; keep numeric libraries to one thread each."""
-    try:
-        from threadpoolctl import threadpool_limits
-
-        # Several runs in parallel: BLAS threads would only fight over the cores.
-        _WORKER["limits"] = threadpool_limits(1)
-    except ImportError:  # threadpoolctl comes with scikit-learn; without it, run as is
-        pass
-    import optuna
-
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    _WORKER["limits"] = quiet_worker()
     spec = load_spec(hardware)
     landscapes = {ls.name: ls for ls in (build_landscape(p, spec) for p in paths)}
     _WORKER.update(landscapes=landscapes, noise=noise, priors=priors)
@@ -225,7 +216,7 @@ def run_compare(args: argparse.Namespace) -> int:
     spec = load_spec(args.hardware)
     landscapes = [build_landscape(p, spec) for p in paths]
     landscapes = _select_workloads(landscapes, args.workloads)
-    strategies = _select_strategies(args.strategies)
+    strategies = select_strategies(args.strategies)
     options = _parse_options(args.option, strategies)
     runs = [RunSpec(name, tuple(sorted(options.get(name, {}).items())), ls.name, seed,
                     args.budget if args.budget is not None else len(ls.feasible))
@@ -244,19 +235,17 @@ def run_compare(args: argparse.Namespace) -> int:
         args.out.mkdir(parents=True, exist_ok=True)
         for path in plot_curves(landscapes, results, strategies, args.out):
             print(f"wrote {path}", file=sys.stderr)
-        _write_json(args.out / "report.json", report)
+        write_report(args.out / "report.json", report)
         _write_runs(args.out / "runs.jsonl", results)
     if args.json is not None:
-        _write_json(args.json, report)
+        write_report(args.json, report)
     print(format_table(report))
     return 0
 
 
 def _execute(runs: Sequence[RunSpec], paths: Sequence[str], args: argparse.Namespace) -> list[RunResult]:
     """Run everything, in worker processes, printing progress per strategy and workload."""
-    jobs = args.jobs if args.jobs is not None else (os.cpu_count() or 1)
-    if jobs < 1:
-        raise ValueError(f"--jobs must be >= 1, got {jobs}")
+    jobs = job_count(args.jobs)
     started = time.perf_counter()
     groups: dict[tuple[str, str], int] = defaultdict(int)
     for spec in runs:
@@ -276,21 +265,8 @@ def _execute(runs: Sequence[RunSpec], paths: Sequence[str], args: argparse.Names
                   f"{np.mean([r.seconds for r in done[key]]):.2f} s/run; {elapsed:.0f} s elapsed, ~{eta:.0f} s left",
                   file=sys.stderr, flush=True)
 
-    init = (list(paths), args.hardware, args.noise, args.priors)
-    if jobs == 1:
-        _init_worker(*init)
-        for spec in runs:
-            record(_run_one(spec))
-        return results
-    # Spawned workers: a clean interpreter each (no forked thread pools or torch state).
-    import multiprocessing
-
-    context = multiprocessing.get_context("spawn")
-    # Slow strategies first, so the pool does not end on a long tail of them.
-    order = sorted(runs, key=lambda s: s.strategy not in ("gp", "skopt"))
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=context, initializer=_init_worker, initargs=init) as pool:
-        for future in as_completed([pool.submit(_run_one, spec) for spec in order]):
-            record(future.result())
+    run_all(runs, _run_one, jobs=jobs, initializer=_init_worker,
+            initargs=(list(paths), args.hardware, args.noise, args.priors), record=record)
     return results
 
 
@@ -315,15 +291,6 @@ def _select_workloads(landscapes: list[Landscape], text: str) -> list[Landscape]
     return list(dict.fromkeys(by_name[n] for n in names))
 
 
-def _select_strategies(text: str) -> list[str]:
-    known = strategy_names()
-    names = [n.strip() for n in text.split(",") if n.strip()] or known
-    unknown = [n for n in names if n not in known]
-    if unknown:
-        raise ValueError(f"--strategies: unknown {unknown}; registered: {known}")
-    return list(dict.fromkeys(names))
-
-
 def _parse_options(items: Sequence[str], strategies: Sequence[str]) -> dict[str, dict[str, Any]]:
     options: dict[str, dict[str, Any]] = defaultdict(dict)
     for item in items:
@@ -333,34 +300,14 @@ def _parse_options(items: Sequence[str], strategies: Sequence[str]) -> dict[str,
             raise ValueError(f"--option {item!r}: expected STRATEGY.NAME=VALUE")
         if strategy not in strategies:
             raise ValueError(f"--option {item!r}: strategy {strategy!r} is not compared ({list(strategies)})")
-        if text in ("True", "False"):  # Python's spelling, as the defaults print
-            text = text.lower()
-        try:
-            options[strategy][name] = json.loads(text)
-        except json.JSONDecodeError:
-            options[strategy][name] = text
+        options[strategy][name] = option_value(text)
     for strategy, values in options.items():
         # Fail now, naming the option, rather than in a worker process.
-        from flashtune.search._base import _REGISTRY, _check_option_type
-
-        defaults = _REGISTRY[strategy].options_defaults
-        unknown = sorted(set(values) - set(defaults))
-        if unknown:
-            raise ValueError(f"--option: {strategy} has no option(s) {unknown}; known: {sorted(defaults)}")
-        for name, value in values.items():
-            try:
-                _check_option_type(strategy, name, value, defaults[name])
-            except TypeError as exc:
-                raise ValueError(f"--option: {exc}") from None
+        try:
+            check_options(strategy, option_defaults(strategy), values)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"--option: {exc}") from None
     return dict(options)
-
-
-def _write_json(path: Path, report: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(report, indent=2, sort_keys=True, allow_nan=False) + "\n")
-    tmp.replace(path)
-    print(f"wrote {path}", file=sys.stderr)
 
 
 def _write_runs(path: Path, results: Sequence[RunResult]) -> None:

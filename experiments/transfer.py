@@ -23,14 +23,11 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
-import json
-import os
 import shlex
 import sys
 import time
 from collections import defaultdict
 from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,7 +38,8 @@ from flashtune.experiments import scoring
 from flashtune.experiments.landscape import Landscape, build_landscape
 from flashtune.objectives.hardware import HardwareSpec, load_spec
 from flashtune.objectives.replay import ReplayObjective
-from flashtune.search import History, make_strategy, run, strategy_names
+from flashtune.experiments.replay_batch import job_count, quiet_worker, run_all, select_strategies, write_report
+from flashtune.search import History, make_strategy, run
 
 DEFAULT_TABLES = Path(__file__).resolve().parent / "data" / "h200"
 #: Shared memory per block of the simulated smaller GPU: sm86/sm89's 99 KB (RTX 4090, L40S, A10).
@@ -130,15 +128,7 @@ def smaller_spec(shared_bytes: int = SMALLER_SHARED_BYTES) -> HardwareSpec:
 
 
 def _init_worker(tables: str, shared_bytes: int) -> None:
-    try:
-        from threadpoolctl import threadpool_limits
-
-        _WORKER["limits"] = threadpool_limits(1)  # runs in parallel: BLAS threads would fight
-    except ImportError:
-        pass
-    import optuna
-
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    _WORKER["limits"] = quiet_worker()
     _WORKER.update(tables=Path(tables), specs={False: load_spec("h200"), True: smaller_spec(shared_bytes)},
                    landscapes={})
 
@@ -314,7 +304,7 @@ def run_transfer(args: argparse.Namespace) -> int:
             print(f"{i:2d}  {pair.kind:<22s} {pair.name}")
         return 0
     pairs = _select_pairs(args.pairs)
-    strategies = _select_strategies(args.strategies)
+    strategies = select_strategies(args.strategies)
     tables = Path(args.tables)
     missing = sorted({f"{w}.jsonl" for p in pairs for w in (p.source, p.target)
                       if not (tables / f"{w}.jsonl").exists()})
@@ -335,18 +325,15 @@ def run_transfer(args: argparse.Namespace) -> int:
 
         args.out.mkdir(parents=True, exist_ok=True)
         print(f"wrote {plot_transfer(report, args.out / 'transfer.png')}", file=sys.stderr)
-        _write_json(args.out / "transfer.json", report)
+        write_report(args.out / "transfer.json", report)
     if args.json is not None:
-        _write_json(args.json, report)
+        write_report(args.json, report)
     print(format_table(report))
     return 0
 
 
 def _execute(runs: Sequence[RunSpec], args: argparse.Namespace) -> list[RunResult]:
-    jobs = args.jobs if args.jobs is not None else (os.cpu_count() or 1)
-    if jobs < 1:
-        raise ValueError(f"--jobs must be >= 1, got {jobs}")
-    init = (str(args.tables), args.smaller_shared_bytes)
+    jobs = job_count(args.jobs)
     print(f"transfer: {len(runs)} runs on {jobs} process(es)", file=sys.stderr)
     started = time.perf_counter()
     results: list[RunResult] = []
@@ -358,19 +345,8 @@ def _execute(runs: Sequence[RunSpec], args: argparse.Namespace) -> list[RunResul
             print(f"  [{len(results):5d}/{len(runs)}] {elapsed:.0f} s elapsed, "
                   f"~{elapsed / len(results) * (len(runs) - len(results)):.0f} s left", file=sys.stderr, flush=True)
 
-    if jobs == 1:
-        _init_worker(*init)
-        for spec in runs:
-            record(_run_one(spec))
-        return results
-    import multiprocessing
-
-    # Spawned workers: a clean interpreter each; slow strategies first (no long tail).
-    order = sorted(runs, key=lambda s: s.strategy not in ("gp", "skopt"))
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"),
-                             initializer=_init_worker, initargs=init) as pool:
-        for future in as_completed([pool.submit(_run_one, spec) for spec in order]):
-            record(future.result())
+    run_all(runs, _run_one, jobs=jobs, initializer=_init_worker,
+            initargs=(str(args.tables), args.smaller_shared_bytes), record=record)
     return results
 
 
@@ -384,23 +360,6 @@ def _select_pairs(text: str) -> list[Pair]:
             raise ValueError(f"--pairs: {item!r} is not a pair number 1..{len(DEFAULT_PAIRS)} (see --list-pairs)")
         chosen.append(DEFAULT_PAIRS[int(item) - 1])
     return list(dict.fromkeys(chosen))
-
-
-def _select_strategies(text: str) -> list[str]:
-    known = strategy_names()
-    names = [n.strip() for n in text.split(",") if n.strip()] or known
-    unknown = [n for n in names if n not in known]
-    if unknown:
-        raise ValueError(f"--strategies: unknown {unknown}; registered: {known}")
-    return list(dict.fromkeys(names))
-
-
-def _write_json(path: Path, report: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(report, indent=2, sort_keys=True, allow_nan=False) + "\n")
-    tmp.replace(path)
-    print(f"wrote {path}", file=sys.stderr)
 
 
 def _command_line(args: argparse.Namespace) -> str:

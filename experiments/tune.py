@@ -11,7 +11,6 @@ The GPU study scripts (``experiments/studies/*.py``) call :func:`main_for_gpu`.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import signal
 import sys
@@ -99,16 +98,15 @@ def main_for_gpu(hardware: str, workloads: Sequence[Workload], argv: Sequence[st
 
 
 def parse_options(items: Sequence[str]) -> dict[str, Any]:
-    """``KEY=VALUE`` pairs; VALUE is read as JSON (numbers, true, lists) or else kept as text."""
+    """``KEY=VALUE`` pairs; VALUE read by ``search.option_value`` (JSON, True/False, or text)."""
+    from flashtune.search._base import option_value
+
     options: dict[str, Any] = {}
     for item in items:
         key, sep, text = item.partition("=")
         if not sep or not key.strip():
             raise ValueError(f"--option {item!r}: expected KEY=VALUE")
-        try:
-            options[key.strip()] = json.loads(text)
-        except json.JSONDecodeError:
-            options[key.strip()] = text
+        options[key.strip()] = option_value(text)
     return options
 
 

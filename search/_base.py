@@ -7,6 +7,7 @@ loop (``flashtune.search.loop``) owns ask -> evaluate -> tell -> callbacks.
 from __future__ import annotations
 
 import abc
+import json
 import math
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
@@ -42,13 +43,7 @@ class Strategy(abc.ABC):
             raise TypeError(f"space must be a SearchSpace, got {type(space).__name__}")
         if not isinstance(seed, int) or isinstance(seed, bool):
             raise TypeError(f"seed must be an int, got {seed!r}")
-        unknown = sorted(set(options) - set(self.options_defaults))
-        if unknown:
-            raise ValueError(
-                f"{self.name}: unknown option(s) {unknown}; known options are {sorted(self.options_defaults)}"
-            )
-        for name, value in options.items():
-            _check_option_type(self.name, name, value, self.options_defaults[name])
+        check_options(self.name, self.options_defaults, options)
         self.space = space
         self.seed = seed
         self.options: dict[str, Any] = {**self.options_defaults, **options}
@@ -105,19 +100,47 @@ def _load_builtin() -> None:
 StrategyFactory = Callable[..., Strategy]
 
 
-def _check_option_type(strategy: str, name: str, value: Any, default: Any) -> None:
-    """Raise naming the option when ``value`` is not of its default's kind.
+def option_defaults(name: str) -> Mapping[str, Any]:
+    """A registered strategy's options and their defaults."""
+    _load_builtin()
+    if name not in _REGISTRY:
+        raise ValueError(f"unknown strategy {name!r}; registered: {sorted(_REGISTRY)}")
+    return _REGISTRY[name].options_defaults
 
-    Why: a flag typed on a command line arrives as text, and ``"False"`` is truthy; a bool
-    option must get a bool, a number option a number (an int is a fine float). Options
-    whose default is None or text take anything: their strategy checks them.
+
+def option_value(text: str) -> Any:
+    """An option's value as typed on a command line: JSON (``3``, ``0.5``, ``true``,
+    ``[1, 2]``), Python's ``True``/``False`` as the defaults print, else the text itself."""
+    if text in ("True", "False"):
+        return text == "True"
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def check_options(strategy: str, defaults: Mapping[str, Any], options: Mapping[str, Any]) -> None:
+    """Raise naming the option when one is unknown or not of its default's kind.
+
+    Why the kind: a flag typed on a command line arrives as text, and ``"False"`` is
+    truthy; a bool option must get a bool, a number option a number (an int is a fine
+    float). Options whose default is None or text take anything: their strategy checks them.
+
+    Raises:
+        ValueError: an unknown option (the known ones listed).
+        TypeError: a value of the wrong kind.
     """
-    if isinstance(default, bool):
-        ok = isinstance(value, bool)
-    elif isinstance(default, (int, float)):
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-    else:
-        return
-    if not ok:
-        raise TypeError(f"{strategy}: option {name} must be {type(default).__name__} like its default "
-                        f"{default!r}, got {value!r}")
+    unknown = sorted(set(options) - set(defaults))
+    if unknown:
+        raise ValueError(f"{strategy}: unknown option(s) {unknown}; known options are {sorted(defaults)}")
+    for name, value in options.items():
+        default = defaults[name]
+        if isinstance(default, bool):
+            ok = isinstance(value, bool)
+        elif isinstance(default, (int, float)):
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        else:
+            continue
+        if not ok:
+            raise TypeError(f"{strategy}: option {name} must be {type(default).__name__} like its default "
+                            f"{default!r}, got {value!r}")

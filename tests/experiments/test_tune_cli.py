@@ -44,6 +44,7 @@ def test_several_workloads_one_study_each(replay_dir, stores, tmp_path, capsys) 
     (["--hardware", "voodoo2"], "unknown hardware 'voodoo2'"),
     (["--option", "novalue"], "expected KEY=VALUE"),
     (["--option", "no_such_option=3"], "unknown option(s) ['no_such_option']"),
+    (["--option", "prior_trials=many"], "option prior_trials must be int"),
     (["--trials", "0"], "trials must be a positive int"),
     (["--study-name", "'; drop"], "study name"),
 ])
@@ -132,3 +133,10 @@ def test_ui_says_when_its_port_is_taken(replay_dir, stores, tmp_path, capsys) ->
         port = busy.getsockname()[1]
         assert main(["ui", "--tracking-uri", stores["tracking_uri"], "--port", str(port)]) == 2
     assert f"port {port} on 127.0.0.1 is in use" in capsys.readouterr().err
+
+
+def test_option_values_read_as_the_defaults_print() -> None:
+    from flashtune.experiments.tune import parse_options
+
+    assert parse_options(["start_center=False", "n_startup=4", "startup=latin", "xi=0.5"]) == {
+        "start_center": False, "n_startup": 4, "startup": "latin", "xi": 0.5}
