@@ -113,17 +113,25 @@ def launch_quantized(
 
 def _launch_kernel(q, k, v, out, scales, stride_v, *, causal: bool, scale: float, config: Config) -> Any:
     batch, q_heads, q_len, head_dim = q.shape
-    kv_heads, kv_len = k.shape[1], k.shape[2]
     grid = launch_grid(config, q_len=q_len, batch_heads=batch * q_heads, device=q.device)
-    return attention_forward_kernel[grid](
-        q, k, v, out, scales,
-        q.stride(0), q.stride(1), q.stride(2),
-        k.stride(0), k.stride(1), k.stride(2),
-        *stride_v,
-        out.stride(0), out.stride(1), out.stride(2),
-        batch, q_heads, q_heads // kv_heads, q_len, kv_len, scale * LOG2_E,
-        **compile_options(config, head_dim=head_dim, causal=causal),
-    )
+    args = kernel_arguments(q, k, v, out, scales, stride_q=q.stride()[:3], stride_k=k.stride()[:3],
+                            stride_v=stride_v, stride_o=out.stride()[:3], batch=batch, q_heads=q_heads,
+                            kv_heads=k.shape[1], q_len=q_len, kv_len=k.shape[2], scale=scale)
+    return attention_forward_kernel[grid](*args, **compile_options(config, head_dim=head_dim, causal=causal))
+
+
+def kernel_arguments(q: Any, k: Any, v: Any, out: Any, scales: Any, *, stride_q: tuple[int, ...],
+                     stride_k: tuple[int, ...], stride_v: tuple[int, ...], stride_o: tuple[int, ...],
+                     batch: int, q_heads: int, kv_heads: int, q_len: int, kv_len: int,
+                     scale: float) -> tuple[Any, ...]:
+    """The kernel's positional arguments, in its order (one place: launch and precompile).
+
+    Strides are (batch, head, row) for q, k and out, and (batch, head, row, column) for v;
+    precompile passes the workload's strides with stand-in buffers, because Triton
+    specializes a binary on the integers (equal to 1, divisible by 16), not on the data.
+    """
+    return (q, k, v, out, scales, *stride_q, *stride_k, *stride_v, *stride_o,
+            batch, q_heads, q_heads // kv_heads, q_len, kv_len, scale * LOG2_E)
 
 
 #: Persistent programs per SM. One: the configs that matter at scale (BLOCK_M 128, head
@@ -183,10 +191,15 @@ def quantize_fp8(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[tor
     k8, sk = quantize(k)
     v8, sv = quantize(v)
     batch, heads, kv_len, head_dim = v.shape
-    padded = triton.cdiv(kv_len, 16) * 16
-    v8_t = torch.empty((batch, heads, head_dim, padded), dtype=torch.float8_e4m3fn, device=v.device)
+    v8_t = torch.empty((batch, heads, head_dim, fp8_v_row(kv_len)), dtype=torch.float8_e4m3fn, device=v.device)
     v8_t[..., :kv_len] = v8.transpose(-1, -2)
     return q8, k8, v8_t[..., :kv_len], torch.stack([sq, sk, sv])
+
+
+def fp8_v_row(kv_len: int) -> int:
+    """Elements per row of :func:`quantize_fp8`'s V^T: kv_len padded to 16 (16-byte aligned
+    rows, as tensor descriptors need)."""
+    return triton.cdiv(kv_len, 16) * 16
 
 
 def compile_options(config: Config, *, head_dim: int, causal: bool) -> dict[str, Any]:

@@ -26,7 +26,7 @@ def _compile(config: dict, workload: dict) -> tuple[str, float]:
     import torch
 
     from flashtune.kernels._flash_fwd import attention_forward_kernel
-    from flashtune.kernels.attention import LOG2_E, compile_options
+    from flashtune.kernels.attention import compile_options, fp8_v_row, kernel_arguments
     from flashtune.kernels.space import validate_config
     from flashtune.objectives.bench import _TORCH_DTYPES
 
@@ -35,25 +35,25 @@ def _compile(config: dict, workload: dict) -> tuple[str, float]:
     try:
         cfg = validate_config(config)  # configs recorded before a knob existed: its implied value
         # Tiny buffers: warm-up reads pointers' dtype and alignment and the integer values
-        # (Triton specializes strides equal to 1 or divisible by 16), not data. The argument
-        # list mirrors kernels.attention._launch_kernel, fp8 layout included (quantize_fp8).
+        # (Triton specializes strides equal to 1 or divisible by 16), not data; the strides
+        # are those of the contiguous inputs the launcher sees (fp8: quantize_fp8's layout).
         out = torch.empty(64, device="cuda", dtype=_TORCH_DTYPES[w.dtype])
-        q_strides = (w.q_heads * w.q_len * w.head_dim, w.q_len * w.head_dim, w.head_dim)
-        kv_strides = (w.kv_heads * w.kv_len * w.head_dim, w.kv_len * w.head_dim, w.head_dim)
+        stride_q = (w.q_heads * w.q_len * w.head_dim, w.q_len * w.head_dim, w.head_dim)
+        stride_k = (w.kv_heads * w.kv_len * w.head_dim, w.kv_len * w.head_dim, w.head_dim)
         if cfg["use_fp8"]:
             qkv = torch.empty(64, device="cuda", dtype=torch.float8_e4m3fn)
             scales = torch.empty(3, device="cuda", dtype=torch.float32)
-            padded = -(-w.kv_len // 16) * 16  # V^T rows padded to 16 elements
-            v_strides = (w.kv_heads * w.head_dim * padded, w.head_dim * padded, 1, padded)
+            row = fp8_v_row(w.kv_len)  # V^T: (batch, head, head_dim, row), read as (.., n, d)
+            stride_v = (w.kv_heads * w.head_dim * row, w.head_dim * row, 1, row)
         else:
             qkv = scales = out  # the launcher passes q as the (unread) scales pointer
-            v_strides = (*kv_strides, 1)
-        attention_forward_kernel.warmup(
-            qkv, qkv, qkv, out, scales,
-            *q_strides, *kv_strides, *v_strides, *q_strides,
-            w.batch, w.q_heads, w.q_heads // w.kv_heads, w.q_len, w.kv_len, LOG2_E / math.sqrt(w.head_dim),
-            **compile_options(cfg, head_dim=w.head_dim, causal=w.causal), grid=(1,),
-        )
+            stride_v = (*stride_k, 1)
+        args = kernel_arguments(qkv, qkv, qkv, out, scales, stride_q=stride_q, stride_k=stride_k,
+                                stride_v=stride_v, stride_o=stride_q, batch=w.batch, q_heads=w.q_heads,
+                                kv_heads=w.kv_heads, q_len=w.q_len, kv_len=w.kv_len,
+                                scale=1 / math.sqrt(w.head_dim))
+        attention_forward_kernel.warmup(*args, **compile_options(cfg, head_dim=w.head_dim, causal=w.causal),
+                                        grid=(1,))
     except Exception as exc:  # noqa: BLE001 - reported to the parent; the worker will classify it
         return f"{type(exc).__name__}: {exc}", time.perf_counter() - started
     return "", time.perf_counter() - started
