@@ -1,0 +1,236 @@
+"""Claims on a study that many workers share, made only through Optuna's storage.
+
+Several processes (one per GPU, on one host or many) tune one study. They coordinate
+through nothing but the study's Optuna storage (PostgreSQL, or ``journal:PATH`` on one
+host): no scheduler, no queue, no lock of our own.
+
+A worker *claims* a config by creating the RUNNING Optuna trial for it before measuring
+it. The storage makes creation atomic: RDBStorage locks the study row while it numbers a
+trial, JournalStorage appends under a file lock, and the config is a user attribute of
+the template trial, so it is written in the same step. After creating its claim a worker
+reads the study back and keeps the claim only if
+
+- no live trial (measured, or RUNNING and not released) created before it has the same
+  config (uniqueness: the oldest claim of a config wins), and
+- fewer than ``budget`` live trials were created before it (the budget is exact).
+
+A losing claim is *released*: marked FAIL with ``flashtune.released`` (the reason) and
+never part of the history; the worker asks its strategy again. Every worker applies the
+same rule to the same ordering (the storage's trial ids), so all agree on the winner.
+
+Dead workers: a claim whose worker was SIGKILLed stays RUNNING until it is *reaped*:
+on the worker's own host by its process id (immediately), from any host by Optuna's
+heartbeat (RDB storage with ``heartbeat_interval``: ``fail_stale_trials``). A reaped
+claim that had written its measurement still counts (the measurement attribute is what
+makes a trial measured); one without is failed with ``flashtune.interrupted`` and its
+config is free to be claimed again: retried once, recorded once.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import socket
+import time
+import warnings
+from dataclasses import dataclass, field
+from typing import Any
+
+from flashtune.experiments.study.storage import (
+    CONFIG_ATTR,
+    ELAPSED_ATTR,
+    INTERRUPTED_ATTR,
+    MEASUREMENT_ATTR,
+    NUMBER_ATTR,
+    OWNER_ATTR,
+    TrialStore,
+    _process_alive,
+)
+from flashtune.kernels.config import Config
+from flashtune.objectives.types import Measurement
+from flashtune.search.loop import Trial
+
+#: Trial user attribute of a released claim: why it lost ("duplicate" or "over budget").
+RELEASED_ATTR = "flashtune.released"
+
+
+@dataclass
+class Snapshot:
+    """The shared study as one read of the storage saw it.
+
+    Attributes:
+        measured: measured trials by Optuna trial number (the flashtune trial number).
+        claims: configs of live RUNNING claims without a measurement, by trial id.
+        live_ids: storage trial ids of measured trials and live claims, in creation order.
+        configs_by_id: the config of each live trial id.
+        started: wall-clock start of the study (its first trial), epoch seconds.
+    """
+
+    measured: dict[int, Trial] = field(default_factory=dict)
+    claims: dict[int, Config] = field(default_factory=dict)
+    live_ids: list[int] = field(default_factory=list)
+    configs_by_id: dict[int, Config] = field(default_factory=dict)
+    started: float = math.inf
+
+    @property
+    def known(self) -> dict[Config, Measurement]:
+        return {t.config: t.measurement for t in self.measured.values()}
+
+    def trials(self) -> list[Trial]:
+        return [self.measured[n] for n in sorted(self.measured)]
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A config this worker holds: the RUNNING trial created for it."""
+
+    trial_id: int
+    number: int
+    config: Config
+
+
+class SharedTrials:
+    """Claim, measure and reap trials of one study that many workers run at once.
+
+    Args:
+        store: the study's :class:`TrialStore` (opened, identity checked).
+    """
+
+    def __init__(self, store: TrialStore) -> None:
+        import optuna
+
+        self._optuna = optuna
+        self.store = store
+        self.storage = store.storage
+        self.study_id = store.study_id
+        self._here = socket.gethostname()
+        self._study: Any = None  # an optuna.Study view, only for fail_stale_trials
+
+    # -- reading ----------------------------------------------------------------------------
+
+    def snapshot(self) -> Snapshot:
+        """One read of every trial of the study, classified (see :class:`Snapshot`)."""
+        TrialState = self._optuna.trial.TrialState
+        snap = Snapshot()
+        frozen_trials = sorted(self.storage.get_all_trials(self.study_id, deepcopy=False), key=lambda t: t._trial_id)
+        for frozen in frozen_trials:
+            if frozen.datetime_start is not None:
+                snap.started = min(snap.started, frozen.datetime_start.timestamp())
+            attrs = frozen.user_attrs
+            raw = attrs.get(CONFIG_ATTR)
+            if raw is None:
+                continue
+            config = Config.from_dict(raw)
+            if MEASUREMENT_ATTR in attrs:
+                measurement = Measurement.from_dict(attrs[MEASUREMENT_ATTR])
+                if any(t.config == config for t in snap.measured.values()):
+                    continue  # cannot happen with claims; keep the oldest if a pre-claim study has it
+                elapsed = float(attrs.get(ELAPSED_ATTR, 0.0))
+                snap.measured[frozen.number] = Trial(frozen.number, config, measurement, elapsed)
+            elif frozen.state == TrialState.RUNNING and RELEASED_ATTR not in attrs:
+                snap.claims[frozen._trial_id] = config
+            else:
+                continue  # released, interrupted: not part of the study
+            snap.live_ids.append(frozen._trial_id)
+            snap.configs_by_id[frozen._trial_id] = config
+        return snap
+
+    # -- claiming ---------------------------------------------------------------------------
+
+    def claim(self, config: Config, budget: int) -> Claim | None:
+        """Create the RUNNING trial for ``config``; None if an older trial wins (released)."""
+        optuna = self._optuna
+        in_space = config in self.store._space
+        template = optuna.trial.create_trial(
+            state=optuna.trial.TrialState.RUNNING,
+            params=config.to_dict() if in_space else {},
+            distributions=self.store._distributions if in_space else {},
+            user_attrs={
+                CONFIG_ATTR: config.to_dict(),
+                OWNER_ATTR: {"host": self._here, "pid": os.getpid()},
+            },
+        )
+        trial_id = self.storage.create_new_trial(self.study_id, template_trial=template)
+        number = self.storage.get_trial_number_from_id(trial_id)
+        snap = self.snapshot()
+        older = [i for i in snap.live_ids if i < trial_id]
+        if any(snap.configs_by_id[i] == config for i in older):
+            self._release(trial_id, "duplicate")
+            return None
+        if len(older) >= budget:
+            self._release(trial_id, "over budget")
+            return None
+        self.storage.set_trial_user_attr(trial_id, NUMBER_ATTR, number)
+        return Claim(trial_id, number, config)
+
+    def heartbeat(self, claim: Claim) -> Any:
+        """A context manager that beats for ``claim`` while it is measured (RDB storage with
+        a heartbeat interval; a no-op otherwise)."""
+        from optuna.storages._heartbeat import get_heartbeat_thread
+
+        return get_heartbeat_thread(claim.trial_id, self.storage)
+
+    def finish(self, claim: Claim, measurement: Measurement, elapsed_s: float) -> Trial:
+        """Write the measurement (it makes the trial measured), then the final state."""
+        self.storage.set_trial_user_attr(claim.trial_id, ELAPSED_ATTR, elapsed_s)
+        self.storage.set_trial_user_attr(claim.trial_id, MEASUREMENT_ATTR, measurement.to_dict())
+        self.store._set_final_state(claim.trial_id, measurement)
+        return Trial(claim.number, claim.config, measurement, elapsed_s)
+
+    def abandon(self, claim: Claim) -> None:
+        """An exception or a signal mid-measurement: fail the claim now (its config is free)."""
+        self.store._abandon(claim.trial_id)
+
+    def _release(self, trial_id: int, reason: str) -> None:
+        self.storage.set_trial_user_attr(trial_id, RELEASED_ATTR, reason)
+        self.storage.set_trial_state_values(trial_id, self._optuna.trial.TrialState.FAIL)
+
+    # -- dead workers -------------------------------------------------------------------------
+
+    def reap(self) -> int:
+        """Fail claims of dead workers: this host's by process id, any host's by heartbeat.
+
+        Returns:
+            How many claims were failed.
+        """
+        TrialState = self._optuna.trial.TrialState
+        reaped = 0
+        for frozen in self.storage.get_all_trials(self.study_id, deepcopy=False, states=(TrialState.RUNNING,)):
+            owner = frozen.user_attrs.get(OWNER_ATTR) or {}
+            pid = owner.get("pid")
+            if owner.get("host") != self._here or not isinstance(pid, int) or _process_alive(pid):
+                continue
+            try:
+                if MEASUREMENT_ATTR in frozen.user_attrs:
+                    # Measured and written, killed before the state change: finish it, lose nothing.
+                    measurement = Measurement.from_dict(frozen.user_attrs[MEASUREMENT_ATTR])
+                    self.store._set_final_state(frozen._trial_id, measurement)
+                else:
+                    self.storage.set_trial_user_attr(frozen._trial_id, INTERRUPTED_ATTR, True)
+                    self.storage.set_trial_state_values(frozen._trial_id, TrialState.FAIL)
+            except self._optuna.exceptions.UpdateFinishedTrialError:
+                continue  # another worker reaped it first
+            reaped += 1
+        return reaped + self._reap_stale()
+
+    def _reap_stale(self) -> int:
+        """Optuna's own heartbeat check, for workers on other hosts (RDB storage only)."""
+        from optuna.storages._heartbeat import is_heartbeat_enabled
+
+        if not is_heartbeat_enabled(self.storage):
+            return 0
+        stale = self.storage._get_stale_trial_ids(self.study_id)  # what fail_stale_trials reads
+        if not stale:
+            return 0
+        if self._study is None:
+            self._study = self._optuna.load_study(study_name=self.store.study_name, storage=self.storage)
+        with warnings.catch_warnings():  # experimental since Optuna 2.9, stable in use
+            warnings.simplefilter("ignore", self._optuna.exceptions.ExperimentalWarning)
+            self._optuna.storages.fail_stale_trials(self._study)
+        return len(stale)
+
+
+def wall_elapsed_s(snapshot: Snapshot, now: float | None = None) -> float:
+    """Seconds since the shared study's first trial started (wall clock: workers differ)."""
+    now = time.time() if now is None else now
+    return max(0.0, now - snapshot.started) if math.isfinite(snapshot.started) else 0.0
