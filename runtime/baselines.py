@@ -231,7 +231,7 @@ def baseline_priors(hardware: HardwareSpec, workload: Workload) -> list[Measurem
     ``workload``, ``fingerprint="baseline-<arch>"`` (one prior source per architecture,
     apart from measured GPUs) and ``hardware="baseline <arch>"``. Nothing was timed:
     ``median_ms`` is a rank proxy (1.0 for the primary baseline, +0.1 per rank) so that
-    rankers such as ``search._priors.PriorBook`` order them; ``tflops`` is 0 and
+    rankers such as ``search.priors.PriorBook`` order them; ``tflops`` is 0 and
     ``versions["median_ms"]`` says so. ``versions`` also names the baseline's source and
     whether it had to be shrunk to fit. Never export these to a store (``export_best``
     skips priors).

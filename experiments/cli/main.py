@@ -9,8 +9,8 @@ import sys
 # Each module defines ``add_parser(subparsers)`` and sets ``func`` on its parser.
 _SUBCOMMAND_MODULES = (
     "flashtune.experiments.cli.sweep",
-    "flashtune.experiments.evaluation.compare",
-    "flashtune.experiments.evaluation.transfer",
+    "flashtune.experiments.cli.compare",
+    "flashtune.experiments.cli.transfer",
     "flashtune.experiments.cli.tune",
     "flashtune.experiments.cli.study",
     "flashtune.experiments.cli.export",

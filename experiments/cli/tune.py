@@ -86,7 +86,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def parse_options(items: Sequence[str]) -> dict[str, Any]:
     """``KEY=VALUE`` pairs; VALUE read by ``search.option_value`` (JSON, True/False, or text)."""
-    from flashtune.search._base import option_value
+    from flashtune.search import option_value
 
     options: dict[str, Any] = {}
     for item in items:
@@ -101,7 +101,7 @@ def run_tune(args: argparse.Namespace) -> int:
     """Validate everything, open the objective, run the studies one after another."""
     from flashtune.experiments.study import sources
     from flashtune.experiments.study.runner import check_study_name, studies_for
-    from flashtune.search._base import make_strategy, strategy_names
+    from flashtune.search import make_strategy, strategy_names
     from flashtune.search.space import SearchSpace
 
     # Cheap checks first, so a typo costs no objective start-up and writes nothing.

@@ -10,13 +10,10 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
-
 import numpy as np
 
-if TYPE_CHECKING:
-    from flashtune.experiments.evaluation.compare import RunResult
-    from flashtune.experiments.evaluation.landscape import Landscape
+from flashtune.experiments.evaluation.compare import RunResult, relative_curves
+from flashtune.experiments.evaluation.landscape import Landscape
 
 
 def plot_curves(landscapes: Sequence[Landscape], results: Sequence[RunResult], strategies: Sequence[str],
@@ -26,8 +23,6 @@ def plot_curves(landscapes: Sequence[Landscape], results: Sequence[RunResult], s
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
-    from flashtune.experiments.evaluation.compare import relative_curves
 
     grouped: dict[tuple[str, str], list[RunResult]] = defaultdict(list)
     for r in results:
@@ -64,8 +59,6 @@ def _draw(ax, ls: Landscape, grouped, strategies: Sequence[str], colors) -> None
     length = min(max(budgets), len(ls.random_curve)) if budgets else len(ls.random_curve)
     x = np.arange(1, length + 1)
     ax.plot(x, (ls.random_curve[:length] / ls.optimum_ms - 1) * 100, "k--", lw=1.2, label="random (expected)")
-    from flashtune.experiments.evaluation.compare import relative_curves
-
     for name in strategies:
         runs = grouped.get((name, ls.name), [])
         if not runs:

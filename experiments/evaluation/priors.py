@@ -233,7 +233,7 @@ def trial_tagger(priors: Sequence[Measurement]) -> Any:
     strategies are told to try them (``PriorBook.ranked``), when it is ranked. Trials of
     configs no prior held get no tag.
     """
-    from flashtune.search._priors import PriorBook
+    from flashtune.search.priors import PriorBook
 
     holders: dict[Config, dict[str, None]] = {}
     book = PriorBook()

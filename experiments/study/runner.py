@@ -23,10 +23,15 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from flashtune.experiments.evaluation import priors as prior_tags
+from flashtune.experiments.study.ledger import SharedLedger, StoreLedger
+from flashtune.experiments.study.storage import TrialStore, is_shared_storage, open_storage
+from flashtune.experiments.tracking.report import best_trial
+from flashtune.experiments.tracking.tracker import MlflowTracker
 from flashtune.kernels.config import Config
 from flashtune.objectives.hardware import HardwareSpec
 from flashtune.objectives.types import Measurement, Workload
-from flashtune.search._base import make_strategy, strategy_names
+from flashtune.search import make_strategy, strategy_names
 from flashtune.search.loop import Callback, History, Trial, run
 from flashtune.search.space import SearchSpace
 
@@ -132,8 +137,6 @@ class StudyResult:
 
     @property
     def best(self) -> Trial | None:
-        from flashtune.experiments.tracking.report import best_trial
-
         return best_trial(self.trials)
 
 
@@ -180,11 +183,6 @@ def run_study(
     Raises:
         Whatever ended the study, after the parent run was closed FAILED or KILLED.
     """
-    from flashtune.experiments.study.storage import TrialStore, is_shared_storage, open_storage
-    from flashtune.experiments.tracking.tracker import MlflowTracker
-
-    from flashtune.experiments.evaluation import priors as prior_tags
-
     priors = list(priors)  # told to the strategy, and described in MLflow
     fingerprint = fingerprint or study.hardware.fingerprint
     versions = dict(versions) if versions else {
@@ -202,18 +200,13 @@ def run_study(
     # where each GPU model has its own experiment), even in one shared storage.
     storage = open_storage(storage_url, heartbeat_s=heartbeat_s if shared else None)
     store = TrialStore(storage, study.storage_name, study.identity(fingerprint), space)
+    ledger: StoreLedger | SharedLedger
     if shared:
-        from flashtune.experiments.study.claims import SharedTrials
-
-        claims = SharedTrials(store)
-        claims.reap()  # dead workers' claims; live ones belong to workers running now
-        history = History()
-        for trial in claims.snapshot().trials():
-            history.trials.append(trial)
-            history.known[trial.config] = trial.measurement
+        ledger = SharedLedger(store)
+        ledger.reap()  # dead workers' claims; live ones belong to workers running now
     else:
-        store.recover()
-        history = store.load_history()
+        ledger = StoreLedger(store)
+    history = History(ledger.refresh())
     resumed = len(history.trials)
     tracker = MlflowTracker(
         tracking_uri,
@@ -230,15 +223,8 @@ def run_study(
     def result(status: str, trials: Sequence[Trial]) -> StudyResult:
         return StudyResult(study, tuple(trials), status, tracker.experiment_id, tracker.parent_run_id, resumed)
 
-    def stamped(callback: Callback) -> Callback:
-        # The loop's elapsed time restarts with each run; storage keeps the study's total.
-        def call(trial: Trial, trials: Sequence[Trial]) -> None:
-            callback(dataclasses.replace(trial, elapsed_s=store.elapsed_s(trial.number)), trials)
-
-        return call
-
     def load_final() -> list[Trial]:
-        return claims.snapshot().trials() if shared else store.load_history().trials
+        return ledger.refresh() if shared else ledger.reload()
 
     def whole(callback: Callback) -> Callback:
         # A SIGTERM raised inside an MLflow write can leave its SQLite session unusable, and
@@ -250,21 +236,15 @@ def run_study(
 
         return call
 
-    # Shared: trials carry the storage's numbers and the study's wall time already.
-    loop_callbacks = [whole(tracker), *callbacks] if shared else [whole(stamped(tracker)), *(stamped(c) for c in callbacks)]
+    # Trials carry the ledger's numbers and the study's elapsed time (all its runs).
+    loop_callbacks = [whole(tracker), *callbacks]
     try:
         # Inside the try: a failure while reconciling must not leave the parent RUNNING.
         tracker.start(history.trials)
         if on_start is not None:
             on_start(result("RUNNING", history.trials))
-        if shared:
-            from flashtune.experiments.study.shared_loop import run_shared
-
-            run_shared(strategy, claims, evaluate, max_trials=study.trials, max_seconds=study.max_seconds,
-                       callbacks=loop_callbacks, priors=priors)
-        else:
-            run(strategy, store.measuring(evaluate), max_trials=study.trials, max_seconds=study.max_seconds,
-                callbacks=loop_callbacks, priors=priors, history=history)
+        run(strategy, evaluate, ledger=ledger, max_trials=study.trials, max_seconds=study.max_seconds,
+            callbacks=loop_callbacks, priors=priors)
     except BaseException as exc:
         status = "KILLED" if isinstance(exc, (KeyboardInterrupt, StudyInterrupted)) else "FAILED"
         with _signals_deferred():

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from flashtune.kernels.config import Config
 from flashtune.objectives.types import Measurement
-from flashtune.search._base import cost_ms
+from flashtune.search import cost_ms
 from flashtune.search.loop import Evaluate, History, Trial
 from flashtune.search.space import SearchSpace
 
@@ -176,9 +176,9 @@ class TrialStore:
         self.storage = storage
         self.study_name = study_name
         self.identity = json.loads(json.dumps(dict(identity), sort_keys=True))
-        self._space = space
+        self.space = space
         self._clock = clock
-        self._distributions = {
+        self.distributions = {
             name: optuna.distributions.CategoricalDistribution(list(values)) for name, values in space.tunables.items()
         }
         self.study_id = self._create_or_load()
@@ -238,7 +238,7 @@ class TrialStore:
             if MEASUREMENT_ATTR in attrs:
                 # Measured and written, killed before the state change: finish it, lose nothing.
                 measurement = Measurement.from_dict(attrs[MEASUREMENT_ATTR])
-                self._set_final_state(trial_id, measurement)
+                self.set_final_state(trial_id, measurement)
                 salvaged += 1
                 continue
             owner = attrs.get(OWNER_ATTR) or {}
@@ -247,7 +247,7 @@ class TrialStore:
                 foreign += 1
                 continue
             pid = owner.get("pid")
-            if isinstance(pid, int) and pid != os.getpid() and _process_alive(pid):
+            if isinstance(pid, int) and pid != os.getpid() and process_alive(pid):
                 raise ValueError(
                     f"study {self.study_name!r} is being run right now by process {pid} on this host; "
                     "wait for it or stop it (SQLite storage is for one process at a time)"
@@ -307,7 +307,7 @@ class TrialStore:
                 measurement = evaluate(config)
             except BaseException:
                 # An exception or a signal mid-measurement: the trial is failed, not left RUNNING.
-                self._abandon(trial_id)
+                self.abandon(trial_id)
                 raise
             self._finish(trial_id, measurement)
             return measurement
@@ -324,13 +324,13 @@ class TrialStore:
 
     def _begin(self, config: Config) -> int:
         optuna = self._optuna
-        in_space = config in self._space
+        in_space = config in self.space
         template = optuna.trial.create_trial(
             state=optuna.trial.TrialState.RUNNING,
             # A config outside the declared space (never asked by our strategies) is kept in
             # the user attribute only: Optuna needs one distribution per param name.
             params=config.to_dict() if in_space else {},
-            distributions=self._distributions if in_space else {},
+            distributions=self.distributions if in_space else {},
             user_attrs={
                 NUMBER_ATTR: self._next_number,
                 CONFIG_ATTR: config.to_dict(),
@@ -344,11 +344,11 @@ class TrialStore:
         self.storage.set_trial_user_attr(trial_id, ELAPSED_ATTR, elapsed)
         # The measurement goes last: once it is there, a resume can finish the trial.
         self.storage.set_trial_user_attr(trial_id, MEASUREMENT_ATTR, measurement.to_dict())
-        self._set_final_state(trial_id, measurement)
+        self.set_final_state(trial_id, measurement)
         self._elapsed_by_number[self._next_number] = elapsed
         self._next_number += 1
 
-    def _set_final_state(self, trial_id: int, measurement: Measurement) -> None:
+    def set_final_state(self, trial_id: int, measurement: Measurement) -> None:
         TrialState = self._optuna.trial.TrialState
         value = cost_ms(measurement)
         if math.isfinite(value):
@@ -356,7 +356,7 @@ class TrialStore:
         else:
             self.storage.set_trial_state_values(trial_id, TrialState.FAIL)
 
-    def _abandon(self, trial_id: int) -> None:
+    def abandon(self, trial_id: int) -> None:
         TrialState = self._optuna.trial.TrialState
         try:
             self.storage.set_trial_user_attr(trial_id, INTERRUPTED_ATTR, True)
@@ -365,7 +365,7 @@ class TrialStore:
             _log.warning("study %r: could not mark trial %s failed: %s", self.study_name, trial_id, exc)
 
 
-def _process_alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

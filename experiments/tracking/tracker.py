@@ -32,6 +32,16 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 from flashtune.experiments.tracking import report
+from flashtune.experiments.tracking.shared import SharedTracking
+from flashtune.experiments.tracking.tags import (  # noqa: F401 - re-exported: the tracker's vocabulary
+    PARENT_TAG,
+    ROLE_TAG,
+    STATUS_TAG,
+    STUDY_TAG,
+    TRIAL_TAG,
+    WORKER_TAG,
+    int_or_none,
+)
 from flashtune.search.loop import Trial
 
 if TYPE_CHECKING:  # mlflow takes seconds to import: only when a study or the UI runs
@@ -42,11 +52,6 @@ DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
 #: Schemes MLflow can track to (SQLAlchemy ones may carry a driver: postgresql+psycopg2).
 _SCHEMES = ("", "file", "sqlite", "postgresql", "mysql", "mssql", "http", "https", "databricks")
 
-#: Tag keys: plain words, so MLflow filters need no backticks and the UI columns read well.
-ROLE_TAG, STUDY_TAG, TRIAL_TAG, STATUS_TAG = "role", "study", "trial", "status"
-PARENT_TAG = "mlflow.parentRunId"
-#: Child tag: host:pid of the process that wrote it (shared studies: is its writer alive?).
-WORKER_TAG = "worker"
 
 #: Measurement fields logged as child metrics (non-finite and missing values are skipped).
 _CHILD_METRICS = (
@@ -135,7 +140,7 @@ def get_or_create_experiment(client: MlflowClient, name: str, uri: str, tags: Ma
     return experiment.experiment_id
 
 
-class MlflowTracker:
+class MlflowTracker(SharedTracking):
     """Loop callback that mirrors a study into MLflow (see the module docstring).
 
     Args:
@@ -147,7 +152,7 @@ class MlflowTracker:
         child_tags: extra tags of every child (strategy, workload, GPU: to filter trials).
         trial_tags: tags of one trial's child, from the trial (which prior it came from).
         study_info: what the best-config JSON says about the study.
-        shared: many workers track this study at once (see ``tracking_shared.py``): the
+        shared: many workers track this study at once (see ``shared.py``): the
             parent is found or created race-safely, and no worker deletes a child that a
             live worker may still be writing.
     """
@@ -199,10 +204,8 @@ class MlflowTracker:
         )
         tags = {**self._parent_tags, ROLE_TAG: "study", STUDY_TAG: self.study_name}
         if self.shared:
-            from flashtune.experiments.tracking import shared as tracking_shared
-
-            self.parent_run_id = tracking_shared.find_or_create_parent(self, tags)
-            tracking_shared.reconcile(self, trials)
+            self.parent_run_id = self._shared_parent(tags)
+            self._shared_reconcile(trials)
             self.client.update_run(self.parent_run_id, status="RUNNING")
             self._opened = True
             self.client.log_batch(self.parent_run_id, params=[Param(k, v) for k, v in self._parent_params.items()])
@@ -228,9 +231,7 @@ class MlflowTracker:
         if trial.number not in self._children:
             self._children[trial.number] = self._write_child(trial)
             if self.shared:
-                from flashtune.experiments.tracking import shared as tracking_shared
-
-                tracking_shared.dedupe_child(self, trial.number)
+                    self._shared_dedupe_child(trial.number)
         self._note_best(trial)
         self._log_best_now(trial.number)
 
@@ -243,10 +244,8 @@ class MlflowTracker:
         if not self._opened:
             return
         if self.shared:
-            from flashtune.experiments.tracking import shared as tracking_shared
-
             try:  # a killed worker's trial may lack its child: whoever ends writes it
-                tracking_shared.reconcile(self, trials)
+                self._shared_reconcile(trials)
             except Exception as exc:
                 _log.warning("study %r: could not reconcile MLflow children: %s", self.study_name, exc)
         try:
@@ -331,7 +330,7 @@ class MlflowTracker:
         by_number = {t.number: t for t in trials}
         keep: dict[int, str] = {}
         for run in self._list_children():
-            number = _int_or_none(run.data.tags.get(TRIAL_TAG))
+            number = int_or_none(run.data.tags.get(TRIAL_TAG))
             trial = by_number.get(number) if number is not None else None
             complete = run.info.status in ("FINISHED", "FAILED")
             matches = trial is not None and all(
@@ -430,10 +429,3 @@ def _schema_race(exc: BaseException) -> bool:
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
-
-
-def _int_or_none(text: str | None) -> int | None:
-    try:
-        return int(text) if text is not None else None
-    except ValueError:
-        return None

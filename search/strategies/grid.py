@@ -9,13 +9,11 @@ from __future__ import annotations
 
 from flashtune.kernels.config import Config
 from flashtune.objectives.types import Measurement
-from flashtune.search._base import Strategy, cost_ms, register
+from flashtune.search.strategy import Strategy, cost_ms
 from flashtune.search._candidates import CandidatePool
-from flashtune.search._pooled import PRIOR_SOURCE
-from flashtune.search._priors import PriorBook, PriorGuide
+from flashtune.search.priors import PriorGuide
 
 
-@register
 class GridSearch(Strategy):
     name = "grid"
 
@@ -24,8 +22,7 @@ class GridSearch(Strategy):
         self._pool = CandidatePool(space)  # the feasible configs, in grid order
         self._pending = list(self._pool.configs)
         self._seen: set[Config] = set()
-        self._priors = PriorBook()
-        self._guide = PriorGuide(self._priors, self._pool.complete)
+        self._guide = PriorGuide(self.priors, self._pool.complete)
 
     def ask(self) -> Config | None:
         guided = self._guide.next_open(self._is_open)
@@ -40,10 +37,6 @@ class GridSearch(Strategy):
         return None
 
     def tell(self, config: Config, measurement: Measurement) -> None:
-        if measurement.source == PRIOR_SOURCE:
-            # A prior is a hint about the order, not a trial: its config is still to measure.
-            self._priors.add(measurement)
-            return
         self._seen.add(config)
         self._guide.observe(config, cost_ms(measurement))
 

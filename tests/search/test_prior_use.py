@@ -12,7 +12,7 @@ import pytest
 from flashtune.kernels.config import Config
 from flashtune.objectives.types import Measurement, Status
 from flashtune.search import make_strategy, run, strategy_names
-from flashtune.search._priors import MIN_CHECKS, PriorBook, PriorGuide, spearman
+from flashtune.search.priors import MIN_CHECKS, PriorBook, PriorGuide, spearman
 
 from conftest import WORKLOAD  # noqa: E402 - tests/search is on sys.path
 

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 from study_support import GQA_WORKLOAD, WORKLOAD, WORKLOAD_ARG, run_cli, tune_args
 
-from flashtune.experiments.evaluation import priors, sources
+from flashtune.experiments.evaluation import priors
+from flashtune.experiments.study import sources
 from flashtune.experiments.cli.main import main
 from flashtune.experiments.evaluation.prior_mlflow import trial_measurements_of_run
 from flashtune.experiments.tracking import tracker as tracking

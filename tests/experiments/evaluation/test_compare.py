@@ -107,7 +107,7 @@ def test_bad_arguments_fail_with_one_clear_line(recorded_tables, capsys, argv, m
 
 
 def test_python_spelled_bools_are_bools() -> None:
-    from flashtune.experiments.evaluation.compare import _parse_options
+    from flashtune.experiments.cli.compare import _parse_options
 
     options = _parse_options(["tpe.start_center=False", "ga.start_center=true"], ["tpe", "ga"])
     assert options == {"tpe": {"start_center": False}, "ga": {"start_center": True}}

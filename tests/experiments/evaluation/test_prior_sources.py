@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from study_support import GQA_WORKLOAD, WORKLOAD, WORKLOAD_ARG, tune_args
 
-from flashtune.experiments.evaluation import priors, sources
+from flashtune.experiments.evaluation import priors
+from flashtune.experiments.study import sources
 from flashtune.experiments.cli.main import main
 from flashtune.experiments.evaluation.prior_mlflow import parse_config
 from flashtune.experiments.study.runner import Study, run_study

@@ -1,4 +1,8 @@
-"""Claims on a study that many workers share, made only through Optuna's storage.
+"""The ledgers of a study kept in Optuna storage: one process, or many workers sharing it.
+
+``StoreLedger``: one process (SQLite by default); a killed run's trials are recovered on
+resume (see ``TrialStore.recover``). ``SharedLedger``: claims on a study that many workers
+share, made only through Optuna's storage:
 
 Several processes (one per GPU, on one host or many) tune one study. They coordinate
 through nothing but the study's Optuna storage (PostgreSQL, or ``journal:PATH`` on one
@@ -34,6 +38,7 @@ import socket
 import time
 import warnings
 from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from flashtune.experiments.study.storage import (
@@ -44,12 +49,14 @@ from flashtune.experiments.study.storage import (
     NUMBER_ATTR,
     OWNER_ATTR,
     TrialStore,
-    _process_alive,
+    process_alive,
 )
 from flashtune.kernels.config import Config
 from flashtune.objectives.types import Measurement
-from flashtune.search.loop import Trial
+from flashtune.search.loop import Evaluate, Ledger, Trial
 
+#: Seconds between reads of the study while the last trials of the budget run elsewhere.
+POLL_S = 0.2
 #: Trial user attribute of a released claim: why it lost ("duplicate" or "over budget").
 RELEASED_ATTR = "flashtune.released"
 
@@ -89,7 +96,7 @@ class Claim:
     config: Config
 
 
-class SharedTrials:
+class SharedLedger(Ledger):
     """Claim, measure and reap trials of one study that many workers run at once.
 
     Args:
@@ -105,6 +112,47 @@ class SharedTrials:
         self.study_id = store.study_id
         self._here = socket.gethostname()
         self._study: Any = None  # an optuna.Study view, only for fail_stale_trials
+        self._snap = Snapshot()
+        self._mine: list[Trial] = []  # recorded by this worker since the last refresh
+
+    # -- the Ledger interface ---------------------------------------------------------------
+
+    def refresh(self) -> Sequence[Trial]:
+        self._snap = self.snapshot()
+        self._mine = []
+        return self._snap.trials()
+
+    def known(self, config: Config) -> Measurement | None:
+        return self._snap.known.get(config)
+
+    def in_flight(self) -> Sequence[Config]:
+        return list(self._snap.claims.values())
+
+    def wait(self) -> None:
+        if not self.reap():
+            time.sleep(POLL_S)
+
+    def measure(self, config: Config, evaluate: Evaluate, *, budget: int | None,
+                elapsed_s: Callable[[], float]) -> Trial | None:
+        if budget is None:
+            raise ValueError("a shared study needs a trial budget (max_trials)")
+        claim = self.claim(config, budget)
+        if claim is None:
+            return None  # an older claim won; the next read shows it
+        try:
+            with self.heartbeat(claim):
+                measurement = evaluate(config)
+        except BaseException:
+            self.abandon(claim)
+            raise
+        # Workers' clocks differ: a shared study's time is the wall time since its first trial.
+        trial = self.finish(claim, measurement, wall_elapsed_s(self._snap))
+        self._mine.append(trial)
+        return trial
+
+    @property
+    def trials(self) -> Sequence[Trial]:
+        return sorted([*self._snap.measured.values(), *self._mine], key=lambda t: t.number)
 
     # -- reading ----------------------------------------------------------------------------
 
@@ -140,11 +188,11 @@ class SharedTrials:
     def claim(self, config: Config, budget: int) -> Claim | None:
         """Create the RUNNING trial for ``config``; None if an older trial wins (released)."""
         optuna = self._optuna
-        in_space = config in self.store._space
+        in_space = config in self.store.space
         template = optuna.trial.create_trial(
             state=optuna.trial.TrialState.RUNNING,
             params=config.to_dict() if in_space else {},
-            distributions=self.store._distributions if in_space else {},
+            distributions=self.store.distributions if in_space else {},
             user_attrs={
                 CONFIG_ATTR: config.to_dict(),
                 OWNER_ATTR: {"host": self._here, "pid": os.getpid()},
@@ -174,12 +222,12 @@ class SharedTrials:
         """Write the measurement (it makes the trial measured), then the final state."""
         self.storage.set_trial_user_attr(claim.trial_id, ELAPSED_ATTR, elapsed_s)
         self.storage.set_trial_user_attr(claim.trial_id, MEASUREMENT_ATTR, measurement.to_dict())
-        self.store._set_final_state(claim.trial_id, measurement)
+        self.store.set_final_state(claim.trial_id, measurement)
         return Trial(claim.number, claim.config, measurement, elapsed_s)
 
     def abandon(self, claim: Claim) -> None:
         """An exception or a signal mid-measurement: fail the claim now (its config is free)."""
-        self.store._abandon(claim.trial_id)
+        self.store.abandon(claim.trial_id)
 
     def _release(self, trial_id: int, reason: str) -> None:
         self.storage.set_trial_user_attr(trial_id, RELEASED_ATTR, reason)
@@ -198,13 +246,13 @@ class SharedTrials:
         for frozen in self.storage.get_all_trials(self.study_id, deepcopy=False, states=(TrialState.RUNNING,)):
             owner = frozen.user_attrs.get(OWNER_ATTR) or {}
             pid = owner.get("pid")
-            if owner.get("host") != self._here or not isinstance(pid, int) or _process_alive(pid):
+            if owner.get("host") != self._here or not isinstance(pid, int) or process_alive(pid):
                 continue
             try:
                 if MEASUREMENT_ATTR in frozen.user_attrs:
                     # Measured and written, killed before the state change: finish it, lose nothing.
                     measurement = Measurement.from_dict(frozen.user_attrs[MEASUREMENT_ATTR])
-                    self.store._set_final_state(frozen._trial_id, measurement)
+                    self.store.set_final_state(frozen._trial_id, measurement)
                 else:
                     self.storage.set_trial_user_attr(frozen._trial_id, INTERRUPTED_ATTR, True)
                     self.storage.set_trial_state_values(frozen._trial_id, TrialState.FAIL)
@@ -234,3 +282,45 @@ def wall_elapsed_s(snapshot: Snapshot, now: float | None = None) -> float:
     """Seconds since the shared study's first trial started (wall clock: workers differ)."""
     now = time.time() if now is None else now
     return max(0.0, now - snapshot.started) if math.isfinite(snapshot.started) else 0.0
+
+
+class StoreLedger(Ledger):
+    """A study of one process in Optuna storage: every trial stored RUNNING, then final.
+
+    The first refresh recovers what a killed run left (``TrialStore.recover``) and loads
+    the study's trials; a resumed study neither loses nor repeats a trial.
+    """
+
+    def __init__(self, store: TrialStore) -> None:
+        self.store = store
+        self._trials: list[Trial] | None = None
+        self._known: dict[Config, Measurement] = {}
+
+    def refresh(self) -> Sequence[Trial]:
+        if self._trials is None:  # one process writes the study: read it once
+            self.store.recover()
+            self._trials = self.store.load_history().trials
+            self._known = {t.config: t.measurement for t in self._trials}
+        return self._trials
+
+    def known(self, config: Config) -> Measurement | None:
+        return self._known.get(config)
+
+    def measure(self, config: Config, evaluate: Evaluate, *, budget: int | None,
+                elapsed_s: Callable[[], float]) -> Trial:
+        trials = self.refresh()
+        number = self.store.next_number
+        measurement = self.store.measuring(evaluate)(config)
+        # The study's tuning time (earlier sessions summed), not this run's.
+        trial = Trial(number, config, measurement, self.store.elapsed_s(number))
+        trials.append(trial)
+        self._known[config] = measurement
+        return trial
+
+    @property
+    def trials(self) -> Sequence[Trial]:
+        return self.refresh()
+
+    def reload(self) -> list[Trial]:
+        """The trials as persisted (a fresh read of the storage)."""
+        return self.store.load_history().trials

@@ -1,4 +1,4 @@
-"""The one interface every search strategy implements, and the registry of strategies.
+"""The one interface every search strategy implements, and the checks of its options.
 
 Strategies import neither torch, triton nor mlflow: they see configs and numbers. The
 loop (``flashtune.search.loop``) owns ask -> evaluate -> tell -> callbacks.
@@ -9,11 +9,12 @@ from __future__ import annotations
 import abc
 import json
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar
 
 from flashtune.kernels.config import Config
 from flashtune.objectives.types import Measurement
+from flashtune.search.priors import PriorBook
 from flashtune.search.space import SearchSpace
 
 #: Multiplier on the worst time seen, told to strategies for a failed config: failures
@@ -48,6 +49,9 @@ class Strategy(abc.ABC):
         self.seed = seed
         self.options: dict[str, Any] = {**self.options_defaults, **options}
         self._worst_ok_ms = 0.0
+        #: Measurements from another GPU or workload (``warm_start``): they order the search,
+        #: they are not trials of this study and never exclude a region.
+        self.priors = PriorBook()
 
     @abc.abstractmethod
     def ask(self) -> Config | None:
@@ -55,7 +59,18 @@ class Strategy(abc.ABC):
 
     @abc.abstractmethod
     def tell(self, config: Config, measurement: Measurement) -> None:
-        """Record a measurement; ``config`` may be one ``ask`` never produced (a prior)."""
+        """Record a measurement of this study; ``config`` may be one ``ask`` never produced
+        (a resumed trial, another worker's trial)."""
+
+    def warm_start(self, priors: Iterable[Measurement]) -> None:
+        """Hand over priors (measurements from elsewhere) before the first ``ask``.
+
+        Priors order the search: each strategy measures the priors' best configs early and
+        follows their order while it agrees with the measurements here. They are never
+        told as trials: their configs stay open to be measured on this GPU.
+        """
+        for prior in priors:
+            self.priors.add(prior)
 
     def penalized_ms(self, measurement: Measurement) -> float:
         """A finite cost for model-based strategies: the time, or a penalty for failures."""
@@ -66,46 +81,6 @@ class Strategy(abc.ABC):
         if self._worst_ok_ms > 0:
             return self._worst_ok_ms * FAILURE_PENALTY_FACTOR
         return FAILURE_PENALTY_MS
-
-
-_REGISTRY: dict[str, type[Strategy]] = {}
-
-
-def register(cls: type[Strategy]) -> type[Strategy]:
-    """Class decorator: make a strategy available by its ``name``."""
-    if cls.name in _REGISTRY and _REGISTRY[cls.name] is not cls:
-        raise ValueError(f"strategy name {cls.name!r} is registered twice")
-    _REGISTRY[cls.name] = cls
-    return cls
-
-
-def strategy_names() -> list[str]:
-    _load_builtin()
-    return sorted(_REGISTRY)
-
-
-def make_strategy(name: str, space: SearchSpace, *, seed: int = 0, **options: Any) -> Strategy:
-    """Build a registered strategy by name (``"tpe"``, ``"random"``, ...)."""
-    _load_builtin()
-    if name not in _REGISTRY:
-        raise ValueError(f"unknown strategy {name!r}; registered: {sorted(_REGISTRY)}")
-    return _REGISTRY[name](space, seed=seed, **options)
-
-
-def _load_builtin() -> None:
-    # Importing the package registers the built-in strategies (one module each).
-    import flashtune.search.strategies  # noqa: F401
-
-
-StrategyFactory = Callable[..., Strategy]
-
-
-def option_defaults(name: str) -> Mapping[str, Any]:
-    """A registered strategy's options and their defaults."""
-    _load_builtin()
-    if name not in _REGISTRY:
-        raise ValueError(f"unknown strategy {name!r}; registered: {sorted(_REGISTRY)}")
-    return _REGISTRY[name].options_defaults
 
 
 def option_value(text: str) -> Any:
@@ -144,3 +119,10 @@ def check_options(strategy: str, defaults: Mapping[str, Any], options: Mapping[s
         if not ok:
             raise TypeError(f"{strategy}: option {name} must be {type(default).__name__} like its default "
                             f"{default!r}, got {value!r}")
+
+
+def check_int_option(strategy: Strategy, name: str, *, minimum: int) -> None:
+    """Raise naming the option unless ``strategy.options[name]`` is an int >= ``minimum``."""
+    value = strategy.options[name]
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise ValueError(f"{strategy.name}: option {name} must be an int >= {minimum}, got {value!r}")
