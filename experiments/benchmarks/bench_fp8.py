@@ -19,6 +19,10 @@ import math
 import statistics
 from pathlib import Path
 
+from flashtune.experiments.evaluation.best_configs import best_configs
+from flashtune.kernels.attention import launch, launch_quantized, quantize_fp8
+from flashtune.kernels.reference import relative_error
+from flashtune.objectives.bench import make_inputs
 from flashtune.objectives.types import Workload
 
 #: (workload timed, table whose ranking picks its configs): head_dim 128 and 256, long sequences.
@@ -60,10 +64,6 @@ def run_case(workload: Workload, table: str, *, rounds: int, top_fp8: int) -> di
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from triton.testing import do_bench
 
-    from flashtune.experiments.evaluation.best_configs import best_configs
-    from flashtune.kernels.attention import launch, launch_quantized, quantize_fp8
-    from flashtune.kernels.reference import relative_error
-    from flashtune.objectives.bench import make_inputs
 
     q, k, v = make_inputs(workload, seed=99, dev=torch.device("cuda"))
     scale = 1.0 / math.sqrt(workload.head_dim)

@@ -17,6 +17,8 @@ import json
 import math
 import statistics
 from pathlib import Path
+from flashtune.experiments.evaluation.best_configs import best_configs
+from flashtune.kernels.attention import launch
 
 BATCHES = (1, 2, 4, 8, 16)
 SEQS = (256, 512, 1024, 2048, 4096, 8192, 16384)
@@ -40,8 +42,6 @@ def run(points: list[tuple[int, int]], *, rounds: int, json_path: Path | None = 
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from triton.testing import do_bench
 
-    from flashtune.experiments.evaluation.best_configs import best_configs
-    from flashtune.kernels.attention import launch
 
     (config, _), = best_configs(CONFIG_TABLE, top=1)
     rows: list[dict] = []

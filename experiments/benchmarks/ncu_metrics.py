@@ -29,6 +29,13 @@ import io
 import json
 import sys
 from pathlib import Path
+from flashtune.experiments.evaluation.best_configs import best_configs
+from flashtune.experiments.evaluation.prior_mlflow import RUN_ID_KEY, trial_measurements_of_experiment
+from flashtune.experiments.tracking.tracker import DEFAULT_TRACKING_URI
+from flashtune.kernels.attention import launch
+from flashtune.kernels.space import validate_config
+from flashtune.objectives.bench import make_inputs
+from flashtune.objectives.types import SUITE
 
 #: Headline figures: (name in our JSON, ncu raw metric). Alternatives for one figure are
 #: listed in order; the first present wins (metric names moved between ncu versions).
@@ -134,8 +141,6 @@ def attach_to_trials(records: list[dict], tracking_uri: str, experiment: str) ->
     Raises:
         ValueError: no such experiment, or a record has no label or config.
     """
-    from flashtune.experiments.evaluation.prior_mlflow import RUN_ID_KEY, trial_measurements_of_experiment
-    from flashtune.kernels.space import validate_config
 
     trials = trial_measurements_of_experiment(tracking_uri, experiment)
     written = []
@@ -156,10 +161,6 @@ def target(names: list[str]) -> None:
 
     import torch
 
-    from flashtune.experiments.evaluation.best_configs import best_configs
-    from flashtune.kernels.attention import launch
-    from flashtune.objectives.bench import make_inputs
-    from flashtune.objectives.types import SUITE
 
     by_name = {w.name: w for w in SUITE}
     for name in names:
@@ -191,7 +192,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "target":
         target(args.names)
     elif args.cmd == "log":
-        from flashtune.experiments.tracking.tracker import DEFAULT_TRACKING_URI
 
         records = json.loads(args.ncu_json.read_text())
         written = attach_to_trials(records, args.tracking_uri or DEFAULT_TRACKING_URI, args.experiment)
@@ -203,7 +203,6 @@ def main(argv: list[str] | None = None) -> int:
     elif args.cmd == "metrics":
         print(metrics_arg(args.query_output.read_text(errors="replace")))
     else:
-        from flashtune.experiments.evaluation.best_configs import best_configs
 
         records = parse(args.raw_csv.read_text(errors="replace"), args.names)
         for rec in records:

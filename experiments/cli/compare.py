@@ -16,13 +16,13 @@ from typing import Any
 
 import numpy as np
 
+from flashtune.experiments.evaluation.compare import DEFAULT_TABLES, PRIOR_MODES, RunResult, RunSpec, aggregate, format_table, init_worker, run_one
+from flashtune.experiments.evaluation.compare_plot import plot_curves
 from flashtune.experiments.evaluation.landscape import Landscape, build_landscape
-from flashtune.objectives.hardware import load_spec
 from flashtune.experiments.evaluation.replay_batch import job_count, run_all, select_strategies, write_report
+from flashtune.objectives.hardware import load_spec
 from flashtune.search import check_options, option_defaults, option_value
 
-from flashtune.experiments.evaluation.compare_plot import plot_curves
-from flashtune.experiments.evaluation.compare import DEFAULT_TABLES, PRIOR_MODES, RunResult, RunSpec, init_worker, run_one, aggregate, format_table
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:

@@ -26,15 +26,20 @@ import argparse
 import sys
 from pathlib import Path
 
+from flashtune.experiments.evaluation import prior_mlflow
+from flashtune.experiments.evaluation.prior_files import table_measurements
+from flashtune.experiments.evaluation.priors import parse_source
+from flashtune.experiments.study.storage import DEFAULT_STORAGE, IDENTITY_ATTR, MEASUREMENT_ATTR, open_storage
+from flashtune.experiments.tracking.tracker import DEFAULT_TRACKING_URI, sqlite_path
 from flashtune.objectives.types import Measurement
+from flashtune.runtime.export import best_entries
+from flashtune.runtime.store import Store, read_snapshot
 
 #: The kinds of source ``flashtune export`` reads, in the order its messages list them.
 KINDS = ("mlflow", "mlflow-experiment", "optuna", "table")
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    from flashtune.experiments.study.storage import DEFAULT_STORAGE
-    from flashtune.experiments.tracking.tracker import DEFAULT_TRACKING_URI
 
     parser = subparsers.add_parser("export", help="write the best configs of studies to a tuned-config store file",
                                    description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -52,9 +57,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def run_export(args: argparse.Namespace) -> int:
     """Read every source (all of them, before writing anything), then merge into the store."""
-    from flashtune.experiments.evaluation.priors import parse_source
-    from flashtune.runtime.export import best_entries
-    from flashtune.runtime.store import Store, read_snapshot
 
     specs = [parse_source(text, kinds=KINDS, option="source") for text in args.sources]
     measurements: list[Measurement] = []
@@ -96,13 +98,10 @@ def read_source(kind: str, value: str, *, tracking_uri: str, storage_url: str) -
         ValueError, FileNotFoundError: the source cannot be read (the message names it).
     """
     if kind == "table":
-        from flashtune.experiments.evaluation.prior_files import table_measurements
 
         return table_measurements(value)
     if kind == "optuna":
         return optuna_measurements(storage_url, value)
-    from flashtune.experiments.evaluation import prior_mlflow
-    from flashtune.experiments.tracking.tracker import sqlite_path
 
     _must_exist(sqlite_path(tracking_uri), f"{kind}:{value}: tracking store")
     if kind == "mlflow":
@@ -120,8 +119,6 @@ def optuna_measurements(storage_url: str, study_name: str) -> list[Measurement]:
     """
     import optuna
 
-    from flashtune.experiments.study.storage import IDENTITY_ATTR, MEASUREMENT_ATTR, open_storage
-    from flashtune.experiments.tracking.tracker import sqlite_path  # an SQLAlchemy URL, as MLflow's
 
     label = f"optuna:{study_name}"
     _must_exist(sqlite_path(storage_url), f"{label}: storage")

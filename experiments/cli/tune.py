@@ -19,8 +19,17 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from flashtune.experiments.evaluation import priors
+from flashtune.experiments.study import sources, workers
+from flashtune.experiments.study.progress import ProgressBar
+from flashtune.experiments.study.runner import StudyInterrupted, StudyResult, check_study_name, run_study, studies_for
+from flashtune.experiments.study.storage import DEFAULT_STORAGE, close_storage, is_shared_storage, open_storage
+from flashtune.experiments.tracking import report
+from flashtune.experiments.tracking.tracker import DEFAULT_TRACKING_URI, check_tracking_uri
 from flashtune.objectives.hardware import HardwareSpec, load_spec
 from flashtune.objectives.types import SUITE, Workload
+from flashtune.search import make_strategy, option_value, strategy_names
+from flashtune.search.space import SearchSpace
 
 #: The replayed GPU when none is named and none is here (the tables shipped are H200's).
 DEFAULT_REPLAY_HARDWARE = "h200"
@@ -31,8 +40,6 @@ _EXIT_SIGTERM, _EXIT_SIGINT = 128 + signal.SIGTERM, 128 + signal.SIGINT
 def add_arguments(parser: argparse.ArgumentParser, *, hardware: str | None = None,
                   workloads: Sequence[Workload] = ()) -> None:
     """The options of ``flashtune tune`` (also used by the per-GPU study scripts)."""
-    from flashtune.experiments.study.storage import DEFAULT_STORAGE
-    from flashtune.experiments.tracking.tracker import DEFAULT_TRACKING_URI
 
     default_workloads = ", ".join(w.name for w in workloads) or f"{SUITE[0].name}"
     parser.add_argument("--strategy", default="random", help="search strategy (default: random)")
@@ -86,7 +93,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def parse_options(items: Sequence[str]) -> dict[str, Any]:
     """``KEY=VALUE`` pairs; VALUE read by ``search.option_value`` (JSON, True/False, or text)."""
-    from flashtune.search import option_value
 
     options: dict[str, Any] = {}
     for item in items:
@@ -99,10 +105,6 @@ def parse_options(items: Sequence[str]) -> dict[str, Any]:
 
 def run_tune(args: argparse.Namespace) -> int:
     """Validate everything, open the objective, run the studies one after another."""
-    from flashtune.experiments.study import sources
-    from flashtune.experiments.study.runner import check_study_name, studies_for
-    from flashtune.search import make_strategy, strategy_names
-    from flashtune.search.space import SearchSpace
 
     # Cheap checks first, so a typo costs no objective start-up and writes nothing.
     if args.strategy not in strategy_names():
@@ -144,7 +146,6 @@ def run_tune(args: argparse.Namespace) -> int:
             results.append(_run_one(study, source, tracking_uri, storage_url, progress=not args.no_progress,
                                     worker=_worker_index(args), heartbeat_s=args.heartbeat, priors=priors))
     except BaseException as exc:
-        from flashtune.experiments.study.runner import StudyInterrupted
 
         if isinstance(exc, (StudyInterrupted, KeyboardInterrupt)):
             why = "SIGTERM" if isinstance(exc, StudyInterrupted) else "Ctrl-C"
@@ -162,7 +163,6 @@ def run_tune(args: argparse.Namespace) -> int:
 def _recorded_or_all(workloads: list[Workload], folder: Path) -> list[Workload]:
     """A script's default workloads, replayed: those with a recorded table, saying which are
     skipped (all of them when none is recorded: then the replay names what is missing)."""
-    from flashtune.experiments.study import sources
 
     recorded = set(sources.recorded_workloads(folder))
     kept = [w for w in workloads if w.name in recorded]
@@ -173,8 +173,6 @@ def _recorded_or_all(workloads: list[Workload], folder: Path) -> list[Workload]:
 
 
 def _launch_workers(args: argparse.Namespace, kind: str, storage_url: str) -> int:
-    from flashtune.experiments.study import workers
-    from flashtune.experiments.study.storage import is_shared_storage
 
     if args.workers < 1:
         raise ValueError(f"--workers must be a positive int, got {args.workers}")
@@ -195,7 +193,6 @@ def _worker_index(args: argparse.Namespace) -> int | None:
 
 def _read_priors(args: argparse.Namespace, tracking_uri: str) -> tuple[list[Any], dict[Any, Any]]:
     """Parse and read every ``--prior-from`` source once (a bad one fails before any study)."""
-    from flashtune.experiments.evaluation import priors
 
     specs = list(dict.fromkeys(priors.parse_source(text) for text in getattr(args, "prior_from", [])))
     uri = getattr(args, "prior_tracking_uri", None) or tracking_uri
@@ -204,7 +201,6 @@ def _read_priors(args: argparse.Namespace, tracking_uri: str) -> tuple[list[Any]
 
 def _study_priors(study: Any, specs: Sequence[Any], raw: dict[Any, Any]) -> tuple[Any, ...]:
     """The priors of one study: re-checked on its workload and GPU, summarised on stderr."""
-    from flashtune.experiments.evaluation import priors
 
     if not specs:
         return ()
@@ -214,8 +210,6 @@ def _study_priors(study: Any, specs: Sequence[Any], raw: dict[Any, Any]) -> tupl
 
 
 def _check_stores(tracking_uri: str, storage_url: str) -> tuple[str, str]:
-    from flashtune.experiments.study.storage import close_storage, open_storage
-    from flashtune.experiments.tracking.tracker import check_tracking_uri
 
     check_tracking_uri(tracking_uri)
     close_storage(open_storage(storage_url))
@@ -224,9 +218,6 @@ def _check_stores(tracking_uri: str, storage_url: str) -> tuple[str, str]:
 
 def _run_one(study: Any, source: Any, tracking_uri: str, storage_url: str, *, progress: bool,
              worker: int | None = None, heartbeat_s: float | None = None, priors: Sequence[Any] = ()) -> Any:
-    from flashtune.experiments.tracking import report
-    from flashtune.experiments.study.progress import ProgressBar
-    from flashtune.experiments.study.runner import StudyResult, run_study
 
     bars: list[ProgressBar] = []
 
@@ -261,7 +252,6 @@ def _run_one(study: Any, source: Any, tracking_uri: str, storage_url: str, *, pr
 
 
 def _interrupt(signum: int, frame: FrameType | None) -> None:
-    from flashtune.experiments.study.runner import StudyInterrupted
 
     raise StudyInterrupted(f"signal {signum}")
 
@@ -285,6 +275,5 @@ def _print_overview(results: Sequence[Any], tracking_uri: str) -> None:
 
 
 def _default_uri() -> str:
-    from flashtune.experiments.tracking.tracker import DEFAULT_TRACKING_URI
 
     return DEFAULT_TRACKING_URI

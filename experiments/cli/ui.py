@@ -18,13 +18,13 @@ import time
 import urllib.error
 import urllib.request
 from types import FrameType
+from flashtune.experiments.tracking.tracker import DEFAULT_TRACKING_URI, check_tracking_uri, mlflow_client, sqlite_path
 
 #: MLflow's server took about 20 s to answer on the reference machine; CI is slower.
 _READY_TIMEOUT_S = 180.0
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    from flashtune.experiments.tracking.tracker import DEFAULT_TRACKING_URI
 
     parser = subparsers.add_parser("ui", help="start the MLflow UI on 127.0.0.1 for a study store",
                                    description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -35,7 +35,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_ui(args: argparse.Namespace) -> int:
-    from flashtune.experiments.tracking.tracker import check_tracking_uri, sqlite_path
 
     uri = args.tracking_uri
     if not 0 <= args.port <= 65535:
@@ -80,7 +79,6 @@ def run_ui(args: argparse.Namespace) -> int:
 
 def flashtune_experiments(uri: str) -> list[tuple[str, str]]:
     """(name, id) of the store's flashtune experiments, most recently updated first."""
-    from flashtune.experiments.tracking.tracker import mlflow_client
 
     client = mlflow_client(uri)
     found = [e for e in client.search_experiments(max_results=1000) if e.name.startswith("flashtune/")]

@@ -19,6 +19,7 @@ import numpy as np
 
 from flashtune.experiments.evaluation import scoring
 from flashtune.kernels.config import Config
+from flashtune.kernels.space import IMPLIED
 from flashtune.objectives.feasibility import check
 from flashtune.objectives.hardware import HardwareSpec
 from flashtune.objectives.replay import load_table
@@ -102,7 +103,6 @@ def _with_implied_knobs(measurements: list[Measurement]) -> list[Measurement]:
     """Rows recorded before a knob joined the kernel's space omit it, which means its implied
     value (kernels.space.IMPLIED). Where other rows of the table name the knob (a table
     extended by a later sweep), fill it in, so that every row lies in one space."""
-    from flashtune.kernels.space import IMPLIED
 
     named = set().union(*(m.config for m in measurements))
     fill = {knob: value for knob, value in IMPLIED.items() if knob in named}

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from flashtune.objectives.replay import load_table
 from flashtune.objectives.types import Measurement, Status
+from flashtune.runtime.store import read_snapshot
 
 #: Key of ``Measurement.versions`` naming the source a prior came from (``table:PATH`` ...).
 SOURCE_KEY = "prior_source"
@@ -62,7 +63,6 @@ def read_store(path: str | Path, label: str) -> list[Measurement]:
         ValueError: the file exists but holds no usable entry (the store's own warning,
             which says why, is part of the message).
     """
-    from flashtune.runtime.store import read_snapshot
 
     path = Path(path)
     if not path.is_file():

@@ -23,6 +23,7 @@ from flashtune.experiments.evaluation.prior_files import as_prior
 from flashtune.experiments.tracking.tracker import PARENT_TAG, ROLE_TAG, STATUS_TAG, experiment_name, mlflow_client
 from flashtune.kernels.config import Config, Value
 from flashtune.kernels.space import TUNABLES
+from flashtune.objectives.hardware import load_spec
 from flashtune.objectives.types import Measurement, Status, Workload
 
 _FLOAT_METRICS = ("median_ms", "p20_ms", "p80_ms", "tflops", "compile_s", "rel_error", "sm_clock_mhz", "temperature_c")
@@ -98,7 +99,6 @@ def read_experiment(tracking_uri: str, name: str, label: str) -> list[Measuremen
 def _find_experiment(client: Any, name: str) -> Any:
     candidates = [name, experiment_name(name)]
     try:
-        from flashtune.objectives.hardware import load_spec
 
         candidates.append(experiment_name(load_spec(name).name))
     except ValueError:  # not a shipped spec's name: the names above are all there is

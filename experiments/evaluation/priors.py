@@ -33,12 +33,16 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from flashtune.experiments.evaluation import prior_mlflow
 from flashtune.experiments.evaluation.prior_files import SOURCE_KEY, read_store, read_tables
+from flashtune.experiments.tracking.tracker import DEFAULT_TRACKING_URI
 from flashtune.kernels.config import Config
 from flashtune.kernels.space import validate_config
 from flashtune.objectives.feasibility import check
 from flashtune.objectives.hardware import HardwareSpec
 from flashtune.objectives.types import Measurement, Workload
+from flashtune.runtime.baselines import baseline_priors
+from flashtune.search.priors import PriorBook
 
 KINDS = ("mlflow", "mlflow-experiment", "store", "table", "baselines")
 
@@ -104,8 +108,6 @@ def read(spec: PriorSpec, *, tracking_uri: str | None = None) -> list[Measuremen
     if spec.kind == "store":
         return read_store(spec.value, spec.label)
     if spec.kind in ("mlflow", "mlflow-experiment"):
-        from flashtune.experiments.evaluation import prior_mlflow
-        from flashtune.experiments.tracking.tracker import DEFAULT_TRACKING_URI
 
         uri = tracking_uri or DEFAULT_TRACKING_URI
         if spec.kind == "mlflow":
@@ -191,7 +193,6 @@ def load_for(specs: Sequence[PriorSpec], raw: Mapping[PriorSpec, Sequence[Measur
         workload: the study's workload.
         hardware: the study's GPU model.
     """
-    from flashtune.runtime.baselines import baseline_priors
 
     measurements: list[Measurement] = []
     for spec in specs:
@@ -233,7 +234,6 @@ def trial_tagger(priors: Sequence[Measurement]) -> Any:
     strategies are told to try them (``PriorBook.ranked``), when it is ranked. Trials of
     configs no prior held get no tag.
     """
-    from flashtune.search.priors import PriorBook
 
     holders: dict[Config, dict[str, None]] = {}
     book = PriorBook()

@@ -31,11 +31,11 @@ from typing import Any
 import numpy as np
 
 from flashtune.experiments import DATA_DIR
-from flashtune.experiments.evaluation import scoring
+from flashtune.experiments.evaluation import priors as prior_sources, scoring
 from flashtune.experiments.evaluation.landscape import Landscape, build_landscape
+from flashtune.experiments.evaluation.replay_batch import quiet_worker
 from flashtune.objectives.hardware import HardwareSpec, load_spec
 from flashtune.objectives.replay import ReplayObjective
-from flashtune.experiments.evaluation.replay_batch import quiet_worker
 from flashtune.search import History, make_strategy, run
 
 DEFAULT_TABLES = DATA_DIR / "h200"
@@ -143,7 +143,6 @@ class _Reached(Exception):
 
 
 def run_one(spec: RunSpec) -> RunResult:
-    from flashtune.experiments.evaluation import priors as prior_sources
 
     target = _landscape(spec.pair.target, spec.pair.smaller)
     told: tuple = ()

@@ -19,7 +19,10 @@ from typing import Any, Protocol
 
 from flashtune.experiments import DATA_DIR
 from flashtune.kernels.config import Config
+from flashtune.kernels.space import TUNABLES, validate_config
 from flashtune.objectives.hardware import HardwareSpec, known_specs
+from flashtune.objectives.objective import Objective
+from flashtune.objectives.replay import ReplayObjective, load_table
 from flashtune.objectives.types import Measurement, Workload
 
 OBJECTIVE_KINDS = ("auto", "live", "replay")
@@ -129,9 +132,7 @@ def open_replay(hardware: HardwareSpec, workloads: Iterable[Workload], replay_di
         ValueError: a workload has no table (naming the file and what is recorded), or a
             table was recorded on another GPU.
     """
-    from flashtune.objectives.replay import ReplayObjective, load_table
 
-    from flashtune.kernels.space import TUNABLES, validate_config
 
     folder = Path(replay_dir) if replay_dir is not None else default_replay_dir(hardware)
     measurements: list[Measurement] = []
@@ -196,7 +197,6 @@ def open_live(expected: HardwareSpec | None = None, **options: Any) -> Source:
                          "use --objective replay")
     if expected is not None and not any(_same_model(expected.name, name) for name in names):
         raise ValueError(f"this study is for {expected.name}, but this machine has {names}")
-    from flashtune.objectives.objective import Objective
 
     objective = Objective(**options)
     try:

@@ -28,6 +28,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from flashtune.experiments.study.sqlite import tune_sqlite_connections
 from flashtune.kernels.config import Config
 from flashtune.objectives.types import Measurement
 from flashtune.search import cost_ms
@@ -101,7 +102,6 @@ def open_storage(url: str, *, heartbeat_s: float | None = None) -> BaseStorage:
         )
     if url.startswith("sqlite://") and not url.startswith("sqlite:///"):
         raise ValueError(f"storage URL {url!r}: SQLite URLs need three slashes, e.g. {DEFAULT_STORAGE}")
-    from flashtune.experiments.study.sqlite import tune_sqlite_connections
 
     tune_sqlite_connections()
     url = postgres_driver(url)

@@ -31,8 +31,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
+from flashtune.experiments.study.sqlite import tune_sqlite_connections
 from flashtune.experiments.tracking import report
 from flashtune.experiments.tracking.shared import SharedTracking
+from flashtune.search.loop import Trial
 from flashtune.experiments.tracking.tags import (  # noqa: F401 - re-exported: the tracker's vocabulary
     PARENT_TAG,
     ROLE_TAG,
@@ -42,7 +44,6 @@ from flashtune.experiments.tracking.tags import (  # noqa: F401 - re-exported: t
     WORKER_TAG,
     int_or_none,
 )
-from flashtune.search.loop import Trial
 
 if TYPE_CHECKING:  # mlflow takes seconds to import: only when a study or the UI runs
     from mlflow import MlflowClient
@@ -408,7 +409,6 @@ class MlflowTracker(SharedTracking):
 def mlflow_client(uri: str) -> MlflowClient:
     """An MLflow client for ``uri`` (one per URI: opening a store checks its schema, which
     takes seconds), with MLflow's schema-migration chatter quieted."""
-    from flashtune.experiments.study.sqlite import tune_sqlite_connections
 
     # A tuner has no business sending usage data anywhere (MLflow 3 does by default).
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")

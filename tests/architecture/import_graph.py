@@ -36,11 +36,17 @@ def package_files() -> dict[str, Path]:
 
 
 def _comment(lines: list[str], lineno: int) -> str:
+    """The comment on the import's line, or the one heading its block of imports."""
     here = lines[lineno - 1]
     if "#" in here:
         return here.split("#", 1)[1].strip()
-    above = lines[lineno - 2].strip() if lineno >= 2 else ""
-    return above[1:].strip() if above.startswith("#") else ""
+    for above in reversed(lines[: lineno - 1]):
+        above = above.strip()
+        if above.startswith("#"):
+            return above[1:].strip()
+        if not above.startswith(("from ", "import ")):
+            return ""
+    return ""
 
 
 def imports() -> list[Import]:

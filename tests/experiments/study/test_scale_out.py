@@ -21,7 +21,7 @@ import pytest
 from mlflow import MlflowClient
 from study_support import WORKLOAD, cli_env, flashtune_command, run_cli
 
-from flashtune.experiments.study.claims import RELEASED_ATTR, SharedTrials
+from flashtune.experiments.study.ledger import RELEASED_ATTR, SharedLedger
 from flashtune.experiments.study.storage import MEASUREMENT_ATTR, TrialStore, close_storage, open_storage
 from flashtune.kernels.space import all_configs
 from flashtune.objectives.hardware import load_spec
@@ -143,10 +143,10 @@ def no_database_errors(text: str) -> None:
 # -- claims (fast, journal storage) -------------------------------------------------------------
 
 
-def _shared(storage, name: str) -> SharedTrials:
+def _shared(storage, name: str) -> SharedLedger:
     h200 = load_spec("h200")
     space = SearchSpace.for_workload(WORKLOAD, h200)
-    return SharedTrials(TrialStore(storage, name, {"w": WORKLOAD.name}, space))
+    return SharedLedger(TrialStore(storage, name, {"w": WORKLOAD.name}, space))
 
 
 def test_claims_oldest_wins_and_budget_is_exact(tmp_path: Path) -> None:
