@@ -24,7 +24,7 @@ from flashtune.objectives.types import Measurement, Status, Workload
 DEFAULT_LAUNCHER = "flashtune.kernels.attention:launch"
 
 #: Relative-error budget per dtype (‖out − ref‖ / ‖ref‖ against float32). bf16 lands
-#: between 1e-3 and 1e-2 on random inputs (REFERENCE.md); fp32 is TF32 on the GPU.
+#: between 1e-3 and 1e-2 on random inputs (docs/reference.md); fp32 is TF32 on the GPU.
 TOLERANCE = {"float16": 5e-3, "bfloat16": 2e-2, "float32": 2e-3}
 #: Default budget for use_fp8 configs: e4m3 keeps 3 mantissa bits, and Q, K, V and P are
 #: each rounded once, which puts random-input errors near 4-8e-2. Users set their own.

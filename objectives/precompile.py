@@ -1,7 +1,7 @@
 """Compile upcoming configs in a pool of processes while the GPU times the current one.
 
 Compilation is nearly all of a trial's cost (about 1 s against 0.1 s of timing,
-REFERENCE.md). Pool processes call ``JITFunction.warmup``, which compiles into Triton's
+docs/reference.md). Pool processes call ``JITFunction.warmup``, which compiles into Triton's
 disk cache without launching; the benchmark worker then finds the binary there. The
 warm-up uses the workload's real integer arguments, because Triton specializes integers
 equal to 1 and divisibility by 16: a warm-up with other values would compile a

@@ -3,7 +3,7 @@
 Used in two places: as priors for a study that has no data for a GPU yet (issue 5), and
 as the runtime's last fallback when the store has nothing for the GPU it runs on
 (issue 7). Every row says where it comes from; none was measured by flashtune except
-the sm90 rows marked "measured here", which come from the H200 sweep in REFERENCE.md.
+the sm90 rows marked "measured here", which come from the H200 sweep in docs/reference.md.
 
 Sources, as read from public code:
 
@@ -51,7 +51,7 @@ ARCHES: tuple[str, ...] = tuple(ARCH_SHARED_MEMORY_BYTES)
 _TUTORIAL = "Triton fused-attention tutorial defaults"
 _TUTORIAL_HOPPER = "Triton fused-attention tutorial, Hopper branch (8 warps; 7 stages clipped to our 5)"
 _FA2 = "FlashAttention-2 forward tile"
-_MEASURED = "measured here: H200 sweep winner (REFERENCE.md)"
+_MEASURED = "measured here: H200 sweep winner (docs/reference.md)"
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ mix with this study's: a 4096-token workload takes four times a 2048-token one. 
 book keeps each source (workload and hardware fingerprint) apart and ranks configs by
 how close each came to its own source's best. Strategies measure the top of that ranking
 first: another GPU's best config reaches only 58.5-99.9 % of the optimum (BAT, see
-REFERENCE.md), so priors are re-measured here, never copied.
+docs/reference.md), so priors are re-measured here, never copied.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Runs on a GPU (this script, not the tuner, touches CUDA directly). For each workload it
 takes the top configs of a recorded sweep table, then times them and the peers
 interleaved (A B C A B C ...), so that all figures of a row come from the same minutes
-of the same card; ratios are what to compare (REFERENCE.md). Prints a Markdown table.
+of the same card; ratios are what to compare (docs/reference.md). Prints a Markdown table.
 
     python -m flashtune.experiments.benchmarks.bench_peers --tables sweeps --rounds 5 --json peers.json
 """

@@ -2,7 +2,7 @@
 
 Prints the runs table URL of each flashtune experiment (one per GPU model),
 ``http://127.0.0.1:PORT/#/experiments/ID/runs``: a fresh browser otherwise lands on
-MLflow's GenAI overview page, where a study's runs are not shown (REFERENCE.md).
+MLflow's GenAI overview page, where a study's runs are not shown (docs/reference.md).
 The server binds loopback only and keeps MLflow's host checks; Ctrl-C stops it.
 """
 

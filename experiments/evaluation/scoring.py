@@ -1,6 +1,6 @@
 """The arithmetic of comparing search strategies on a recorded space.
 
-Kernel Tuner's methodology (Willemsen et al., FGCS 2024; REFERENCE.md): random search's
+Kernel Tuner's methodology (Willemsen et al., FGCS 2024; docs/reference.md): random search's
 expected best-so-far curve is the baseline; the budget is the number of evaluations
 random search needs to get 95 % of the way from the space's median to its optimum; a
 run's score is the mean, over that budget, of how much of random search's remaining

@@ -55,7 +55,7 @@ _log = logging.getLogger(__name__)
 
 def is_shared_storage(url: str) -> bool:
     """Whether many workers may share a study in this storage: a server database or a
-    journal file. SQLite is one writer at a time (see REFERENCE.md): one process per study."""
+    journal file. SQLite is one writer at a time (see docs/reference.md): one process per study."""
     return not url.startswith("sqlite:")
 
 
