@@ -20,7 +20,7 @@ from types import FrameType
 from typing import Any
 
 from flashtune.experiments.evaluation import priors
-from flashtune.experiments.study import sources, workers
+from flashtune.experiments.study import measurers, workers
 from flashtune.experiments.study.progress import ProgressBar
 from flashtune.experiments.study.runner import StudyInterrupted, StudyResult, check_study_name, run_study, studies_for
 from flashtune.experiments.study.storage import DEFAULT_STORAGE, close_storage, is_shared_storage, open_storage
@@ -113,7 +113,7 @@ def run_tune(args: argparse.Namespace) -> int:
     if args.trials < 1:
         raise ValueError(f"--trials: trials must be a positive int, got {args.trials}")
     workloads = [Workload.parse(text) for text in args.workload] or list(args.default_workloads) or [SUITE[0]]
-    kind = sources.resolve_kind(args.objective)
+    kind = measurers.resolve_kind(args.objective)
     expected: HardwareSpec | None = load_spec(args.hardware) if args.hardware else None
     name = args.study_name or "-".join(p for p in (args.name_prefix, args.strategy, f"seed{args.seed}") if p)
     check_study_name(name)
@@ -126,16 +126,16 @@ def run_tune(args: argparse.Namespace) -> int:
         return _launch_workers(args, kind, storage_url)
 
     if kind == "live":
-        source = sources.open_live(expected, timeout_s=args.timeout, precompile=args.precompile, seed=args.seed)
+        measurer = measurers.open_live(expected, timeout_s=args.timeout, precompile=args.precompile, seed=args.seed)
     else:
         hardware = expected or load_spec(DEFAULT_REPLAY_HARDWARE)
         if not args.workload:
-            workloads = _recorded_or_all(workloads, args.replay_dir or sources.default_replay_dir(hardware))
-        source = sources.open_replay(hardware, workloads, args.replay_dir, noise=args.replay_noise, seed=args.seed)
+            workloads = _recorded_or_all(workloads, args.replay_dir or measurers.default_replay_dir(hardware))
+        measurer = measurers.open_replay(hardware, workloads, args.replay_dir, noise=args.replay_noise, seed=args.seed)
     note = "" if args.objective == "replay" or kind == "live" else "no GPU found (nvidia-smi): "
-    print(f"flashtune tune: {note}{source.description}", file=sys.stderr)
+    print(f"flashtune tune: {note}{measurer.description}", file=sys.stderr)
 
-    studies = studies_for(name, workloads, hardware=source.hardware, strategy=args.strategy,
+    studies = studies_for(name, workloads, hardware=measurer.hardware, strategy=args.strategy,
                           strategy_options=options, trials=args.trials, seed=args.seed, objective=kind,
                           max_seconds=args.max_seconds)
     results = []
@@ -143,7 +143,7 @@ def run_tune(args: argparse.Namespace) -> int:
     try:
         for study in studies:
             priors = _study_priors(study, prior_specs, raw_priors)
-            results.append(_run_one(study, source, tracking_uri, storage_url, progress=not args.no_progress,
+            results.append(_run_one(study, measurer, tracking_uri, storage_url, progress=not args.no_progress,
                                     worker=_worker_index(args), heartbeat_s=args.heartbeat, priors=priors))
     except BaseException as exc:
 
@@ -155,7 +155,7 @@ def run_tune(args: argparse.Namespace) -> int:
         raise
     finally:
         signal.signal(signal.SIGTERM, previous)
-        source.close()
+        measurer.close()
     _print_overview(results, tracking_uri)
     return 0
 
@@ -164,7 +164,7 @@ def _recorded_or_all(workloads: list[Workload], folder: Path) -> list[Workload]:
     """A script's default workloads, replayed: those with a recorded table, saying which are
     skipped (all of them when none is recorded: then the replay names what is missing)."""
 
-    recorded = set(sources.recorded_workloads(folder))
+    recorded = set(measurers.recorded_workloads(folder))
     kept = [w for w in workloads if w.name in recorded]
     skipped = [w.name for w in workloads if w.name not in recorded]
     if kept and skipped:
@@ -216,7 +216,7 @@ def _check_stores(tracking_uri: str, storage_url: str) -> tuple[str, str]:
     return tracking_uri, storage_url
 
 
-def _run_one(study: Any, source: Any, tracking_uri: str, storage_url: str, *, progress: bool,
+def _run_one(study: Any, measurer: Any, tracking_uri: str, storage_url: str, *, progress: bool,
              worker: int | None = None, heartbeat_s: float | None = None, priors: Sequence[Any] = ()) -> Any:
 
     bars: list[ProgressBar] = []
@@ -234,9 +234,9 @@ def _run_one(study: Any, source: Any, tracking_uri: str, storage_url: str, *, pr
         bars[0](trial, trials)
 
     try:
-        result = run_study(study, source.evaluator(study.workload), tracking_uri=tracking_uri,
-                           storage_url=storage_url, fingerprint=source.fingerprint, versions=source.versions,
-                           callbacks=[forward], on_start=on_start, constraint=source.constraint(study.workload),
+        result = run_study(study, measurer.evaluator(study.workload), tracking_uri=tracking_uri,
+                           storage_url=storage_url, fingerprint=measurer.fingerprint, versions=measurer.versions,
+                           callbacks=[forward], on_start=on_start, constraint=measurer.constraint(study.workload),
                            worker=worker, priors=priors,
                            **({} if heartbeat_s is None else {"heartbeat_s": heartbeat_s}))
     finally:

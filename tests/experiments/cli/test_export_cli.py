@@ -14,7 +14,7 @@ import pytest
 from study_support import GQA_WORKLOAD, WORKLOAD, WORKLOAD_ARG, run_cli, tune_args
 
 from flashtune.experiments.evaluation import priors
-from flashtune.experiments.study import sources
+from flashtune.experiments.study import measurers
 from flashtune.experiments.cli.main import main
 from flashtune.experiments.evaluation.prior_mlflow import trial_measurements_of_run
 from flashtune.experiments.tracking import tracker as tracking
@@ -119,7 +119,7 @@ def test_export_from_a_gpu_models_experiment(studies, tmp_path, h200) -> None:
 
 def test_fp8_only_with_include_fp8(replay_dir, stores, tmp_path, capsys) -> None:
     # A table whose fastest config is an fp8 one (a recorded table holds every config).
-    measurements = load_table(sources.table_path(replay_dir, GQA_WORKLOAD))
+    measurements = load_table(measurers.table_path(replay_dir, GQA_WORKLOAD))
     fp8 = next(m for m in measurements if m.ok and m.config["use_fp8"])
     fastest = dataclasses.replace(fp8, median_ms=_best(measurements).median_ms / 2)
     table = tmp_path / "fp8.jsonl"
@@ -150,7 +150,7 @@ def test_export_folder_of_tables(replay_dir, stores, tmp_path) -> None:
     assert _export(stores, out, f"table:{replay_dir}") == 0
     by_bucket = {e.bucket: e for e in _entries(out)}
     for workload in (WORKLOAD, GQA_WORKLOAD):
-        best = _best(load_table(sources.table_path(replay_dir, workload)))
+        best = _best(load_table(measurers.table_path(replay_dir, workload)))
         assert by_bucket[Bucket.of(workload)].config == best.config
 
 

@@ -6,7 +6,7 @@ import pytest
 from mlflow import MlflowClient
 from study_support import WORKLOAD, WORKLOAD_ARG, run_cli, tune_args
 
-from flashtune.experiments.study import sources
+from flashtune.experiments.study import measurers
 from flashtune.experiments.cli.main import main
 from flashtune.objectives.types import SUITE
 
@@ -85,8 +85,8 @@ def test_ui_refuses_a_store_that_does_not_exist(tmp_path, capsys) -> None:
 def _shipped_h200_tables() -> list:
     from flashtune.objectives.hardware import load_spec
 
-    folder = sources.default_replay_dir(load_spec("h200"))
-    recorded = set(sources.recorded_workloads(folder))
+    folder = measurers.default_replay_dir(load_spec("h200"))
+    recorded = set(measurers.recorded_workloads(folder))
     return [w for w in SUITE if w.name in recorded]
 
 

@@ -10,7 +10,7 @@ import pytest
 from study_support import GQA_WORKLOAD, WORKLOAD, WORKLOAD_ARG, tune_args
 
 from flashtune.experiments.evaluation import priors
-from flashtune.experiments.study import sources
+from flashtune.experiments.study import measurers
 from flashtune.experiments.cli.main import main
 from flashtune.experiments.evaluation.prior_mlflow import parse_config
 from flashtune.experiments.study.runner import Study, run_study
@@ -27,7 +27,7 @@ SMALL_SHARED_BYTES = 101376
 
 
 def _table(replay_dir: Path, workload: Workload) -> Path:
-    return sources.table_path(replay_dir, workload)
+    return measurers.table_path(replay_dir, workload)
 
 
 def _small(h200: HardwareSpec) -> HardwareSpec:
@@ -36,7 +36,7 @@ def _small(h200: HardwareSpec) -> HardwareSpec:
 
 def _replay_study(replay_dir: Path, stores: dict[str, str], hardware: HardwareSpec, *, name: str, trials: int,
                   workload: Workload = WORKLOAD, strategy: str = "random", prior_list=()):  # noqa: ANN001, ANN202
-    source = sources.open_replay(hardware, [workload], replay_dir)
+    source = measurers.open_replay(hardware, [workload], replay_dir)
     study = Study(name=name, workload=workload, hardware=hardware, strategy=strategy, trials=trials, seed=1)
     return run_study(study, source.evaluator(workload), tracking_uri=stores["tracking_uri"],
                      storage_url=stores["storage"], fingerprint=source.fingerprint, versions=source.versions,

@@ -10,7 +10,7 @@ import optuna
 import pytest
 from study_support import WORKLOAD
 
-from flashtune.experiments.study import sources
+from flashtune.experiments.study import measurers
 from flashtune.experiments.study.storage import (
     INTERRUPTED_ATTR, MEASUREMENT_ATTR, NUMBER_ATTR, OWNER_ATTR, TrialStore, open_storage,
 )
@@ -23,7 +23,7 @@ def make_study(h200, *, trials: int, name: str = "resume", **fields) -> Study:
 
 
 def replay(replay_dir, stores, study: Study):
-    source = sources.open_replay(study.hardware, [study.workload], replay_dir)
+    source = measurers.open_replay(study.hardware, [study.workload], replay_dir)
     return run_study(study, source.evaluator(study.workload), tracking_uri=stores["tracking_uri"],
                      storage_url=stores["storage"], fingerprint=source.fingerprint, versions=source.versions,
                      constraint=source.constraint(study.workload))
@@ -137,7 +137,7 @@ def test_half_written_child_is_replaced(replay_dir, stores, h200, mlflow_client)
 
 
 def test_exception_ends_failed_and_trial_is_not_left_running(replay_dir, stores, h200, mlflow_client) -> None:
-    source = sources.open_replay(h200, [WORKLOAD], replay_dir)
+    source = measurers.open_replay(h200, [WORKLOAD], replay_dir)
     evaluate = source.evaluator(WORKLOAD)
     calls = []
 

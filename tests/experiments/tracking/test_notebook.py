@@ -9,7 +9,7 @@ import pytest
 from nbclient import NotebookClient
 from study_support import WORKLOAD
 
-from flashtune.experiments.study import sources
+from flashtune.experiments.study import measurers
 from flashtune.experiments.tracking import analysis
 from flashtune.experiments.study.runner import Study, run_study
 from flashtune.objectives.hardware import load_spec
@@ -25,7 +25,7 @@ def replay_store(replay_dir, h100_replay_dir, stores) -> dict[str, str]:
             ("h100", h100_replay_dir, "random", 0)]
     for key, folder, strategy, seed in plan:
         hardware = load_spec(key)
-        source = sources.open_replay(hardware, [WORKLOAD], folder)
+        source = measurers.open_replay(hardware, [WORKLOAD], folder)
         study = Study(name=f"{strategy}-s{seed}", workload=WORKLOAD, hardware=hardware, strategy=strategy, seed=seed,
                       trials=TRIALS)
         run_study(study, source.evaluator(WORKLOAD), tracking_uri=stores["tracking_uri"],

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from study_support import GQA_WORKLOAD, WORKLOAD
 
-from flashtune.experiments.study import sources
+from flashtune.experiments.study import measurers
 from flashtune.experiments.study.runner import Study, run_study
 from flashtune.experiments.tracking.tracker import check_tracking_uri, experiment_name
 from flashtune.objectives.hardware import HardwareSpec
@@ -19,7 +19,7 @@ TRIALS = 14
 
 def replay_study(replay_dir: Path, stores: dict[str, str], hardware: HardwareSpec, *, name: str = "track",
                  workload=WORKLOAD, trials: int = TRIALS, strategy: str = "random", seed: int = 3):
-    source = sources.open_replay(hardware, [workload], replay_dir)
+    source = measurers.open_replay(hardware, [workload], replay_dir)
     study = Study(name=name, workload=workload, hardware=hardware, strategy=strategy, trials=trials, seed=seed)
     return run_study(study, source.evaluator(workload), tracking_uri=stores["tracking_uri"],
                      storage_url=stores["storage"], fingerprint=source.fingerprint, versions=source.versions,

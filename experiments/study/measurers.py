@@ -1,4 +1,4 @@
-"""Where a study's measurements come from: the live GPU, or recorded tables replayed.
+"""What measures a study's configs: the live GPU, or recorded tables replayed (a ``Measurer``).
 
 The parent process never initialises CUDA (a poisoned context would kill the study, and
 forking after CUDA init breaks workers): whether a GPU is there is asked of
@@ -80,7 +80,7 @@ def recorded_workloads(replay_dir: Path) -> list[str]:
 
 
 @dataclass
-class Source:
+class Measurer:
     """An opened objective: measures configs of any of its workloads, then is closed.
 
     Attributes:
@@ -125,7 +125,7 @@ def resolve_kind(kind: str) -> str:
 
 
 def open_replay(hardware: HardwareSpec, workloads: Iterable[Workload], replay_dir: Path | None = None,
-                *, noise: bool = False, seed: int = 0) -> Source:
+                *, noise: bool = False, seed: int = 0) -> Measurer:
     """Replay recorded tables of ``hardware`` for ``workloads``.
 
     Raises:
@@ -169,7 +169,7 @@ def open_replay(hardware: HardwareSpec, workloads: Iterable[Workload], replay_di
     stamped = next((m for m in measurements if m.fingerprint), None)
     fingerprint = stamped.fingerprint if stamped else hardware.fingerprint
     versions = dict(stamped.versions) if stamped and stamped.versions else _spec_versions(hardware)
-    return Source(
+    return Measurer(
         kind="replay",
         hardware=hardware,
         description=f"replaying recorded {hardware.name} tables from {folder} (no GPU is used); "
@@ -181,7 +181,7 @@ def open_replay(hardware: HardwareSpec, workloads: Iterable[Workload], replay_di
     )
 
 
-def open_live(expected: HardwareSpec | None = None, **options: Any) -> Source:
+def open_live(expected: HardwareSpec | None = None, **options: Any) -> Measurer:
     """The live objective on this machine's GPU (measured in a worker process).
 
     Args:
@@ -204,7 +204,7 @@ def open_live(expected: HardwareSpec | None = None, **options: Any) -> Source:
     except BaseException:
         objective.close()
         raise
-    return Source(
+    return Measurer(
         kind="live",
         hardware=hardware,
         description=f"measuring live on {hardware.name} ({hardware.arch})",
