@@ -28,10 +28,10 @@ import numpy as np
 
 from flashtune.kernels.config import Config
 from flashtune.objectives.types import Measurement
-from flashtune.search.strategy import Strategy, check_int_option, cost_ms
 from flashtune.search._candidates import CandidatePool
 from flashtune.search.priors import PriorGuide
 from flashtune.search.space import SearchSpace
+from flashtune.search.strategy import Strategy, check_int_option, cost_ms
 
 #: Start designs after the first config: ``latin`` (every value of every tunable about
 #: equally often), ``spread`` (greedy maximin: corners first) or ``random``.

@@ -59,8 +59,13 @@ class History:
         self.known[trial.config] = trial.measurement
 
     def best(self) -> Trial | None:
-        ok = [t for t in self.trials if math.isfinite(t.cost_ms)]
-        return min(ok, key=lambda t: t.cost_ms) if ok else None
+        return best_trial(self.trials)
+
+
+def best_trial(trials: Iterable[Trial]) -> Trial | None:
+    """The fastest successful trial (the earlier one of a tie), or None if none succeeded."""
+    ok = [t for t in trials if math.isfinite(t.cost_ms)]
+    return min(ok, key=lambda t: (t.cost_ms, t.number)) if ok else None
 
 
 class Ledger(abc.ABC):

@@ -26,13 +26,12 @@ from typing import Any
 from flashtune.experiments.evaluation import priors as prior_tags
 from flashtune.experiments.study.ledger import SharedLedger, StoreLedger
 from flashtune.experiments.study.storage import TrialStore, is_shared_storage, open_storage
-from flashtune.experiments.tracking.report import best_trial
 from flashtune.experiments.tracking.tracker import MlflowTracker
 from flashtune.kernels.config import Config
 from flashtune.objectives.hardware import HardwareSpec
 from flashtune.objectives.types import Measurement, Workload
 from flashtune.search import make_strategy, strategy_names
-from flashtune.search.loop import Callback, History, Trial, run
+from flashtune.search.loop import Callback, History, Trial, best_trial, run
 from flashtune.search.space import SearchSpace
 
 _log = logging.getLogger(__name__)

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from flashtune.search.loop import Trial
+from flashtune.search.loop import Trial, best_trial
 
 #: Columns of the trials table, after the config's own keys.
 _MEASUREMENT_COLUMNS = (
@@ -30,11 +30,6 @@ def best_so_far(trials: Sequence[Trial]) -> list[float]:
         best = min(best, trial.cost_ms)
         out.append(best)
     return out
-
-
-def best_trial(trials: Sequence[Trial]) -> Trial | None:
-    ok = [t for t in trials if math.isfinite(t.cost_ms)]
-    return min(ok, key=lambda t: (t.cost_ms, t.number)) if ok else None
 
 
 def trial_row(trial: Trial) -> dict[str, Any]:

@@ -26,8 +26,8 @@ from deap import algorithms, base, tools
 
 from flashtune.kernels.config import Config
 from flashtune.search._pooled import PooledStrategy
-from flashtune.search.strategy import check_int_option
 from flashtune.search.space import SearchSpace
+from flashtune.search.strategy import check_int_option
 
 
 class _Fitness(base.Fitness):

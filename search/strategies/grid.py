@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from flashtune.kernels.config import Config
 from flashtune.objectives.types import Measurement
-from flashtune.search.strategy import Strategy, cost_ms
-from flashtune.search._candidates import CandidatePool
+from flashtune.search._candidates import CandidatePool, take_unseen
 from flashtune.search.priors import PriorGuide
+from flashtune.search.strategy import Strategy, cost_ms
 
 
 class GridSearch(Strategy):
@@ -29,12 +29,7 @@ class GridSearch(Strategy):
         if guided is not None:
             self._seen.add(guided)
             return guided
-        while self._pending:
-            config = self._pending.pop(0)
-            if config not in self._seen:
-                self._seen.add(config)
-                return config
-        return None
+        return take_unseen(self._pending, self._seen)
 
     def tell(self, config: Config, measurement: Measurement) -> None:
         self._seen.add(config)

@@ -29,8 +29,8 @@ import optuna
 from optuna.samplers import BaseSampler
 
 from flashtune.search._optuna import OptunaStrategy
-from flashtune.search.strategy import check_int_option
 from flashtune.search.space import SearchSpace
+from flashtune.search.strategy import check_int_option
 
 ACQUISITION_OPTIMIZERS = ("candidates", "optuna")
 

@@ -12,9 +12,9 @@ import numpy as np
 
 from flashtune.kernels.config import Config
 from flashtune.objectives.types import Measurement
-from flashtune.search.strategy import Strategy, check_int_option
-from flashtune.search._candidates import CandidatePool
+from flashtune.search._candidates import CandidatePool, take_unseen
 from flashtune.search.priors import PriorGuide
+from flashtune.search.strategy import Strategy, check_int_option
 
 
 class RandomSearch(Strategy):
@@ -39,17 +39,8 @@ class RandomSearch(Strategy):
             ranking = PriorGuide(self.priors, self._pool.complete).ranking()
             feasible = [c for c in ranking if self._pool.is_open(c)]
             self._first = feasible[: int(self.options["prior_trials"])]
-        while self._first:
-            config = self._first.pop(0)
-            if config not in self._seen:
-                self._seen.add(config)
-                return config
-        while self._pending:
-            config = self._pending.pop()
-            if config not in self._seen:
-                self._seen.add(config)
-                return config
-        return None
+        config = take_unseen(self._first, self._seen)
+        return config if config is not None else take_unseen(self._pending, self._seen, index=-1)
 
     def tell(self, config: Config, measurement: Measurement) -> None:
         self._seen.add(config)

@@ -24,8 +24,8 @@ from skopt.utils import cook_estimator
 
 from flashtune.kernels.config import Config
 from flashtune.search._pooled import PooledStrategy
-from flashtune.search.strategy import check_int_option
 from flashtune.search.space import SearchSpace
+from flashtune.search.strategy import check_int_option
 
 ACQUISITIONS = ("EI", "LCB", "PI")
 

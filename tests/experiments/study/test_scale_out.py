@@ -152,7 +152,7 @@ def _shared(storage, name: str) -> SharedLedger:
 def test_claims_oldest_wins_and_budget_is_exact(tmp_path: Path) -> None:
     storage = open_storage(f"journal:{tmp_path / 'optuna.log'}")
     a, b = _shared(storage, "claims"), _shared(storage, "claims")
-    configs = [c for c in all_configs() if c in a.store._space][:3]
+    configs = [c for c in all_configs() if c in a.store.space][:3]
     first = a.claim(configs[0], budget=2)
     assert first is not None and first.number == 0
     assert b.claim(configs[0], budget=2) is None, "a config claimed twice"
