@@ -218,7 +218,7 @@ def test_heartbeat_fails_a_dead_worker_of_another_host(postgres) -> None:
     """A claim whose worker is on another host is failed by Optuna's heartbeat, not by pid."""
     storage = open_storage(postgres["storage"], heartbeat_s=1)
     shared = _shared(storage, "heartbeat")
-    config = next(c for c in all_configs() if c in shared.store._space)
+    config = next(c for c in all_configs() if c in shared.store.space)
     claim = shared.claim(config, budget=10)
     storage.set_trial_user_attr(claim.trial_id, "flashtune.owner", {"host": "elsewhere", "pid": 1})
     storage.record_heartbeat(claim.trial_id)
