@@ -1,4 +1,5 @@
-"""The ledgers of a study kept in Optuna storage: one process, or many workers sharing it.
+"""A study's trials in Optuna storage (``TrialStore``) and its ledgers: one process, or many
+workers sharing it.
 
 ``StoreLedger``: one process (SQLite by default); a killed run's trials are recovered on
 resume (see ``TrialStore.recover``). ``SharedLedger``: claims on a study that many workers
@@ -32,33 +33,267 @@ config is free to be claimed again: retried once, recorded once.
 
 from __future__ import annotations
 
+import json
+import logging
 import math
 import os
 import socket
 import time
 import warnings
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from flashtune.experiments.study.storage import (
     CONFIG_ATTR,
     ELAPSED_ATTR,
+    IDENTITY_ATTR,
     INTERRUPTED_ATTR,
     MEASUREMENT_ATTR,
     NUMBER_ATTR,
     OWNER_ATTR,
-    TrialStore,
     process_alive,
 )
 from flashtune.kernels.config import Config
 from flashtune.objectives.types import Measurement
-from flashtune.search.loop import Evaluate, Ledger, Trial
+from flashtune.search import cost_ms
+from flashtune.search.loop import Evaluate, History, Ledger, Trial
+from flashtune.search.space import SearchSpace
+
+if TYPE_CHECKING:  # optuna loads in ~1 s: only when a study runs, not for `flashtune --help`
+    from optuna.storages import BaseStorage
+
+_log = logging.getLogger(__name__)
 
 #: Seconds between reads of the study while the last trials of the budget run elsewhere.
 POLL_S = 0.2
 #: Trial user attribute of a released claim: why it lost ("duplicate" or "over budget").
 RELEASED_ATTR = "flashtune.released"
+
+
+@dataclass(frozen=True)
+class Recovery:
+    """What opening a study found left over from an earlier process."""
+
+    salvaged: int = 0  # RUNNING trials whose measurement was written: finished now
+    interrupted: int = 0  # RUNNING trials without a measurement: marked FAIL
+    foreign: int = 0  # RUNNING trials of a process on another host: left alone
+
+
+class TrialStore:
+    """One study's trials in Optuna storage: recover, load the history, record new trials.
+
+    Args:
+        storage: an opened Optuna storage (see :func:`open_storage`).
+        study_name: the Optuna study name (the flashtune study name).
+        identity: JSON-ready facts that define the study (workload, strategy, seed, ...);
+            a study resumed with different facts is refused, naming them.
+        space: the search space; its tunables become the trials' Optuna distributions.
+        clock: monotonic clock for the elapsed time of trials.
+    """
+
+    def __init__(
+        self,
+        storage: BaseStorage,
+        study_name: str,
+        identity: Mapping[str, Any],
+        space: SearchSpace,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        import optuna
+
+        self._optuna = optuna
+        self.storage = storage
+        self.study_name = study_name
+        self.identity = json.loads(json.dumps(dict(identity), sort_keys=True))
+        self.space = space
+        self._clock = clock
+        self.distributions = {
+            name: optuna.distributions.CategoricalDistribution(list(values)) for name, values in space.tunables.items()
+        }
+        self.study_id = self._create_or_load()
+        self._next_number = 0
+        self._elapsed_offset_s = 0.0
+        self._session_start = clock()
+        self._elapsed_by_number: dict[int, float] = {}
+
+    # -- opening ----------------------------------------------------------------------------
+
+    def _create_or_load(self) -> int:
+        optuna = self._optuna
+        try:
+            study_id = self.storage.get_study_id_from_name(self.study_name)
+        except KeyError:
+            try:
+                study_id = self.storage.create_new_study(
+                    [optuna.study.StudyDirection.MINIMIZE], study_name=self.study_name
+                )
+            except optuna.exceptions.DuplicatedStudyError:  # created by a racing process
+                study_id = self.storage.get_study_id_from_name(self.study_name)
+            else:
+                self.storage.set_study_user_attr(study_id, IDENTITY_ATTR, self.identity)
+                return study_id
+        stored = self.storage.get_study_user_attrs(study_id).get(IDENTITY_ATTR)
+        deadline = time.monotonic() + 10.0
+        while stored is None and time.monotonic() < deadline:
+            # A worker racing this one created the study and is writing its identity now.
+            time.sleep(0.1)
+            stored = self.storage.get_study_user_attrs(study_id).get(IDENTITY_ATTR)
+        if stored is None:
+            raise ValueError(
+                f"study {self.study_name!r} exists in the Optuna storage but was not made by flashtune; "
+                "choose another --study-name"
+            )
+        differing = sorted(k for k in set(stored) | set(self.identity) if stored.get(k) != self.identity.get(k))
+        if differing:
+            details = "; ".join(f"{k}: stored {stored.get(k)!r}, asked {self.identity.get(k)!r}" for k in differing)
+            raise ValueError(
+                f"study {self.study_name!r} was created with other settings ({details}); "
+                "resume it with the same settings or choose another --study-name"
+            )
+        return study_id
+
+    def recover(self) -> Recovery:
+        """Finish or fail the trials that a killed process left RUNNING.
+
+        Raises:
+            ValueError: a live process on this host is running this study now.
+        """
+        TrialState = self._optuna.trial.TrialState
+        here = socket.gethostname()
+        salvaged = interrupted = foreign = 0
+        for frozen in self.storage.get_all_trials(self.study_id, deepcopy=False, states=(TrialState.RUNNING,)):
+            trial_id = self.storage.get_trial_id_from_study_id_trial_number(self.study_id, frozen.number)
+            attrs = frozen.user_attrs
+            if MEASUREMENT_ATTR in attrs:
+                # Measured and written, killed before the state change: finish it, lose nothing.
+                measurement = Measurement.from_dict(attrs[MEASUREMENT_ATTR])
+                self.set_final_state(trial_id, measurement)
+                salvaged += 1
+                continue
+            owner = attrs.get(OWNER_ATTR) or {}
+            if owner.get("host") not in (None, here):
+                # Another host may still be measuring it (PostgreSQL studies): not ours to judge.
+                foreign += 1
+                continue
+            pid = owner.get("pid")
+            if isinstance(pid, int) and pid != os.getpid() and process_alive(pid):
+                raise ValueError(
+                    f"study {self.study_name!r} is being run right now by process {pid} on this host; "
+                    "wait for it or stop it (SQLite storage is for one process at a time)"
+                )
+            self.storage.set_trial_user_attr(trial_id, INTERRUPTED_ATTR, True)
+            self.storage.set_trial_state_values(trial_id, TrialState.FAIL)
+            interrupted += 1
+        if foreign:
+            warnings.warn(f"study {self.study_name!r}: {foreign} trial(s) RUNNING on another host were left alone",
+                          stacklevel=2)
+        return Recovery(salvaged, interrupted, foreign)
+
+    def load_history(self) -> History:
+        """The study's measured trials, in order, as a ``search.loop.History`` (for resume)."""
+        TrialState = self._optuna.trial.TrialState
+        stored = []
+        for frozen in self.storage.get_all_trials(
+            self.study_id, deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL)
+        ):
+            attrs = frozen.user_attrs
+            if MEASUREMENT_ATTR not in attrs:
+                continue  # interrupted before it was measured
+            stored.append((attrs.get(NUMBER_ATTR, frozen.number), frozen.number, attrs))
+        stored.sort(key=lambda item: (item[0], item[1]))
+        history = History()
+        for number_attr, _, attrs in stored:
+            measurement = Measurement.from_dict(attrs[MEASUREMENT_ATTR])
+            config = Config.from_dict(attrs.get(CONFIG_ATTR) or measurement.config.to_dict())
+            if config in history.known:
+                # Only two processes writing one study can do this; keep the first, say so.
+                warnings.warn(f"study {self.study_name!r}: config {config} stored twice; keeping the first",
+                              stacklevel=2)
+                continue
+            number = len(history.trials)
+            if number_attr != number:
+                _log.warning("study %r: stored trial number %s renumbered %s", self.study_name, number_attr, number)
+            elapsed = float(attrs.get(ELAPSED_ATTR, 0.0))
+            history.trials.append(Trial(number, config, measurement, elapsed))
+            history.known[config] = measurement
+            self._elapsed_by_number[number] = elapsed
+        self._next_number = len(history.trials)
+        self._elapsed_offset_s = max(self._elapsed_by_number.values(), default=0.0)
+        self._session_start = self._clock()
+        return history
+
+    # -- recording ----------------------------------------------------------------------------
+
+    def measuring(self, evaluate: Evaluate) -> Evaluate:
+        """Wrap ``evaluate`` so every measurement is a stored trial (RUNNING, then final).
+
+        Call :meth:`load_history` first: it sets the next trial number.
+        """
+
+        def measure(config: Config) -> Measurement:
+            trial_id = self._begin(config)
+            try:
+                measurement = evaluate(config)
+            except BaseException:
+                # An exception or a signal mid-measurement: the trial is failed, not left RUNNING.
+                self.abandon(trial_id)
+                raise
+            self._finish(trial_id, measurement)
+            return measurement
+
+        return measure
+
+    def elapsed_s(self, number: int) -> float:
+        """Elapsed tuning time at trial ``number`` (sessions summed, pauses between them not)."""
+        return self._elapsed_by_number[number]
+
+    @property
+    def next_number(self) -> int:
+        return self._next_number
+
+    def _begin(self, config: Config) -> int:
+        optuna = self._optuna
+        in_space = config in self.space
+        template = optuna.trial.create_trial(
+            state=optuna.trial.TrialState.RUNNING,
+            # A config outside the declared space (never asked by our strategies) is kept in
+            # the user attribute only: Optuna needs one distribution per param name.
+            params=config.to_dict() if in_space else {},
+            distributions=self.distributions if in_space else {},
+            user_attrs={
+                NUMBER_ATTR: self._next_number,
+                CONFIG_ATTR: config.to_dict(),
+                OWNER_ATTR: {"host": socket.gethostname(), "pid": os.getpid()},
+            },
+        )
+        return self.storage.create_new_trial(self.study_id, template_trial=template)
+
+    def _finish(self, trial_id: int, measurement: Measurement) -> None:
+        elapsed = self._elapsed_offset_s + (self._clock() - self._session_start)
+        self.storage.set_trial_user_attr(trial_id, ELAPSED_ATTR, elapsed)
+        # The measurement goes last: once it is there, a resume can finish the trial.
+        self.storage.set_trial_user_attr(trial_id, MEASUREMENT_ATTR, measurement.to_dict())
+        self.set_final_state(trial_id, measurement)
+        self._elapsed_by_number[self._next_number] = elapsed
+        self._next_number += 1
+
+    def set_final_state(self, trial_id: int, measurement: Measurement) -> None:
+        TrialState = self._optuna.trial.TrialState
+        value = cost_ms(measurement)
+        if math.isfinite(value):
+            self.storage.set_trial_state_values(trial_id, TrialState.COMPLETE, [value])
+        else:
+            self.storage.set_trial_state_values(trial_id, TrialState.FAIL)
+
+    def abandon(self, trial_id: int) -> None:
+        TrialState = self._optuna.trial.TrialState
+        try:
+            self.storage.set_trial_user_attr(trial_id, INTERRUPTED_ATTR, True)
+            self.storage.set_trial_state_values(trial_id, TrialState.FAIL)
+        except Exception as exc:  # the storage itself may be what failed; resume cleans up
+            _log.warning("study %r: could not mark trial %s failed: %s", self.study_name, trial_id, exc)
 
 
 @dataclass

@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from flashtune.experiments.evaluation import priors as prior_tags
-from flashtune.experiments.study.ledger import SharedLedger, StoreLedger
-from flashtune.experiments.study.storage import TrialStore, is_shared_storage, open_storage
+from flashtune.experiments.study.ledger import SharedLedger, StoreLedger, TrialStore
+from flashtune.experiments.study.storage import is_shared_storage, open_storage
 from flashtune.experiments.tracking.tracker import MlflowTracker
 from flashtune.kernels.config import Config
 from flashtune.objectives.hardware import HardwareSpec

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
-from flashtune.experiments.study.sqlite import tune_sqlite_connections
+from flashtune.experiments.study.storage import tune_sqlite_connections
 from flashtune.experiments.tracking import report
 from flashtune.experiments.tracking.shared import SharedTracking
 from flashtune.search.loop import Trial

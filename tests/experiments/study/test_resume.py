@@ -12,8 +12,9 @@ from study_support import WORKLOAD
 
 from flashtune.experiments.study import measurers
 from flashtune.experiments.study.storage import (
-    INTERRUPTED_ATTR, MEASUREMENT_ATTR, NUMBER_ATTR, OWNER_ATTR, TrialStore, open_storage,
+    INTERRUPTED_ATTR, MEASUREMENT_ATTR, NUMBER_ATTR, OWNER_ATTR, open_storage,
 )
+from flashtune.experiments.study.ledger import TrialStore
 from flashtune.experiments.study.runner import Study, run_study
 from flashtune.search.space import SearchSpace
 

@@ -22,7 +22,8 @@ from mlflow import MlflowClient
 from study_support import WORKLOAD, cli_env, flashtune_command, run_cli
 
 from flashtune.experiments.study.ledger import RELEASED_ATTR, SharedLedger
-from flashtune.experiments.study.storage import MEASUREMENT_ATTR, TrialStore, close_storage, open_storage
+from flashtune.experiments.study.ledger import TrialStore
+from flashtune.experiments.study.storage import MEASUREMENT_ATTR, close_storage, open_storage
 from flashtune.kernels.space import all_configs
 from flashtune.objectives.hardware import load_spec
 from flashtune.search.space import SearchSpace
