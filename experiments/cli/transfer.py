@@ -13,7 +13,7 @@ from pathlib import Path
 
 from flashtune.experiments.evaluation.landscape import build_landscape
 from flashtune.experiments.evaluation.replay_batch import job_count, run_all, select_strategies, write_report
-from flashtune.experiments.evaluation.transfer import DEFAULT_PAIRS, DEFAULT_TABLES, Pair, RunResult, RunSpec, SMALLER_SHARED_BYTES, TOLERANCES, format_table, init_worker, run_one, smaller_spec, summarize
+from flashtune.experiments.evaluation.transfer import DEFAULT_PAIRS, DEFAULT_TABLES, Pair, RunResult, RunSpec, SMALLER_SHARED_BYTES, TARGET_RATIO, TOLERANCES, WORST_RATIO, format_table, init_worker, run_one, smaller_spec, summarize
 from flashtune.experiments.evaluation.transfer_plot import plot_transfer
 from flashtune.objectives.hardware import load_spec
 
