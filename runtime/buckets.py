@@ -28,11 +28,9 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from flashtune.kernels import space as _space
+from flashtune.kernels.space import DECODE_MAX_Q_LEN, uses_decode_kernel
 from flashtune.objectives.types import DTYPES, Workload
 
-#: Largest query length the decode kernel serves (the kernels' constant).
-DECODE_MAX_Q_LEN: int = getattr(_space, "DECODE_MAX_Q_LEN", 16)
 #: The two bucket classes: which kernel (and which tunables) serves the bucket.
 KINDS = ("prefill", "decode")
 #: ``batch_kv_heads`` of a bucket recorded before the field existed: any batch x heads.
@@ -53,7 +51,7 @@ _BATCH_HEADS_WEIGHT = 0.5
 
 def kind_of(q_len: int) -> str:
     """The class of a call with ``q_len`` queries: ``decode`` or ``prefill``."""
-    return "decode" if q_len <= DECODE_MAX_Q_LEN else "prefill"
+    return "decode" if uses_decode_kernel(q_len) else "prefill"
 
 
 def pow2_bucket(n: int) -> int:

@@ -26,7 +26,8 @@ import torch
 from flashtune.kernels.attention import flash_attention as _launcher
 from flashtune.kernels.config import Config
 from flashtune.kernels.source_hash import kernel_source_hash
-from flashtune.kernels.space import SAFE_DEFAULT
+from flashtune.kernels.decode import default_decode_config
+from flashtune.kernels.space import SAFE_DEFAULT, kernel_of, uses_decode_kernel
 from flashtune.objectives.hardware import HardwareSpec
 from flashtune.runtime.buckets import Bucket, kind_of
 from flashtune.runtime.prepared import PreparedCall, prepare as _prepare
@@ -74,6 +75,15 @@ def cache_key(q: torch.Tensor, k: torch.Tensor, causal: bool) -> CacheKey:
         1 << (shape_q[2] - 1).bit_length(), 1 << (shape_k[2] - 1).bit_length(),
         1 << (shape_q[0] * shape_k[1] - 1).bit_length(),
     )
+
+
+def safe_default(q: torch.Tensor, k: torch.Tensor) -> Config:
+    """The config the launcher runs for these inputs without one (the fallback of a
+    config that failed): the decode kernel's default for short queries, else the safe
+    prefill tile."""
+    if uses_decode_kernel(q.shape[2]):
+        return default_decode_config(q, k)
+    return SAFE_DEFAULT
 
 
 def call_key(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float | None, seqlens: Any) -> CallKey:
@@ -264,6 +274,10 @@ class Dispatcher:
         config = self._configs.get(key)
         if config is None:
             config = self._miss(key)
+        if extra and kernel_of(config) != "decode":
+            # Per-sequence lengths with a long query (a prefill bucket): only the decode
+            # kernel takes them; the launcher's decode default serves.
+            return _launcher(q, k, v, causal=causal, scale=scale, config=None, **extra)
         online = self._online
         if online is not None:
             return online.run(key, config, lambda c: self._launch(key, c, q, k, v, causal, scale, extra), q, k)
@@ -279,7 +293,7 @@ class Dispatcher:
         try:
             return _launcher(q, k, v, causal=causal, scale=scale, config=config, **extra)
         except Exception as exc:
-            if config == SAFE_DEFAULT:
+            if config == safe_default(q, k):
                 raise
             return self._recover(key, config, exc, q, k, v, causal, scale, extra)
 
@@ -295,12 +309,12 @@ class Dispatcher:
         """
         out = _launcher(q, k, v, causal=causal, scale=scale, config=None, **extra)
         online = self._online
-        replacement = online.launch_failed(key, config) if online is not None else None
-        self.swap(key, replacement or SAFE_DEFAULT)
+        replacement = (online.launch_failed(key, config) if online is not None else None) or safe_default(q, k)
+        self.swap(key, replacement)
         bucket = self.bucket_of(key)
         warnings.warn(
             f"flashtune: config {config.key()} failed for {bucket.name if bucket else key} "
-            f"({type(exc).__name__}: {str(exc)[:200]}); serving {(replacement or SAFE_DEFAULT).key()} instead",
+            f"({type(exc).__name__}: {str(exc)[:200]}); serving {replacement.key()} instead",
             RuntimeWarning, stacklevel=4,
         )
         return out

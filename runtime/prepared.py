@@ -34,6 +34,11 @@ from flashtune.kernels.attention import (
     resolve_scale,
 )
 from flashtune.kernels.config import Config
+from flashtune.kernels.decode import DecodeWorkspace, launch_decode
+from flashtune.kernels.space import kernel_of
+
+#: Split workspaces one prepared decode call keeps (one per CUDA stream it ran on).
+MAX_WORKSPACES = 8
 
 
 class PreparedCall:
@@ -79,10 +84,72 @@ class PreparedCall:
         return out
 
 
+class PreparedDecode:
+    """The decode kernel's launch for one call key, with its split workspace kept.
+
+    The workspace is reused by every call of the key on one CUDA stream (stream order
+    makes that safe; a graph captured on a stream keeps the addresses it captured), one
+    per stream, so concurrent streams never share one.
+
+    Args:
+        q: the first call's query.
+        k: the first call's keys.
+        causal: the mask.
+        scale: the softmax scale as the caller passed it.
+        config: the validated decode config the first call launched.
+        with_seqlens: whether calls of this key pass ``cache_seqlens``.
+    """
+
+    __slots__ = ("batch", "head_dim", "out_shape", "out_dtype", "device", "causal", "scale", "config",
+                 "with_seqlens", "workspaces", "splits")
+
+    def __init__(self, q: torch.Tensor, k: torch.Tensor, *, causal: bool, scale: float | None, config: Config,
+                 with_seqlens: bool) -> None:
+        self.batch, self.head_dim = q.shape[0], q.shape[3]
+        self.out_shape, self.out_dtype, self.device = q.shape, q.dtype, q.device
+        self.causal, self.scale, self.config = causal, resolve_scale(scale, q.shape[3]), config
+        self.with_seqlens = with_seqlens
+        self.splits = int(config["num_splits"])
+        self.workspaces: dict[int, DecodeWorkspace] = {}
+
+    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                 cache_seqlens: torch.Tensor | None = None) -> torch.Tensor | None:
+        """Launch for these inputs; None when they need the launcher's checks."""
+        shape = k.shape
+        if (shape != v.shape or shape[0] != self.batch or shape[3] != self.head_dim or not shape[2]
+                or k.stride(3) != 1 or v.stride(3) != 1):
+            return None
+        if self.with_seqlens and (cache_seqlens.dtype != torch.int32 or cache_seqlens.shape != (self.batch,)
+                                  or cache_seqlens.device != self.device or not cache_seqlens.is_contiguous()):
+            return None  # the launcher names what is wrong (the values are clamped by the kernel)
+        out = torch.empty(self.out_shape, dtype=self.out_dtype, device=self.device)
+        launch_decode(q, k, v, out, causal=self.causal, scale=self.scale, config=self.config,
+                      cache_seqlens=cache_seqlens, workspace=self._workspace(q) if self.splits > 1 else None)
+        return out
+
+    def _workspace(self, q: torch.Tensor) -> DecodeWorkspace:
+        stream = _current_stream(self.device)
+        workspace = self.workspaces.get(stream)
+        if workspace is None:
+            if len(self.workspaces) >= MAX_WORKSPACES:
+                self.workspaces.clear()
+            workspace = self.workspaces[stream] = DecodeWorkspace.for_query(q, self.splits)
+        return workspace
+
+
+def _current_stream(device: torch.device) -> int:
+    """The raw handle of the device's current CUDA stream (0 off CUDA: the interpreter)."""
+    if device.type != "cuda":
+        return 0
+    return torch._C._cuda_getCurrentRawStream(device.index)
+
+
 def prepare(q: torch.Tensor, k: torch.Tensor, *, causal: bool, scale: float | None, config: Config,
-            cache_seqlens: Any = None) -> PreparedCall | None:
+            cache_seqlens: Any = None) -> PreparedCall | PreparedDecode | None:
     """The prepared form of a call that just ran through the launcher, or None where every
     call must take the launcher (fp8 quantizes Q, K, V on every call anyway)."""
+    if kernel_of(config) == "decode":
+        return PreparedDecode(q, k, causal=causal, scale=scale, config=config, with_seqlens=cache_seqlens is not None)
     if config.get("use_fp8", False) or cache_seqlens is not None:
         return None
     return PreparedCall(q, k, causal=causal, scale=scale, config=config)
