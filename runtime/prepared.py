@@ -70,15 +70,15 @@ class PreparedCall:
 
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor | None:
         """Launch for these inputs; None when they need the launcher's checks (bad K/V)."""
-        shape = k.shape
+        shape, k_strides, v_strides = k.shape, k.stride(), v.stride()
         if (shape != v.shape or shape[0] != self.batch or shape[3] != self.head_dim or not shape[2]
-                or k.stride(3) != 1 or v.stride(3) != 1):
+                or k_strides[3] != 1 or v_strides[3] != 1):
             return None
         if self.tma:
             _check_descriptor_alignment(q, k, v)  # raises naming the argument
             triton.set_allocator(_descriptor_scratch)
         out = torch.empty(self.out_shape, dtype=self.out_dtype, device=self.device)
-        args = kernel_arguments(q, k, v, out, q, stride_k=k.stride()[:3], stride_v=v.stride(),
+        args = kernel_arguments(q, k, v, out, q, stride_k=k_strides[:3], stride_v=v_strides,
                                 kv_len=shape[2], scale=self.scale, **self.static)
         attention_forward_kernel[self.grid](*args, **self.options)
         return out
@@ -117,7 +117,7 @@ class PreparedDecode:
         """Launch for these inputs; None when they need the launcher's checks."""
         shape = k.shape
         if (shape != v.shape or shape[0] != self.batch or shape[3] != self.head_dim or not shape[2]
-                or k.stride(3) != 1 or v.stride(3) != 1):
+                or k.stride()[3] != 1 or v.stride()[3] != 1):
             return None
         if self.with_seqlens and (cache_seqlens.dtype != torch.int32 or cache_seqlens.shape != (self.batch,)
                                   or cache_seqlens.device != self.device or not cache_seqlens.is_contiguous()):
