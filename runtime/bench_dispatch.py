@@ -11,6 +11,7 @@ For a decode shape and a prefill shape, measures host time per call, in microsec
   allocation, launch: the direct call a user would otherwise make);
 - ``runtime_op``: ``flashtune.runtime.flash_attention`` (a prepared call after the first);
 - ``torch_op``: ``torch.ops.flashtune.flash_attention`` (the torch.library op);
+- ``alloc_out``: ``torch.empty`` of the output alone (what every call must pay);
 
 and reports ``runtime_op - bare_launch`` (issue 13's target: at most 5 µs). Shapes are
 small so the GPU stays ahead of the host; variants are interleaved and the median of
@@ -99,6 +100,8 @@ def run(*, shape: Shape, dtype: torch.dtype, causal: bool, iters: int, repeats: 
             "launcher_op": lambda: launcher_op(q, k, v, causal=causal, scale=None, config=config),
             "runtime_op": lambda: runtime_op(q, k, v, causal=causal),
             "torch_op": lambda: op(q, k, v, causal, None),
+            # The output's allocation alone: the part of runtime_op - bare_launch no cache removes.
+            "alloc_out": lambda: torch.empty(q.shape, dtype=q.dtype, device=q.device),
         }
     for fn in variants.values():  # warm-up: compile, resolve, prepare
         fn()
