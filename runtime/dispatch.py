@@ -246,7 +246,9 @@ class Dispatcher:
 
     def attach(self, tuner: OnlineTuner | None) -> None:
         """Route calls through an online tuner (None detaches)."""
-        self._online = tuner
+        with self._lock:
+            self._online = tuner
+            self._calls.clear()  # prepared calls bypass the tuner; none is kept while one is attached
 
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
                  scale: float | None = None, cache_seqlens: torch.Tensor | None = None) -> torch.Tensor:

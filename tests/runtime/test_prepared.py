@@ -110,6 +110,9 @@ def test_swap_and_reload_drop_prepared_calls(sim):
     assert next(iter(sim._calls.values())).options["BLOCK_M"] == 32
     sim.reload()
     assert not sim._calls
+    sim(q, k, v)
+    sim.attach(None)  # an online tuner must see every call: attaching drops prepared calls
+    assert not sim._calls
 
 
 def test_explain_names_bucket_class_and_why(sim, store_path, h200):
