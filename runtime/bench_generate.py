@@ -53,13 +53,6 @@ def build_model(*, layers: int, hidden: int, heads: int, kv_heads: int, vocab: i
     return model
 
 
-def use_attention(model: Any, name: str) -> None:
-    if hasattr(model, "set_attn_implementation"):
-        model.set_attn_implementation(name)
-    else:  # transformers before set_attn_implementation read the config at forward time
-        model.config._attn_implementation = name
-
-
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -108,6 +101,7 @@ def run_case(model: Any, name: str, *, batch: int, prompt: int, new_tokens: int,
              eager_max_prompt: int) -> dict[str, Any]:
     """One batch x prompt point: timings of both implementations and the logits agreement."""
     from flashtune.runtime.dispatch import get_dispatcher
+    from flashtune.runtime.hf_attention import set_attention
     from flashtune.runtime.prepared import PreparedDecode
 
     device = next(model.parameters()).device
@@ -120,17 +114,17 @@ def run_case(model: Any, name: str, *, batch: int, prompt: int, new_tokens: int,
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         for impl in impls:  # warm-up: compile, resolve, prepare
-            use_attention(model, impl)
+            set_attention(model, impl)
             generate(model, ids, min(new_tokens, 8))
         for _ in range(rounds):
             for impl in impls:
-                use_attention(model, impl)
+                set_attention(model, impl)
                 prefill[impl].append(prefill_seconds(model, ids))
                 tokens[impl], seconds = generate(model, ids, new_tokens)
                 times[impl].append(seconds)
         logits = {}
         for impl in impls + (("eager",) if prompt <= eager_max_prompt else ()):
-            use_attention(model, impl)
+            set_attention(model, impl)
             logits[impl] = teacher_forced_logits(model, ids, tokens[SDPA])
     fallbacks = sorted({str(w.message) for w in caught if "flashtune attention" in str(w.message)})
     decode_calls = sum(isinstance(p, PreparedDecode) for p in get_dispatcher()._calls.values())

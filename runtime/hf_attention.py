@@ -117,6 +117,14 @@ def attention_forward(
     return out.transpose(1, 2).contiguous(), None
 
 
+def set_attention(model: torch.nn.Module, name: str) -> None:
+    """Switch a transformers model's attention implementation (``sdpa``, ``eager``, ``name``)."""
+    if hasattr(model, "set_attn_implementation"):
+        model.set_attn_implementation(name)
+    else:  # transformers before set_attn_implementation read the config at forward time
+        model.config._attn_implementation = name
+
+
 def register(name: str = NAME) -> str:
     """Register :func:`attention_forward` with transformers as ``attn_implementation=name``.
 

@@ -101,7 +101,7 @@ def test_online_tuner_times_with_cuda_events(store_path):
 
 def test_small_llama_matches_sdpa():
     transformers = pytest.importorskip("transformers")
-    from flashtune.runtime.hf_attention import register
+    from flashtune.runtime.hf_attention import register, set_attention
 
     name = register()
     config = transformers.LlamaConfig(
@@ -113,21 +113,14 @@ def test_small_llama_matches_sdpa():
     ids = torch.randint(0, 1000, (2, 256), device="cuda")
     with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        _set_attention(model, "sdpa")
+        set_attention(model, "sdpa")
         ref = model(ids).logits.float()
-        _set_attention(model, name)
+        set_attention(model, name)
         out = model(ids).logits.float()
     fallbacks = [str(w.message) for w in caught if "flashtune attention" in str(w.message)]
     assert not fallbacks, fallbacks  # our kernel ran, not the SDPA fallback
     # bf16 through two layers: differences of attention at ~1e-2 grow a little.
     assert relative_error(out, ref) < 5e-2
-
-
-def _set_attention(model: torch.nn.Module, name: str) -> None:
-    if hasattr(model, "set_attn_implementation"):
-        model.set_attn_implementation(name)
-    else:  # transformers before set_attn_implementation read the config at forward time
-        model.config._attn_implementation = name
 
 
 @pytest.mark.parametrize("q_len, heads, kv_heads", [(1, 32, 8), (4, 32, 8), (1, 16, 1)])
