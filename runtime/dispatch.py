@@ -68,7 +68,8 @@ def live_hardware(device: torch.device) -> HardwareSpec | None:
 
 
 def cache_key(q: torch.Tensor, k: torch.Tensor, causal: bool) -> CacheKey:
-    """The hot-path key of a call; raises (any error) on inputs that are not attention inputs."""
+    """The config-cache key of a call (its device and bucket); raises (any error) on inputs
+    that are not attention inputs."""
     shape_q, shape_k = q.shape, k.shape
     return (
         q.device, q.dtype, causal, shape_q[1] // shape_k[1], shape_q[3],
