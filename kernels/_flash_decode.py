@@ -118,20 +118,27 @@ def decode_combine_kernel(
     stride_oz, stride_oh, stride_om,
     q_heads, q_len, num_splits,
     HEAD_DIM: tl.constexpr,
+    BLOCK_D: tl.constexpr,
     BLOCK_S: tl.constexpr,
 ):
-    """Grid (batch * q_heads * q_len,): merge one output row's splits, BLOCK_S at a time
-    (a runtime loop, so the split count needs no recompile)."""
+    """Grid (batch * q_heads * q_len, HEAD_DIM / BLOCK_D): merge one output row's splits for
+    BLOCK_D of its columns.
+
+    Latency-bound (a few KB a program, just written, so in L2): BLOCK_S is the space's
+    largest split count, so every load of a row is in flight at once (masked lanes move
+    no data); the runtime loop only runs again past it, and the split count needs no
+    recompile. Splitting the columns over programs keeps the registers per thread low.
+    """
     row = tl.program_id(0).to(tl.int64)
     pos = row % q_len
     off_h = (row // q_len) % q_heads
     off_z = row // (q_len * q_heads)
-    offs_d = tl.arange(0, HEAD_DIM)
+    offs_d = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
     offs_s = tl.arange(0, BLOCK_S)
 
     m_i = tl.max(tl.full([BLOCK_S], float("-inf"), dtype=tl.float32), 0)
     l_i = tl.sum(tl.zeros([BLOCK_S], dtype=tl.float32), 0)
-    acc = tl.zeros([HEAD_DIM], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_D], dtype=tl.float32)
     for s0 in range(0, num_splits, BLOCK_S):
         splits = s0 + offs_s
         ok = splits < num_splits

@@ -18,8 +18,12 @@ from flashtune.kernels.attention import LOG2_E, _sm_count
 from flashtune.kernels.config import Config
 from flashtune.kernels.space import DECODE_TUNABLES, decode_block_h
 
-#: Splits merged per step of the combine kernel's loop (a constexpr: one compile).
-COMBINE_BLOCK_S = 16
+#: Splits merged per step of the combine kernel's loop: the space's largest split count,
+#: so one step loads all of a row (a constexpr: one compile for every split count).
+COMBINE_BLOCK_S = max(DECODE_TUNABLES["num_splits"])
+#: Output columns per combine program (head_dim 128: two programs a row), so that a
+#: program's BLOCK_S x BLOCK_D float32 tile is 64 registers a thread at 4 warps.
+COMBINE_BLOCK_D = 64
 
 
 @dataclass(frozen=True)
@@ -112,9 +116,10 @@ def launch_decode(
                                                               q_len=q_len, causal=causal,
                                                               has_seqlens=cache_seqlens is not None))
     if num_splits > 1:
-        decode_combine_kernel[(rows,)](*combine_arguments(out, part_o, part_lse, stride_o=out.stride()[:3],
-                                                          q_heads=q_heads, q_len=q_len, num_splits=num_splits),
-                                       **combine_options(head_dim))
+        combine_grid = (rows, triton.cdiv(head_dim, COMBINE_BLOCK_D))
+        decode_combine_kernel[combine_grid](*combine_arguments(out, part_o, part_lse, stride_o=out.stride()[:3],
+                                                               q_heads=q_heads, q_len=q_len, num_splits=num_splits),
+                                            **combine_options(head_dim))
     return handle
 
 
@@ -142,7 +147,8 @@ def combine_arguments(out: Any, part_o: Any, part_lse: Any, *, stride_o: tuple[i
 
 
 def combine_options(head_dim: int) -> dict[str, Any]:
-    return {"HEAD_DIM": head_dim, "BLOCK_S": COMBINE_BLOCK_S, "num_warps": 4}
+    return {"HEAD_DIM": head_dim, "BLOCK_D": min(head_dim, COMBINE_BLOCK_D), "BLOCK_S": COMBINE_BLOCK_S,
+            "num_warps": 4}
 
 
 def warm_up(config: Config, *, batch: int, q_heads: int, kv_heads: int, q_len: int, kv_len: int, head_dim: int,
