@@ -137,6 +137,17 @@ def format_table(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def _finite(data: object) -> object:
+    """``data`` with inf/nan floats as None (JSON has neither)."""
+    if isinstance(data, dict):
+        return {k: _finite(v) for k, v in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [_finite(v) for v in data]
+    if isinstance(data, float) and not math.isfinite(data):
+        return None
+    return data
+
+
 def issue_rows(smoke: bool) -> list[Row]:
     if smoke:
         rows = [Row("smoke 2,8/2,1/300,64", Workload(2, 8, 2, 1, 300, 64, "float16", False),
@@ -161,10 +172,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds of the final timing")
     parser.add_argument("--rep-ms", type=int, default=20, help="do_bench rep of each sweep config")
     parser.add_argument("--smoke", action="store_true", help="tiny shapes (CPU interpreter too): checks the script")
+    parser.add_argument("--rows", default="", help="comma-separated row indices to run (default: all)")
     args = parser.parse_args(argv)
     bench = _Bench(args.out, smoke=args.smoke, rep_ms=args.rep_ms, rounds=args.rounds)
     results, base_variants = [], None
-    for row in issue_rows(args.smoke):
+    rows = issue_rows(args.smoke)
+    if args.rows:
+        rows = [rows[int(i)] for i in args.rows.split(",")]
+    for row in rows:
         started = time.perf_counter()
         w = row.workload
         extra = row.seqlens is not None or w.q_len > 1
@@ -179,8 +194,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{row.label}: FAILED\n{traceback.format_exc()}", flush=True)
             results.append({"label": row.label + " FAILED", "us": {}, "kv_bytes": kv_bytes(row)})
         print(f"{row.label}: {time.perf_counter() - started:.0f} s", flush=True)
-    summary = [{k: v for k, v in r.items() if k != "measurements"} for r in results]
-    (args.out / "bench_decode.json").write_text(json.dumps(summary, indent=1, default=str) + "\n")
+        # After every row: a run cut short keeps what it measured.
+        summary = [_finite({k: v for k, v in r.items() if k != "measurements"}) for r in results]
+        (args.out / "bench_decode.json").write_text(json.dumps(summary, indent=1, default=str) + "\n")
+        print(format_table(results[-1:]).splitlines()[-2], flush=True)
     print(format_table(results))
     return 0
 
