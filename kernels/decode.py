@@ -14,7 +14,7 @@ import torch
 import triton
 
 from flashtune.kernels._flash_decode import decode_combine_kernel, decode_split_kernel
-from flashtune.kernels.attention import LOG2_E, _sm_count
+from flashtune.kernels.attention import LOG2_E, _descriptor_scratch, _sm_count
 from flashtune.kernels.config import Config
 from flashtune.kernels.space import DECODE_TUNABLES, decode_block_h
 
@@ -108,6 +108,9 @@ def launch_decode(
         # so one split and many share a compiled binary.
         part_o = part_lse = _unused_float32(q.device)
     seqlens = cache_seqlens if cache_seqlens is not None else out  # not read without HAS_SEQLENS
+    if uses_tma(config):
+        # Device-side descriptors live in a scratch buffer that Triton asks for at launch.
+        triton.set_allocator(_descriptor_scratch)
     args = split_arguments(q, k, v, out, part_o, part_lse, seqlens, stride_q=q.stride()[:3], stride_k=k.stride()[:3],
                            stride_v=v.stride()[:3], stride_o=out.stride()[:3], q_heads=q_heads, kv_heads=kv_heads,
                            q_len=q_len, kv_cap=kv_cap, num_splits=num_splits, scale=scale)
@@ -137,8 +140,13 @@ def split_options(config: Config, *, head_dim: int, kv_group: int, q_len: int, c
                   has_seqlens: bool) -> dict[str, Any]:
     """The split kernel's constexprs and launch options for a config."""
     return {"HEAD_DIM": head_dim, "BLOCK_H": decode_block_h(kv_group, q_len), "BLOCK_N": int(config["BLOCK_N"]),
-            "IS_CAUSAL": bool(causal), "HAS_SEQLENS": has_seqlens,
+            "IS_CAUSAL": bool(causal), "HAS_SEQLENS": has_seqlens, "USE_TMA": uses_tma(config),
             "num_warps": int(config["num_warps"]), "num_stages": int(config["num_stages"])}
+
+
+def uses_tma(config: Config) -> bool:
+    # A decode config built without the knob means pointer loads (kernels.space.IMPLIED).
+    return config.get("loads", "pointer") == "tma"
 
 
 def combine_arguments(out: Any, part_o: Any, part_lse: Any, *, stride_o: tuple[int, ...], q_heads: int,
@@ -249,4 +257,4 @@ def default_decode_config(q: torch.Tensor, k: torch.Tensor) -> Config:
         sms = INTERPRETER_SMS
     splits = choose_num_splits(programs=batch * kv_heads * row_blocks, kv_len=k.shape[2], sm_count=sms)
     return Config(kernel="decode", BLOCK_N=64 if head_dim <= 128 else 32, num_splits=splits,
-                  num_warps=4, num_stages=2)
+                  num_warps=4, num_stages=2, loads="pointer")

@@ -3,8 +3,8 @@
 For each row of issue 13's table (bf16, q_len 1, K/V un-expanded) and two extra rows
 (per-sequence cache lengths; q_len 4 causal, as speculative decoding asks):
 
-1. sweep a compact part of the decode space (BLOCK_N x num_warps x num_stages, every
-   split count of the space: ``num_splits`` is a runtime argument, so trying it costs no
+1. sweep a compact part of the decode space (loads x BLOCK_N x num_warps x num_stages,
+   every split count of the space: ``num_splits`` is a runtime argument, so trying it costs no
    compile), each config checked once against the float32 reference, then timed with
    ``triton.testing.do_bench`` (L2 flushed before every run, as the issue's table was);
    every config is one JSON line in ``Measurement.to_dict()`` form under
@@ -32,7 +32,7 @@ import statistics
 import time
 import traceback
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from flashtune.kernels.config import Config
@@ -50,8 +50,15 @@ ISSUE_ROWS: tuple[tuple[int, int, int, int, int], ...] = (
     (64, 32, 8, 2048, 128),
     (1, 16, 16, 65536, 64),
 )
-#: The compiled part of the sweep; every split count is tried for each.
-SWEEP = {"BLOCK_N": (32, 64, 128), "num_warps": (2, 4, 8), "num_stages": (2, 3, 4)}
+#: The compiled part of the sweep, as parts whose knobs' products are swept; every split
+#: count is tried for each compiled variant. TMA: the tile sizes and depths that keep
+#: enough bytes in flight (its loads need no registers, so fewer warps do).
+SWEEP = (
+    {"loads": ("pointer",), "BLOCK_N": (32, 64, 128), "num_warps": (2, 4, 8), "num_stages": (2, 3, 4)},
+    {"loads": ("tma",), "BLOCK_N": (64, 128), "num_warps": (4, 8), "num_stages": (2, 3, 4)},
+)
+#: The knobs of a compiled variant (all but num_splits), in the order variants are written.
+VARIANT_KNOBS = ("loads", "BLOCK_N", "num_warps", "num_stages")
 #: The extra rows (per-sequence lengths, q_len 4) are this issue row's shape; they sweep its
 #: three best compiled variants (their own compiles: HAS_SEQLENS, IS_CAUSAL) x every split.
 EXTRA_BASE = (8, 32, 8, 8192, 128)
@@ -69,7 +76,7 @@ class Row:
     label: str
     workload: Workload
     seqlens: tuple[int, ...] | None = None
-    sweep: dict[str, tuple] = field(default_factory=lambda: dict(SWEEP))
+    sweep: tuple[dict[str, tuple], ...] = SWEEP
 
     def keys_read(self) -> int:
         """Keys read per KV head over the batch."""
@@ -84,13 +91,17 @@ def kv_bytes(row: Row, dtype_bytes: int = 2) -> float:
     return 2.0 * row.keys_read() * w.kv_heads * w.head_dim * dtype_bytes
 
 
+def variants(sweep: Iterable[dict[str, tuple]]) -> list[tuple]:
+    """The compiled variants (VARIANT_KNOBS values) of a sweep's parts."""
+    return [tuple(values) for part in sweep for values in itertools.product(*(part[n] for n in VARIANT_KNOBS))]
+
+
 def sweep_configs(row: Row, feasible: Callable[[Config], bool] = lambda c: True) -> list[Config]:
     """The sweep's configs: compiled variants x every split count up to the cache's tiles
     (more splits than tiles only adds empty programs), those ``feasible`` accepts."""
     configs = []
-    names = list(row.sweep)
-    for values in itertools.product(*(row.sweep[n] for n in names)):
-        variant = dict(zip(names, values))
+    for values in variants(row.sweep):
+        variant = dict(zip(VARIANT_KNOBS, values))
         tiles = math.ceil(row.workload.kv_len / variant["BLOCK_N"])
         for splits in DECODE_TUNABLES["num_splits"]:
             if splits > 1 and splits > tiles:
@@ -101,16 +112,16 @@ def sweep_configs(row: Row, feasible: Callable[[Config], bool] = lambda c: True)
     return configs
 
 
-def best_variants(measurements: Iterable[Measurement], top: int) -> tuple[tuple[int, int, int], ...]:
-    """The ``top`` fastest distinct compiled variants (BLOCK_N, num_warps, num_stages)."""
+def best_variants(measurements: Iterable[Measurement], top: int) -> tuple[dict[str, tuple], ...]:
+    """The ``top`` fastest distinct compiled variants, as sweep parts of one variant each."""
     seen: list[tuple] = []
     for m in sorted((m for m in measurements if m.ok), key=lambda m: m.median_ms):
-        variant = (m.config["BLOCK_N"], m.config["num_warps"], m.config["num_stages"])
+        variant = tuple(m.config[k] for k in VARIANT_KNOBS)
         if variant not in seen:
             seen.append(variant)
         if len(seen) == top:
             break
-    return tuple(seen)
+    return tuple({k: (v,) for k, v in zip(VARIANT_KNOBS, variant)} for variant in seen)
 
 
 def format_table(results: list[dict]) -> str:
@@ -128,11 +139,11 @@ def format_table(results: list[dict]) -> str:
         op = r["us"].get("op_best", math.inf)
         ratio = best_sdpa / op if math.isfinite(op) and math.isfinite(best_sdpa) else math.nan
         cfg = r.get("best_config") or {}
-        cfg_text = "/".join(str(cfg.get(k, "?")) for k in ("BLOCK_N", "num_warps", "num_stages", "num_splits"))
+        cfg_text = "/".join(str(cfg.get(k, "?")) for k in (*VARIANT_KNOBS, "num_splits"))
         gbps = r["kv_bytes"] / (op * 1e-6) / 1e9 if math.isfinite(op) else 0.0
         lines.append(f"| {r['label']} | {cfg_text} | {us('op_best')} | {us('op_default')} | {us('sdpa_cudnn')} | "
                      f"{us('sdpa_flash')} | {us('sdpa_efficient')} | {gbps:.0f} | {ratio:.2f} |")
-    lines.append("best config = BLOCK_N/num_warps/num_stages/num_splits; op/best SDPA > 1 means the op is faster; "
+    lines.append("best config = loads/BLOCK_N/num_warps/num_stages/num_splits; op/best SDPA > 1 means the op is faster; "
                  f"H200 HBM peak ~{H200_PEAK_GBPS:.0f} GB/s")
     return "\n".join(lines)
 
@@ -151,11 +162,11 @@ def _finite(data: object) -> object:
 def issue_rows(smoke: bool) -> list[Row]:
     if smoke:
         rows = [Row("smoke 2,8/2,1/300,64", Workload(2, 8, 2, 1, 300, 64, "float16", False),
-                    sweep={"BLOCK_N": (32,), "num_warps": (4,), "num_stages": (2,)}),
+                    sweep=({"loads": ("pointer", "tma"), "BLOCK_N": (32,), "num_warps": (4,), "num_stages": (2,)},)),
                 Row("smoke seqlens", Workload(3, 4, 1, 1, 100, 32, "float16", False), seqlens=(100, 0, 37),
-                    sweep={"BLOCK_N": (32,), "num_warps": (4,), "num_stages": (2,)}),
+                    sweep=({"loads": ("tma",), "BLOCK_N": (32,), "num_warps": (4,), "num_stages": (2,)},)),
                 Row("smoke q4 causal", Workload(1, 4, 2, 4, 90, 32, "float16", True),
-                    sweep={"BLOCK_N": (16,), "num_warps": (2,), "num_stages": (1,)})]
+                    sweep=({"loads": ("pointer",), "BLOCK_N": (16,), "num_warps": (2,), "num_stages": (1,)},))]
         return rows
     rows = [Row(f"{b},{hq}/{hkv},1/{n},{d}", Workload(b, hq, hkv, 1, n, d, "bfloat16", False))
             for b, hq, hkv, n, d in ISSUE_ROWS]
@@ -184,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
         w = row.workload
         extra = row.seqlens is not None or w.q_len > 1
         if extra and base_variants:
-            row.sweep = {"variants": base_variants}  # the base row's best compiled variants
+            row.sweep = base_variants  # the base row's best compiled variants
         try:
             result = bench.run_row(row)
             results.append(result)
@@ -247,14 +258,8 @@ class _Bench:
             seqlens = torch.tensor(row.seqlens, dtype=torch.int32, device=self.dev)
         ref = self.reference(reference_attention, q, k, v, w.causal, row.seqlens)
         workspace = DecodeWorkspace.for_query(q)
-        if "variants" in row.sweep:
-            configs = [validate_config({"kernel": "decode", "BLOCK_N": bn, "num_warps": nw, "num_stages": ns,
-                                        "num_splits": s})
-                       for bn, nw, ns in row.sweep["variants"] for s in DECODE_TUNABLES["num_splits"]
-                       if s == 1 or s <= math.ceil(w.kv_len / bn)]
-        else:
-            feasible = (lambda c: check(c, w, self.hardware).feasible) if self.hardware else (lambda c: True)
-            configs = sweep_configs(row, feasible)
+        feasible = (lambda c: check(c, w, self.hardware).feasible) if self.hardware else (lambda c: True)
+        configs = sweep_configs(row, feasible)
         tol = TOLERANCE[w.dtype]
         measurements = []
         path = self.out / "decode_sweep" / (w.name + ("_seqlens" if seqlens is not None else "") + ".jsonl")
@@ -265,8 +270,8 @@ class _Bench:
                 fh.write(json.dumps(m.to_dict()) + "\n")
         ok = sorted((m for m in measurements if m.ok), key=lambda m: m.median_ms)
         statuses = {s.value: sum(m.status is s for m in measurements) for s in Status}
-        print(f"{row.label}: {len(measurements)} configs {({k: n for k, n in statuses.items() if n})}; "
-              f"top: {[(m.config['BLOCK_N'], m.config['num_warps'], m.config['num_stages'], m.config['num_splits'], round(m.median_ms * 1e3, 1)) for m in ok[:5]]}",
+        top = [(*(m.config[k] for k in (*VARIANT_KNOBS, "num_splits")), round(m.median_ms * 1e3, 1)) for m in ok[:5]]
+        print(f"{row.label}: {len(measurements)} configs {({k: n for k, n in statuses.items() if n})}; top: {top}",
               flush=True)
         result = {"label": row.label, "workload": w.to_dict(), "seqlens": row.seqlens, "kv_bytes": kv_bytes(row),
                   "measurements": measurements, "us": {}}

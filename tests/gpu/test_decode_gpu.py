@@ -19,8 +19,8 @@ pytestmark = [
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
 # Three compiled variants (compiles dominate the run), split counts from none to the most.
-CONFIGS = [Config(kernel="decode", BLOCK_N=bn, num_splits=s, num_warps=w, num_stages=st)
-           for bn, s, w, st in [(64, 1, 4, 2), (128, 16, 8, 3), (32, 128, 2, 4)]]
+CONFIGS = [Config(kernel="decode", BLOCK_N=bn, num_splits=s, num_warps=w, num_stages=st, loads=loads)
+           for bn, s, w, st, loads in [(64, 1, 4, 2, "pointer"), (128, 16, 8, 3, "tma"), (32, 128, 2, 4, "pointer")]]
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +47,7 @@ def _reference(q, k, v, causal, lengths):
 
 
 @pytest.mark.parametrize("dtype", list(DTYPES))
-@pytest.mark.parametrize("config", CONFIGS, ids=lambda c: f"n{c['BLOCK_N']}s{c['num_splits']}")
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda c: f"{c['loads']}{c['BLOCK_N']}s{c['num_splits']}")
 @pytest.mark.parametrize(
     "b,hq,hkv,nq,nk,d,causal",
     [
@@ -93,7 +93,7 @@ def test_default_config_on_the_issue_rows():
 
 def test_cuda_graph_replays_a_decode_step_with_new_lengths():
     q, k, v = _qkv(4, 32, 8, 1, 4096, 128, torch.bfloat16)
-    config = CONFIGS[1]
+    config = CONFIGS[2]  # pointer loads, 128 splits: the split and combine launches both captured
     seqlens = torch.tensor([4096, 100, 1, 0], dtype=torch.int32, device="cuda")
     out = torch.empty_like(q)
     workspace = DecodeWorkspace.for_query(q)

@@ -17,8 +17,9 @@ pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="CPU interpret
 TOL = {torch.float16: 5e-3, torch.float32: 1e-4}
 
 
-def _decode(num_splits, block_n=32, warps=4, stages=2):
-    return Config(kernel="decode", BLOCK_N=block_n, num_splits=num_splits, num_warps=warps, num_stages=stages)
+def _decode(num_splits, block_n=32, warps=4, stages=2, loads="pointer"):
+    return Config(kernel="decode", BLOCK_N=block_n, num_splits=num_splits, num_warps=warps, num_stages=stages,
+                  loads=loads)
 
 
 def _qkv(b, hq, hkv, nq, nk, d, dtype=torch.float16, seed=0):
@@ -61,6 +62,13 @@ def test_q_len_4_grouped_multi_query_and_multi_head(hq, hkv, causal):
     _check(*_qkv(1, hq, hkv, 4, 77, 64), causal, _decode(2, block_n=16))
 
 
+def test_tma_loads_match_pointer_loads():
+    q, k, v = _qkv(2, 8, 2, 1, 77, 32)
+    pointer = flash_attention(q, k, v, causal=True, config=_decode(2))
+    tma = flash_attention(q, k, v, causal=True, config=_decode(2, loads="tma"))
+    torch.testing.assert_close(tma, pointer, atol=0, rtol=0)
+
+
 @pytest.mark.parametrize("num_splits", [1, 4, 16])
 def test_one_key_and_more_splits_than_tiles(num_splits):
     # kv_len 1: one partial tile; 16 splits leave all but one empty (they write -inf sums).
@@ -79,10 +87,10 @@ def test_longer_cache_head_dim_128(causal):
 
 
 @pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("num_splits", [1, 4])
-def test_per_sequence_lengths_including_0_and_1(causal, num_splits):
+@pytest.mark.parametrize("num_splits,loads", [(1, "pointer"), (4, "pointer"), (4, "tma")])
+def test_per_sequence_lengths_including_0_and_1(causal, num_splits, loads):
     q, k, v = _qkv(4, 4, 1, 2, 70, 32)
-    out = _check(q, k, v, causal, _decode(num_splits, block_n=16), lengths=[0, 1, 33, 70])
+    out = _check(q, k, v, causal, _decode(num_splits, block_n=16, loads=loads), lengths=[0, 1, 33, 70])
     assert torch.count_nonzero(out[0]) == 0  # an empty cache attends to nothing
     # q_len 2 causal at length 1: the first query sees no key (zeros), the second key 0.
     if causal:

@@ -87,5 +87,8 @@ def test_decode_space_on_the_h200():
     # The split count changes no resource: the verdict is the same for every value.
     for c in feasible[:20]:
         assert all(space.is_feasible(c.replace(num_splits=s)) for s in DECODE_TUNABLES["num_splits"])
+    tma = Config(kernel="decode", BLOCK_N=64, num_splits=8, num_warps=4, num_stages=3, loads="tma")
+    assert check(tma, DECODE_W, h200).feasible
+    assert not check(tma, DECODE_W, known_specs()["a100"]).feasible  # TMA is Hopper-and-newer
     prefill = SearchSpace.for_workload(Workload(1, 32, 8, 17, 4096, 128), h200)
     assert "BLOCK_M" in prefill.names and "num_splits" not in prefill.names
