@@ -12,7 +12,9 @@ For each row of issue 13's table (bf16, q_len 1, K/V un-expanded) and two extra 
 2. re-time the best config, the default config (``flash_attention``'s pick without a
    config) and torch SDPA's cuDNN, flash and efficient backends (``enable_gqa=True`` on
    the same un-expanded K/V), interleaved, medians of ``--rounds`` rounds;
-3. print the table last: op us, SDPA us, op GB/s of K+V read, op / best SDPA.
+3. print the table last: op us (``launch_decode``, best config), default us (the config
+   ``flash_attention`` picks without one), api us (``flash_attention`` with the best
+   config: its checks included), SDPA us, op GB/s of K+V read, op / best SDPA.
 
     OUT=out python -m flashtune.experiments.benchmarks.bench_decode
 
@@ -126,9 +128,9 @@ def best_variants(measurements: Iterable[Measurement], top: int) -> tuple[dict[s
 
 def format_table(results: list[dict]) -> str:
     """The last thing printed: one Markdown line per row."""
-    head = ("| shape | best config | op us | default us | cuDNN us | flash us | effic. us | "
+    head = ("| shape | best config | op us | default us | api us | cuDNN us | flash us | effic. us | "
             "op GB/s K+V | op/best SDPA |")
-    lines = [head, "|" + "---|" * 9]
+    lines = [head, "|" + "---|" * 10]
     for r in results:
         def us(name: str) -> str:
             v = r["us"].get(name, math.inf)
@@ -141,9 +143,11 @@ def format_table(results: list[dict]) -> str:
         cfg = r.get("best_config") or {}
         cfg_text = "/".join(str(cfg.get(k, "?")) for k in (*VARIANT_KNOBS, "num_splits"))
         gbps = r["kv_bytes"] / (op * 1e-6) / 1e9 if math.isfinite(op) else 0.0
-        lines.append(f"| {r['label']} | {cfg_text} | {us('op_best')} | {us('op_default')} | {us('sdpa_cudnn')} | "
+        lines.append(f"| {r['label']} | {cfg_text} | {us('op_best')} | {us('op_default')} | {us('op_api')} | {us('sdpa_cudnn')} | "
                      f"{us('sdpa_flash')} | {us('sdpa_efficient')} | {gbps:.0f} | {ratio:.2f} |")
-    lines.append("best config = loads/BLOCK_N/num_warps/num_stages/num_splits; op/best SDPA > 1 means the op is faster; "
+    lines.append("best config = loads/BLOCK_N/num_warps/num_stages/num_splits; op = launch_decode with the best "
+                 "config, default = the config flash_attention picks, api = flash_attention(config=best) with its "
+                 "checks; op/best SDPA > 1 means the op is faster; "
                  f"H200 HBM peak ~{H200_PEAK_GBPS:.0f} GB/s")
     return "\n".join(lines)
 
@@ -331,29 +335,34 @@ class _Bench:
         import torch.nn.functional as F
         from torch.nn.attention import SDPBackend, sdpa_kernel
 
+        from flashtune.kernels import flash_attention
         from flashtune.kernels.decode import launch_decode
 
         torch, w = self.torch, row.workload
         scale = 1.0 / math.sqrt(w.head_dim)
         out = torch.empty_like(q)
-        mask, note = None, ""
-        if seqlens is not None:  # SDPA has no per-sequence lengths: a padding mask
-            mask = (torch.arange(w.kv_len, device=q.device)[None, :] < seqlens[:, None])[:, None, None, :]
-        elif w.causal:
-            from torch.nn.attention.bias import causal_lower_right
-
-            mask = causal_lower_right(w.q_len, w.kv_len)  # SDPA's is_causal is top-left aligned
+        note = ""
+        if seqlens is not None:
+            # SDPA has no per-sequence lengths, and a padding mask shuts out its flash and
+            # cuDNN paths: the peers attend to the whole cache (what padding costs them).
+            note += " peers read the whole cache (no per-sequence lengths in SDPA);"
+        if w.causal:
+            # SDPA's is_causal is aligned top-left; bottom-right masks only the last q_len - 1
+            # keys, which changes no cost: the peers run unmasked on the same K/V.
+            note += " peers unmasked (bottom-right causal masks q_len - 1 keys; SDPA's is_causal is top-left);"
         fns: dict[str, Callable[[], object]] = {
             "op_best": lambda: launch_decode(q, k, v, out, causal=w.causal, scale=scale, config=best,
                                              cache_seqlens=seqlens, workspace=workspace),
             "op_default": lambda: launch_decode(q, k, v, out, causal=w.causal, scale=scale, config=default,
                                                 cache_seqlens=seqlens, workspace=workspace),
+            # The checked op: validation, the lengths' host check, allocation (issue 13's item 4).
+            "op_api": lambda: flash_attention(q, k, v, causal=w.causal, config=best, cache_seqlens=seqlens),
         }
         backends = {"sdpa_cudnn": SDPBackend.CUDNN_ATTENTION, "sdpa_flash": SDPBackend.FLASH_ATTENTION,
                     "sdpa_efficient": SDPBackend.EFFICIENT_ATTENTION}
         for name, backend in backends.items():
             def peer(backend=backend):  # noqa: ANN202
-                return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, enable_gqa=True)
+                return F.scaled_dot_product_attention(q, k, v, scale=scale, enable_gqa=True)
 
             fns[name] = (backend, peer)
         samples: dict[str, list[float]] = {name: [] for name in fns}

@@ -47,8 +47,8 @@ def test_default_sweep_size():
 def test_table_ratio_and_bandwidth():
     result = {"label": "1,32/8,1/32768,128", "kv_bytes": 134e6, "best_config": {"loads": "tma", "BLOCK_N": 64,
               "num_warps": 4, "num_stages": 3, "num_splits": 32},
-              "us": {"op_best": 40.0, "op_default": 45.0, "sdpa_cudnn": 50.0, "sdpa_flash": 59.0,
+              "us": {"op_best": 40.0, "op_default": 45.0, "op_api": 60.0, "sdpa_cudnn": 50.0, "sdpa_flash": 59.0,
                      "sdpa_efficient": math.inf}}
     line = bd.format_table([result]).splitlines()[2]
-    assert "| tma/64/4/3/32 | 40.0 | 45.0 | 50.0 | 59.0 | n/a | 3350 | 1.25 |" in line
+    assert "| tma/64/4/3/32 | 40.0 | 45.0 | 60.0 | 50.0 | 59.0 | n/a | 3350 | 1.25 |" in line
     assert bd._finite({"a": [math.inf, 1.0]}) == {"a": [None, 1.0]}
