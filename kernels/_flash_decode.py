@@ -20,6 +20,9 @@ divided by their sum, plus their log-sum-exp in base 2 (``-inf`` for a row that 
 to a float32 workspace laid out (row, split, head_dim) so the combine reads each row's
 splits contiguously. With one split the program writes the output directly.
 
+K/V tiles come from pointer loads or, with ``USE_TMA``, from device-side tensor
+descriptors (Hopper's TMA), as in the prefill kernel.
+
 Per-sequence lengths (``HAS_SEQLENS``): sequence b attends to its first SeqLens[b] keys
 of a cache of capacity ``kv_cap``; the length is clamped to [0, kv_cap] here, so a bad
 value the launcher could not check (inside CUDA-graph capture) never reads out of bounds.
@@ -46,6 +49,7 @@ def decode_split_kernel(
     BLOCK_N: tl.constexpr,
     IS_CAUSAL: tl.constexpr,
     HAS_SEQLENS: tl.constexpr,
+    USE_TMA: tl.constexpr,
 ):
     """Grid (num_splits, batch * kv_heads, row blocks): one key range of one KV head for
     BLOCK_H packed (query head, query position) rows."""
@@ -70,6 +74,18 @@ def decode_split_kernel(
         seqlen = tl.minimum(tl.maximum(tl.load(SeqLens + off_z), 0), kv_cap)
     else:
         seqlen = kv_cap
+    if USE_TMA:
+        # This (batch, KV head)'s cache as a descriptor ending at its length: rows past it
+        # load as zeros (the masked loop masks them too). At least one row: a descriptor
+        # of an empty sequence is never read, but must be well formed.
+        rows_kv = tl.maximum(seqlen, 1)
+        k_desc = tl.make_tensor_descriptor(k_base, shape=[rows_kv, HEAD_DIM], strides=[stride_kn, 1],
+                                           block_shape=[BLOCK_N, HEAD_DIM])
+        v_desc = tl.make_tensor_descriptor(v_base, shape=[rows_kv, HEAD_DIM], strides=[stride_vn, 1],
+                                           block_shape=[BLOCK_N, HEAD_DIM])
+    else:
+        k_desc = k_base
+        v_desc = v_base
 
     # This split's keys: a run of whole tiles, so every split but the last starts and ends
     # on a tile boundary (aligned, unmasked loads). Splits past the sequence get none.
@@ -89,14 +105,14 @@ def decode_split_kernel(
     l_i = tl.zeros([BLOCK_H], dtype=tl.float32)
     acc = tl.zeros([BLOCK_H, HEAD_DIM], dtype=tl.float32)
     acc, l_i, m_i = _attend_tiles(
-        acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, 1, k_base, v_base,
+        acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, 1, k_desc, v_desc,
         pos, offs_d, lo, mid, seqlen, causal_offset, qk_scale,
-        BLOCK_N, False, IS_CAUSAL, False, False, False,
+        BLOCK_N, False, IS_CAUSAL, USE_TMA, False, False,
     )
     acc, l_i, m_i = _attend_tiles(
-        acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, 1, k_base, v_base,
+        acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, 1, k_desc, v_desc,
         pos, offs_d, mid, hi, seqlen, causal_offset, qk_scale,
-        BLOCK_N, True, IS_CAUSAL, False, False, False,
+        BLOCK_N, True, IS_CAUSAL, USE_TMA, False, False,
     )
 
     l_safe = tl.where(l_i == 0.0, 1.0, l_i)  # rows that saw no key: 0 / 1 = 0
@@ -118,20 +134,27 @@ def decode_combine_kernel(
     stride_oz, stride_oh, stride_om,
     q_heads, q_len, num_splits,
     HEAD_DIM: tl.constexpr,
+    BLOCK_D: tl.constexpr,
     BLOCK_S: tl.constexpr,
 ):
-    """Grid (batch * q_heads * q_len,): merge one output row's splits, BLOCK_S at a time
-    (a runtime loop, so the split count needs no recompile)."""
+    """Grid (batch * q_heads * q_len, HEAD_DIM / BLOCK_D): merge one output row's splits for
+    BLOCK_D of its columns.
+
+    Latency-bound (a few KB a program, just written, so in L2): BLOCK_S is the space's
+    largest split count, so every load of a row is in flight at once (masked lanes move
+    no data); the runtime loop only runs again past it, and the split count needs no
+    recompile. Splitting the columns over programs keeps the registers per thread low.
+    """
     row = tl.program_id(0).to(tl.int64)
     pos = row % q_len
     off_h = (row // q_len) % q_heads
     off_z = row // (q_len * q_heads)
-    offs_d = tl.arange(0, HEAD_DIM)
+    offs_d = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
     offs_s = tl.arange(0, BLOCK_S)
 
     m_i = tl.max(tl.full([BLOCK_S], float("-inf"), dtype=tl.float32), 0)
     l_i = tl.sum(tl.zeros([BLOCK_S], dtype=tl.float32), 0)
-    acc = tl.zeros([HEAD_DIM], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_D], dtype=tl.float32)
     for s0 in range(0, num_splits, BLOCK_S):
         splits = s0 + offs_s
         ok = splits < num_splits

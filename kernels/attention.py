@@ -289,6 +289,8 @@ def flash_attention(
         raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
     scale_value = resolve_scale(scale, q.shape[-1])
     _check_fits(cfg, q, k)
+    if cfg["loads"] != "pointer" and not cfg.get("use_fp8"):  # fp8 copies land aligned
+        _check_descriptor_alignment(q, k, v)
     if kernel_of(cfg) == "decode":
         from flashtune.kernels.decode import check_cache_seqlens, launch_decode
 
@@ -300,8 +302,6 @@ def flash_attention(
     if cache_seqlens is not None:
         raise ValueError("cache_seqlens needs the decode kernel: pass a config with kernel='decode' "
                          "(any q_len) or config=None")
-    if cfg["loads"] != "pointer" and not cfg["use_fp8"]:  # fp8 copies land aligned
-        _check_descriptor_alignment(q, k, v)
     if cfg["use_fp8"]:
         _check_fp8_support(q)
     out = torch.empty_like(q, memory_format=torch.contiguous_format)

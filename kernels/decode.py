@@ -14,12 +14,16 @@ import torch
 import triton
 
 from flashtune.kernels._flash_decode import decode_combine_kernel, decode_split_kernel
-from flashtune.kernels.attention import LOG2_E, _sm_count
+from flashtune.kernels.attention import LOG2_E, _descriptor_scratch, _sm_count
 from flashtune.kernels.config import Config
 from flashtune.kernels.space import DECODE_TUNABLES, decode_block_h
 
-#: Splits merged per step of the combine kernel's loop (a constexpr: one compile).
-COMBINE_BLOCK_S = 16
+#: Splits merged per step of the combine kernel's loop: the space's largest split count,
+#: so one step loads all of a row (a constexpr: one compile for every split count).
+COMBINE_BLOCK_S = max(DECODE_TUNABLES["num_splits"])
+#: Output columns per combine program (head_dim 128: two programs a row), so that a
+#: program's BLOCK_S x BLOCK_D float32 tile is 64 registers a thread at 4 warps.
+COMBINE_BLOCK_D = 64
 
 
 @dataclass(frozen=True)
@@ -104,24 +108,75 @@ def launch_decode(
         # so one split and many share a compiled binary.
         part_o = part_lse = _unused_float32(q.device)
     seqlens = cache_seqlens if cache_seqlens is not None else out  # not read without HAS_SEQLENS
+    if uses_tma(config):
+        # Device-side descriptors live in a scratch buffer that Triton asks for at launch.
+        triton.set_allocator(_descriptor_scratch)
+    args = split_arguments(q, k, v, out, part_o, part_lse, seqlens, stride_q=q.stride()[:3], stride_k=k.stride()[:3],
+                           stride_v=v.stride()[:3], stride_o=out.stride()[:3], q_heads=q_heads, kv_heads=kv_heads,
+                           q_len=q_len, kv_cap=kv_cap, num_splits=num_splits, scale=scale)
     grid = (num_splits, batch * kv_heads, triton.cdiv(kv_group * q_len, block_h))
-    handle = decode_split_kernel[grid](
-        q, k, v, out, part_o, part_lse, seqlens,
-        q.stride(0), q.stride(1), q.stride(2),
-        k.stride(0), k.stride(1), k.stride(2),
-        v.stride(0), v.stride(1), v.stride(2),
-        out.stride(0), out.stride(1), out.stride(2),
-        q_heads, kv_heads, kv_group, q_len, kv_cap, num_splits, scale * LOG2_E,
-        HEAD_DIM=head_dim, BLOCK_H=block_h, BLOCK_N=int(config["BLOCK_N"]),
-        IS_CAUSAL=bool(causal), HAS_SEQLENS=cache_seqlens is not None,
-        num_warps=int(config["num_warps"]), num_stages=int(config["num_stages"]),
-    )
+    handle = decode_split_kernel[grid](*args, **split_options(config, head_dim=head_dim, kv_group=kv_group,
+                                                              q_len=q_len, causal=causal,
+                                                              has_seqlens=cache_seqlens is not None))
     if num_splits > 1:
-        decode_combine_kernel[(rows,)](
-            out, part_o, part_lse, out.stride(0), out.stride(1), out.stride(2),
-            q_heads, q_len, num_splits, HEAD_DIM=head_dim, BLOCK_S=COMBINE_BLOCK_S, num_warps=4,
-        )
+        combine_grid = (rows, triton.cdiv(head_dim, COMBINE_BLOCK_D))
+        decode_combine_kernel[combine_grid](*combine_arguments(out, part_o, part_lse, stride_o=out.stride()[:3],
+                                                               q_heads=q_heads, q_len=q_len, num_splits=num_splits),
+                                            **combine_options(head_dim))
     return handle
+
+
+def split_arguments(q: Any, k: Any, v: Any, out: Any, part_o: Any, part_lse: Any, seqlens: Any, *,
+                    stride_q: tuple[int, ...], stride_k: tuple[int, ...], stride_v: tuple[int, ...],
+                    stride_o: tuple[int, ...], q_heads: int, kv_heads: int, q_len: int, kv_cap: int,
+                    num_splits: int, scale: float) -> tuple[Any, ...]:
+    """The split kernel's positional arguments, in its order (one place: launch and
+    precompile). Strides are (batch, head, row) of q, k, v and out."""
+    return (q, k, v, out, part_o, part_lse, seqlens, *stride_q, *stride_k, *stride_v, *stride_o,
+            q_heads, kv_heads, q_heads // kv_heads, q_len, kv_cap, num_splits, scale * LOG2_E)
+
+
+def split_options(config: Config, *, head_dim: int, kv_group: int, q_len: int, causal: bool,
+                  has_seqlens: bool) -> dict[str, Any]:
+    """The split kernel's constexprs and launch options for a config."""
+    return {"HEAD_DIM": head_dim, "BLOCK_H": decode_block_h(kv_group, q_len), "BLOCK_N": int(config["BLOCK_N"]),
+            "IS_CAUSAL": bool(causal), "HAS_SEQLENS": has_seqlens, "USE_TMA": uses_tma(config),
+            "num_warps": int(config["num_warps"]), "num_stages": int(config["num_stages"])}
+
+
+def uses_tma(config: Config) -> bool:
+    # A decode config built without the knob means pointer loads (kernels.space.IMPLIED).
+    return config.get("loads", "pointer") == "tma"
+
+
+def combine_arguments(out: Any, part_o: Any, part_lse: Any, *, stride_o: tuple[int, ...], q_heads: int,
+                      q_len: int, num_splits: int) -> tuple[Any, ...]:
+    return (out, part_o, part_lse, *stride_o, q_heads, q_len, num_splits)
+
+
+def combine_options(head_dim: int) -> dict[str, Any]:
+    return {"HEAD_DIM": head_dim, "BLOCK_D": min(head_dim, COMBINE_BLOCK_D), "BLOCK_S": COMBINE_BLOCK_S,
+            "num_warps": 4}
+
+
+def warm_up(config: Config, *, batch: int, q_heads: int, kv_heads: int, q_len: int, kv_len: int, head_dim: int,
+            dtype: torch.dtype, causal: bool) -> None:
+    """Compile (into Triton's cache) what ``launch_decode`` runs for contiguous inputs of
+    these shapes, without running it: the compile pool's job (objectives.precompile)."""
+    buf = torch.empty(64, device="cuda", dtype=dtype)
+    f32 = torch.empty(64, device="cuda", dtype=torch.float32)
+    stride_q = (q_heads * q_len * head_dim, q_len * head_dim, head_dim)
+    stride_k = (kv_heads * kv_len * head_dim, kv_len * head_dim, head_dim)
+    splits = int(config["num_splits"])
+    args = split_arguments(buf, buf, buf, buf, f32, f32, buf, stride_q=stride_q, stride_k=stride_k,
+                           stride_v=stride_k, stride_o=stride_q, q_heads=q_heads, kv_heads=kv_heads, q_len=q_len,
+                           kv_cap=kv_len, num_splits=splits, scale=1.0)
+    decode_split_kernel.warmup(*args, **split_options(config, head_dim=head_dim, kv_group=q_heads // kv_heads,
+                                                      q_len=q_len, causal=causal, has_seqlens=False), grid=(1,))
+    if splits > 1:
+        decode_combine_kernel.warmup(*combine_arguments(buf, f32, f32, stride_o=stride_q, q_heads=q_heads,
+                                                        q_len=q_len, num_splits=splits),
+                                     **combine_options(head_dim), grid=(1,))
 
 
 @functools.lru_cache(maxsize=None)
@@ -202,4 +257,4 @@ def default_decode_config(q: torch.Tensor, k: torch.Tensor) -> Config:
         sms = INTERPRETER_SMS
     splits = choose_num_splits(programs=batch * kv_heads * row_blocks, kv_len=k.shape[2], sm_count=sms)
     return Config(kernel="decode", BLOCK_N=64 if head_dim <= 128 else 32, num_splits=splits,
-                  num_warps=4, num_stages=2)
+                  num_warps=4, num_stages=2, loads="pointer")

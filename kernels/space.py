@@ -55,6 +55,9 @@ DECODE_TUNABLES: Mapping[str, tuple[Value, ...]] = MappingProxyType(
         "num_splits": (1, 2, 4, 8, 16, 32, 64, 128),
         "num_warps": (1, 2, 4, 8),
         "num_stages": (1, 2, 3, 4, 5),
+        # K/V tiles by pointer loads or by tensor descriptors (TMA, Hopper and newer):
+        # decode is a stream of K/V tiles, and TMA moves a tile with one instruction.
+        "loads": ("pointer", "tma"),
     }
 )
 

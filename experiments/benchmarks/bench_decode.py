@@ -3,8 +3,8 @@
 For each row of issue 13's table (bf16, q_len 1, K/V un-expanded) and two extra rows
 (per-sequence cache lengths; q_len 4 causal, as speculative decoding asks):
 
-1. sweep a compact part of the decode space (BLOCK_N x num_warps x num_stages, every
-   split count of the space: ``num_splits`` is a runtime argument, so trying it costs no
+1. sweep a compact part of the decode space (loads x BLOCK_N x num_warps x num_stages,
+   every split count of the space: ``num_splits`` is a runtime argument, so trying it costs no
    compile), each config checked once against the float32 reference, then timed with
    ``triton.testing.do_bench`` (L2 flushed before every run, as the issue's table was);
    every config is one JSON line in ``Measurement.to_dict()`` form under
@@ -12,7 +12,9 @@ For each row of issue 13's table (bf16, q_len 1, K/V un-expanded) and two extra 
 2. re-time the best config, the default config (``flash_attention``'s pick without a
    config) and torch SDPA's cuDNN, flash and efficient backends (``enable_gqa=True`` on
    the same un-expanded K/V), interleaved, medians of ``--rounds`` rounds;
-3. print the table last: op us, SDPA us, op GB/s of K+V read, op / best SDPA.
+3. print the table last: op us (``launch_decode``, best config), default us (the config
+   ``flash_attention`` picks without one), api us (``flash_attention`` with the best
+   config: its checks included), SDPA us, op GB/s of K+V read, op / best SDPA.
 
     OUT=out python -m flashtune.experiments.benchmarks.bench_decode
 
@@ -32,7 +34,7 @@ import statistics
 import time
 import traceback
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from flashtune.kernels.config import Config
@@ -50,8 +52,15 @@ ISSUE_ROWS: tuple[tuple[int, int, int, int, int], ...] = (
     (64, 32, 8, 2048, 128),
     (1, 16, 16, 65536, 64),
 )
-#: The compiled part of the sweep; every split count is tried for each.
-SWEEP = {"BLOCK_N": (32, 64, 128), "num_warps": (2, 4, 8), "num_stages": (2, 3, 4)}
+#: The compiled part of the sweep, as parts whose knobs' products are swept; every split
+#: count is tried for each compiled variant. TMA: the tile sizes and depths that keep
+#: enough bytes in flight (its loads need no registers, so fewer warps do).
+SWEEP = (
+    {"loads": ("pointer",), "BLOCK_N": (32, 64, 128), "num_warps": (2, 4, 8), "num_stages": (2, 3, 4)},
+    {"loads": ("tma",), "BLOCK_N": (64, 128), "num_warps": (4, 8), "num_stages": (2, 3, 4)},
+)
+#: The knobs of a compiled variant (all but num_splits), in the order variants are written.
+VARIANT_KNOBS = ("loads", "BLOCK_N", "num_warps", "num_stages")
 #: The extra rows (per-sequence lengths, q_len 4) are this issue row's shape; they sweep its
 #: three best compiled variants (their own compiles: HAS_SEQLENS, IS_CAUSAL) x every split.
 EXTRA_BASE = (8, 32, 8, 8192, 128)
@@ -69,7 +78,7 @@ class Row:
     label: str
     workload: Workload
     seqlens: tuple[int, ...] | None = None
-    sweep: dict[str, tuple] = field(default_factory=lambda: dict(SWEEP))
+    sweep: tuple[dict[str, tuple], ...] = SWEEP
 
     def keys_read(self) -> int:
         """Keys read per KV head over the batch."""
@@ -84,13 +93,17 @@ def kv_bytes(row: Row, dtype_bytes: int = 2) -> float:
     return 2.0 * row.keys_read() * w.kv_heads * w.head_dim * dtype_bytes
 
 
+def variants(sweep: Iterable[dict[str, tuple]]) -> list[tuple]:
+    """The compiled variants (VARIANT_KNOBS values) of a sweep's parts."""
+    return [tuple(values) for part in sweep for values in itertools.product(*(part[n] for n in VARIANT_KNOBS))]
+
+
 def sweep_configs(row: Row, feasible: Callable[[Config], bool] = lambda c: True) -> list[Config]:
     """The sweep's configs: compiled variants x every split count up to the cache's tiles
     (more splits than tiles only adds empty programs), those ``feasible`` accepts."""
     configs = []
-    names = list(row.sweep)
-    for values in itertools.product(*(row.sweep[n] for n in names)):
-        variant = dict(zip(names, values))
+    for values in variants(row.sweep):
+        variant = dict(zip(VARIANT_KNOBS, values))
         tiles = math.ceil(row.workload.kv_len / variant["BLOCK_N"])
         for splits in DECODE_TUNABLES["num_splits"]:
             if splits > 1 and splits > tiles:
@@ -101,23 +114,23 @@ def sweep_configs(row: Row, feasible: Callable[[Config], bool] = lambda c: True)
     return configs
 
 
-def best_variants(measurements: Iterable[Measurement], top: int) -> tuple[tuple[int, int, int], ...]:
-    """The ``top`` fastest distinct compiled variants (BLOCK_N, num_warps, num_stages)."""
+def best_variants(measurements: Iterable[Measurement], top: int) -> tuple[dict[str, tuple], ...]:
+    """The ``top`` fastest distinct compiled variants, as sweep parts of one variant each."""
     seen: list[tuple] = []
     for m in sorted((m for m in measurements if m.ok), key=lambda m: m.median_ms):
-        variant = (m.config["BLOCK_N"], m.config["num_warps"], m.config["num_stages"])
+        variant = tuple(m.config[k] for k in VARIANT_KNOBS)
         if variant not in seen:
             seen.append(variant)
         if len(seen) == top:
             break
-    return tuple(seen)
+    return tuple({k: (v,) for k, v in zip(VARIANT_KNOBS, variant)} for variant in seen)
 
 
 def format_table(results: list[dict]) -> str:
     """The last thing printed: one Markdown line per row."""
-    head = ("| shape | best config | op us | default us | cuDNN us | flash us | effic. us | "
+    head = ("| shape | best config | op us | default us | api us | cuDNN us | flash us | effic. us | "
             "op GB/s K+V | op/best SDPA |")
-    lines = [head, "|" + "---|" * 9]
+    lines = [head, "|" + "---|" * 10]
     for r in results:
         def us(name: str) -> str:
             v = r["us"].get(name, math.inf)
@@ -128,23 +141,36 @@ def format_table(results: list[dict]) -> str:
         op = r["us"].get("op_best", math.inf)
         ratio = best_sdpa / op if math.isfinite(op) and math.isfinite(best_sdpa) else math.nan
         cfg = r.get("best_config") or {}
-        cfg_text = "/".join(str(cfg.get(k, "?")) for k in ("BLOCK_N", "num_warps", "num_stages", "num_splits"))
+        cfg_text = "/".join(str(cfg.get(k, "?")) for k in (*VARIANT_KNOBS, "num_splits"))
         gbps = r["kv_bytes"] / (op * 1e-6) / 1e9 if math.isfinite(op) else 0.0
-        lines.append(f"| {r['label']} | {cfg_text} | {us('op_best')} | {us('op_default')} | {us('sdpa_cudnn')} | "
+        lines.append(f"| {r['label']} | {cfg_text} | {us('op_best')} | {us('op_default')} | {us('op_api')} | {us('sdpa_cudnn')} | "
                      f"{us('sdpa_flash')} | {us('sdpa_efficient')} | {gbps:.0f} | {ratio:.2f} |")
-    lines.append("best config = BLOCK_N/num_warps/num_stages/num_splits; op/best SDPA > 1 means the op is faster; "
+    lines.append("best config = loads/BLOCK_N/num_warps/num_stages/num_splits; op = launch_decode with the best "
+                 "config, default = the config flash_attention picks, api = flash_attention(config=best) with its "
+                 "checks; op/best SDPA > 1 means the op is faster; "
                  f"H200 HBM peak ~{H200_PEAK_GBPS:.0f} GB/s")
     return "\n".join(lines)
+
+
+def _finite(data: object) -> object:
+    """``data`` with inf/nan floats as None (JSON has neither)."""
+    if isinstance(data, dict):
+        return {k: _finite(v) for k, v in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [_finite(v) for v in data]
+    if isinstance(data, float) and not math.isfinite(data):
+        return None
+    return data
 
 
 def issue_rows(smoke: bool) -> list[Row]:
     if smoke:
         rows = [Row("smoke 2,8/2,1/300,64", Workload(2, 8, 2, 1, 300, 64, "float16", False),
-                    sweep={"BLOCK_N": (32,), "num_warps": (4,), "num_stages": (2,)}),
+                    sweep=({"loads": ("pointer", "tma"), "BLOCK_N": (32,), "num_warps": (4,), "num_stages": (2,)},)),
                 Row("smoke seqlens", Workload(3, 4, 1, 1, 100, 32, "float16", False), seqlens=(100, 0, 37),
-                    sweep={"BLOCK_N": (32,), "num_warps": (4,), "num_stages": (2,)}),
+                    sweep=({"loads": ("tma",), "BLOCK_N": (32,), "num_warps": (4,), "num_stages": (2,)},)),
                 Row("smoke q4 causal", Workload(1, 4, 2, 4, 90, 32, "float16", True),
-                    sweep={"BLOCK_N": (16,), "num_warps": (2,), "num_stages": (1,)})]
+                    sweep=({"loads": ("pointer",), "BLOCK_N": (16,), "num_warps": (2,), "num_stages": (1,)},))]
         return rows
     rows = [Row(f"{b},{hq}/{hkv},1/{n},{d}", Workload(b, hq, hkv, 1, n, d, "bfloat16", False))
             for b, hq, hkv, n, d in ISSUE_ROWS]
@@ -161,15 +187,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds of the final timing")
     parser.add_argument("--rep-ms", type=int, default=20, help="do_bench rep of each sweep config")
     parser.add_argument("--smoke", action="store_true", help="tiny shapes (CPU interpreter too): checks the script")
+    parser.add_argument("--rows", default="", help="comma-separated row indices to run (default: all)")
     args = parser.parse_args(argv)
     bench = _Bench(args.out, smoke=args.smoke, rep_ms=args.rep_ms, rounds=args.rounds)
     results, base_variants = [], None
-    for row in issue_rows(args.smoke):
+    rows = issue_rows(args.smoke)
+    if args.rows:
+        rows = [rows[int(i)] for i in args.rows.split(",")]
+    for row in rows:
         started = time.perf_counter()
         w = row.workload
         extra = row.seqlens is not None or w.q_len > 1
         if extra and base_variants:
-            row.sweep = {"variants": base_variants}  # the base row's best compiled variants
+            row.sweep = base_variants  # the base row's best compiled variants
         try:
             result = bench.run_row(row)
             results.append(result)
@@ -179,8 +209,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{row.label}: FAILED\n{traceback.format_exc()}", flush=True)
             results.append({"label": row.label + " FAILED", "us": {}, "kv_bytes": kv_bytes(row)})
         print(f"{row.label}: {time.perf_counter() - started:.0f} s", flush=True)
-    summary = [{k: v for k, v in r.items() if k != "measurements"} for r in results]
-    (args.out / "bench_decode.json").write_text(json.dumps(summary, indent=1, default=str) + "\n")
+        # After every row: a run cut short keeps what it measured.
+        summary = [_finite({k: v for k, v in r.items() if k != "measurements"}) for r in results]
+        (args.out / "bench_decode.json").write_text(json.dumps(summary, indent=1, default=str) + "\n")
+        print(format_table(results[-1:]).splitlines()[-2], flush=True)
     print(format_table(results))
     return 0
 
@@ -230,14 +262,8 @@ class _Bench:
             seqlens = torch.tensor(row.seqlens, dtype=torch.int32, device=self.dev)
         ref = self.reference(reference_attention, q, k, v, w.causal, row.seqlens)
         workspace = DecodeWorkspace.for_query(q)
-        if "variants" in row.sweep:
-            configs = [validate_config({"kernel": "decode", "BLOCK_N": bn, "num_warps": nw, "num_stages": ns,
-                                        "num_splits": s})
-                       for bn, nw, ns in row.sweep["variants"] for s in DECODE_TUNABLES["num_splits"]
-                       if s == 1 or s <= math.ceil(w.kv_len / bn)]
-        else:
-            feasible = (lambda c: check(c, w, self.hardware).feasible) if self.hardware else (lambda c: True)
-            configs = sweep_configs(row, feasible)
+        feasible = (lambda c: check(c, w, self.hardware).feasible) if self.hardware else (lambda c: True)
+        configs = sweep_configs(row, feasible)
         tol = TOLERANCE[w.dtype]
         measurements = []
         path = self.out / "decode_sweep" / (w.name + ("_seqlens" if seqlens is not None else "") + ".jsonl")
@@ -248,8 +274,8 @@ class _Bench:
                 fh.write(json.dumps(m.to_dict()) + "\n")
         ok = sorted((m for m in measurements if m.ok), key=lambda m: m.median_ms)
         statuses = {s.value: sum(m.status is s for m in measurements) for s in Status}
-        print(f"{row.label}: {len(measurements)} configs {({k: n for k, n in statuses.items() if n})}; "
-              f"top: {[(m.config['BLOCK_N'], m.config['num_warps'], m.config['num_stages'], m.config['num_splits'], round(m.median_ms * 1e3, 1)) for m in ok[:5]]}",
+        top = [(*(m.config[k] for k in (*VARIANT_KNOBS, "num_splits")), round(m.median_ms * 1e3, 1)) for m in ok[:5]]
+        print(f"{row.label}: {len(measurements)} configs {({k: n for k, n in statuses.items() if n})}; top: {top}",
               flush=True)
         result = {"label": row.label, "workload": w.to_dict(), "seqlens": row.seqlens, "kv_bytes": kv_bytes(row),
                   "measurements": measurements, "us": {}}
@@ -309,29 +335,34 @@ class _Bench:
         import torch.nn.functional as F
         from torch.nn.attention import SDPBackend, sdpa_kernel
 
+        from flashtune.kernels import flash_attention
         from flashtune.kernels.decode import launch_decode
 
         torch, w = self.torch, row.workload
         scale = 1.0 / math.sqrt(w.head_dim)
         out = torch.empty_like(q)
-        mask, note = None, ""
-        if seqlens is not None:  # SDPA has no per-sequence lengths: a padding mask
-            mask = (torch.arange(w.kv_len, device=q.device)[None, :] < seqlens[:, None])[:, None, None, :]
-        elif w.causal:
-            from torch.nn.attention.bias import causal_lower_right
-
-            mask = causal_lower_right(w.q_len, w.kv_len)  # SDPA's is_causal is top-left aligned
+        note = ""
+        if seqlens is not None:
+            # SDPA has no per-sequence lengths, and a padding mask shuts out its flash and
+            # cuDNN paths: the peers attend to the whole cache (what padding costs them).
+            note += " peers read the whole cache (no per-sequence lengths in SDPA);"
+        if w.causal:
+            # SDPA's is_causal is aligned top-left; bottom-right masks only the last q_len - 1
+            # keys, which changes no cost: the peers run unmasked on the same K/V.
+            note += " peers unmasked (bottom-right causal masks q_len - 1 keys; SDPA's is_causal is top-left);"
         fns: dict[str, Callable[[], object]] = {
             "op_best": lambda: launch_decode(q, k, v, out, causal=w.causal, scale=scale, config=best,
                                              cache_seqlens=seqlens, workspace=workspace),
             "op_default": lambda: launch_decode(q, k, v, out, causal=w.causal, scale=scale, config=default,
                                                 cache_seqlens=seqlens, workspace=workspace),
+            # The checked op: validation, the lengths' host check, allocation (issue 13's item 4).
+            "op_api": lambda: flash_attention(q, k, v, causal=w.causal, config=best, cache_seqlens=seqlens),
         }
         backends = {"sdpa_cudnn": SDPBackend.CUDNN_ATTENTION, "sdpa_flash": SDPBackend.FLASH_ATTENTION,
                     "sdpa_efficient": SDPBackend.EFFICIENT_ATTENTION}
         for name, backend in backends.items():
             def peer(backend=backend):  # noqa: ANN202
-                return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, enable_gqa=True)
+                return F.scaled_dot_product_attention(q, k, v, scale=scale, enable_gqa=True)
 
             fns[name] = (backend, peer)
         samples: dict[str, list[float]] = {name: [] for name in fns}
