@@ -245,16 +245,24 @@ def choose_num_splits(*, programs: int, kv_len: int, sm_count: int) -> int:
 
 
 def default_decode_config(q: torch.Tensor, k: torch.Tensor) -> Config:
-    """The decode config ``flash_attention`` uses without one: tiles that fit every GPU
-    (about 70 KB of shared memory at head_dim 128), the split count from
-    :func:`choose_num_splits`."""
+    """The decode config ``flash_attention`` uses without one (:func:`decode_default_for`
+    with the live GPU's SM count)."""
     batch, q_heads, q_len, head_dim = q.shape
-    kv_heads = k.shape[1]
-    row_blocks = triton.cdiv((q_heads // kv_heads) * q_len, decode_block_h(q_heads // kv_heads, q_len))
     if q.device.type == "cuda":
         sms = _sm_count(q.device.index if q.device.index is not None else torch.cuda.current_device())
     else:
         sms = INTERPRETER_SMS
-    splits = choose_num_splits(programs=batch * kv_heads * row_blocks, kv_len=k.shape[2], sm_count=sms)
+    return decode_default_for(batch=batch, q_heads=q_heads, kv_heads=k.shape[1], q_len=q_len, kv_len=k.shape[2],
+                              head_dim=head_dim, sm_count=sms)
+
+
+def decode_default_for(*, batch: int, q_heads: int, kv_heads: int, q_len: int, kv_len: int, head_dim: int,
+                       sm_count: int) -> Config:
+    """The default decode config for a shape on a GPU of ``sm_count`` SMs: tiles that fit
+    every GPU (about 70 KB of shared memory at head_dim 128), the split count from
+    :func:`choose_num_splits` (also the runtime's per-architecture decode default)."""
+    group = q_heads // kv_heads
+    row_blocks = triton.cdiv(group * q_len, decode_block_h(group, q_len))
+    splits = choose_num_splits(programs=batch * kv_heads * row_blocks, kv_len=kv_len, sm_count=sm_count)
     return Config(kernel="decode", BLOCK_N=64 if head_dim <= 128 else 32, num_splits=splits,
                   num_warps=4, num_stages=2, loads="pointer")

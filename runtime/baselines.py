@@ -207,32 +207,23 @@ def fit(config: Config, workload: Workload, hardware: HardwareSpec) -> Config | 
     return None
 
 
-#: SMs the decode default assumes without a GPU spec (the kernels' interpreter figure).
-_NO_SPEC_SMS = 4
-
-
 def decode_default(hardware: HardwareSpec | None, workload: Workload) -> tuple[Config, str]:
     """The decode kernel's default for ``workload`` on ``hardware``, and why.
 
-    The tile is the decode kernel's own default (BLOCK_N 64, 32 past head_dim 128; 4
-    warps, 2 stages: about 70 KB of shared memory at head_dim 128, so it fits every
-    architecture above; no public tuning exists for this kernel). What differs per GPU
-    and per bucket is the split count: ``kernels.decode.choose_num_splits`` from the
-    programs the bucket's batch x KV heads give, its kv_len and the GPU's SM count (a
-    GPU with more SMs needs more splits to be filled by one sequence).
+    The tile is the decode kernel's own default (``kernels.decode.decode_default_for``:
+    BLOCK_N 64, 32 past head_dim 128; 4 warps, 2 stages; no public tuning exists for this
+    kernel). What differs per GPU and per bucket is the split count, from the programs
+    the bucket's batch x KV heads give, its kv_len and the GPU's SM count (a GPU with more
+    SMs needs more splits to be filled by one sequence).
     """
-    from flashtune.kernels.decode import choose_num_splits  # torch: the runtime's side only
-    from flashtune.kernels.space import decode_block_h
+    from flashtune.kernels.decode import INTERPRETER_SMS, decode_default_for  # torch: the runtime's side only
 
-    group = workload.q_heads // workload.kv_heads
-    row_blocks = -(-group * workload.q_len // decode_block_h(group, workload.q_len))
-    programs = workload.batch * workload.kv_heads * row_blocks
-    sms = hardware.sm_count if hardware is not None else _NO_SPEC_SMS
-    splits = choose_num_splits(programs=programs, kv_len=workload.kv_len, sm_count=sms)
-    config = validate_config(Config(kernel="decode", BLOCK_N=64 if workload.head_dim <= 128 else 32,
-                                    num_splits=splits, num_warps=4, num_stages=2))
-    why = (f"num_splits {splits} for kv_len {workload.kv_len}, {programs} program(s) of batch x KV heads"
-           f"{' x row blocks' if row_blocks > 1 else ''}, {sms} SMs{'' if hardware is not None else ' (no GPU spec)'}")
+    sms = hardware.sm_count if hardware is not None else INTERPRETER_SMS
+    config = validate_config(decode_default_for(batch=workload.batch, q_heads=workload.q_heads,
+                                                kv_heads=workload.kv_heads, q_len=workload.q_len,
+                                                kv_len=workload.kv_len, head_dim=workload.head_dim, sm_count=sms))
+    why = (f"num_splits {config['num_splits']} for kv_len {workload.kv_len}, batch x KV heads "
+           f"{workload.batch * workload.kv_heads}, {sms} SMs{'' if hardware is not None else ' (no GPU spec)'}")
     return config, why
 
 

@@ -101,7 +101,7 @@ class PreparedDecode:
     """
 
     __slots__ = ("batch", "head_dim", "out_shape", "out_dtype", "device", "causal", "scale", "config",
-                 "with_seqlens", "workspaces", "splits")
+                 "with_seqlens", "workspaces", "splits", "tma")
 
     def __init__(self, q: torch.Tensor, k: torch.Tensor, *, causal: bool, scale: float | None, config: Config,
                  with_seqlens: bool) -> None:
@@ -110,6 +110,7 @@ class PreparedDecode:
         self.causal, self.scale, self.config = causal, resolve_scale(scale, q.shape[3]), config
         self.with_seqlens = with_seqlens
         self.splits = int(config["num_splits"])
+        self.tma = config.get("loads", "pointer") != "pointer"
         self.workspaces: dict[int, DecodeWorkspace] = {}
 
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -122,6 +123,8 @@ class PreparedDecode:
         if self.with_seqlens and (cache_seqlens.dtype != torch.int32 or cache_seqlens.shape != (self.batch,)
                                   or cache_seqlens.device != self.device or not cache_seqlens.is_contiguous()):
             return None  # the launcher names what is wrong (the values are clamped by the kernel)
+        if self.tma:
+            _check_descriptor_alignment(q, k, v)  # raises naming the argument
         out = torch.empty(self.out_shape, dtype=self.out_dtype, device=self.device)
         launch_decode(q, k, v, out, causal=self.causal, scale=self.scale, config=self.config,
                       cache_seqlens=cache_seqlens, workspace=self._workspace(q) if self.splits > 1 else None)

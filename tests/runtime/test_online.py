@@ -221,7 +221,7 @@ def test_bad_tuner_arguments(setup):
 def test_neighbours_differ_in_one_knob():
     for n in neighbours(SAFE_DEFAULT):
         assert sum(n[name] != SAFE_DEFAULT[name] for name in TUNABLES) == 1
-    decode = Config(kernel="decode", BLOCK_N=64, num_splits=4, num_warps=4, num_stages=2)
+    decode = validate_config(Config(kernel="decode", BLOCK_N=64, num_splits=4, num_warps=4, num_stages=2))
     near = neighbours(decode)
     assert near and all(validate_config(n) == n and sum(n[k] != decode[k] for k in decode) == 1 for n in near)
 

@@ -10,7 +10,7 @@ from runtime_helpers import cfg, entry
 import flashtune.runtime.dispatch as dispatch
 from flashtune.kernels.config import Config
 from flashtune.kernels.reference import reference_attention, relative_error
-from flashtune.kernels.space import kernel_of
+from flashtune.kernels.space import kernel_of, validate_config
 from flashtune.runtime.buckets import Bucket
 from flashtune.runtime.dispatch import Dispatcher
 from flashtune.runtime.prepared import PreparedCall, PreparedDecode
@@ -123,7 +123,7 @@ def test_explain_names_bucket_class_and_why(sim, store_path, h200):
     assert "decode: q_len 1 <= 16" in res.detail and "sm90 decode default" in res.detail
     assert f"num_splits {res.config['num_splits']}" in res.detail and "132 SMs" in res.detail
     # A prefill entry of the same shapes never serves the decode call; a decode entry does.
-    decode = Config(kernel="decode", BLOCK_N=32, num_splits=4, num_warps=4, num_stages=2)
+    decode = validate_config(Config(kernel="decode", BLOCK_N=32, num_splits=4, num_warps=4, num_stages=2))
     Store(store_path).merge([
         entry(h200, Bucket("float16", True, 32, 2, 1, 4096, "prefill", 4), cfg(64, 32, 4, 2)),
         entry(h200, Bucket("float16", True, 32, 2, 1, 8192, "decode", 4), decode),
