@@ -57,3 +57,38 @@ def test_model_agrees_with_triton_on_the_recorded_h200_space():
     for m in measurements:
         if m.shared_bytes is not None and m.status.value != "infeasible":
             assert shared_memory_bytes(m.config, head_dim=m.workload.head_dim) == m.shared_bytes, m.config
+
+
+DECODE_W = Workload(1, 32, 8, 1, 32768, 128)
+
+
+def test_decode_configs_are_modelled_with_their_packed_query_tile():
+    cfg = Config(kernel="decode", BLOCK_N=64, num_splits=16, num_warps=4, num_stages=3)
+    # 16 packed rows (4 heads x 1 query, padded for tl.dot), mma.sync: 2 K/V buffers + scratch.
+    assert shared_memory_bytes(cfg, head_dim=128, block_h=16) == 16 * 128 * 2 + 2 * 2 * 64 * 128 * 2 + 64 * 64
+    # 64 packed rows on Hopper take wgmma: one buffer per stage.
+    assert shared_memory_bytes(cfg, head_dim=128, block_h=64) == 64 * 128 * 2 + 3 * 2 * 64 * 128 * 2
+    mqa = Workload(1, 32, 1, 4, 4096, 128)  # 32 heads x 4 queries: rows capped at 64
+    assert check(cfg, mqa, known_specs()["h200"]).shared_bytes == shared_memory_bytes(cfg, head_dim=128, block_h=64)
+
+
+def test_decode_space_on_the_h200():
+    from flashtune.kernels.space import DECODE_TUNABLES
+    from flashtune.search.space import SearchSpace
+
+    h200 = known_specs()["h200"]
+    space = SearchSpace.for_workload(DECODE_W, h200)
+    assert space.tunables == dict(DECODE_TUNABLES)
+    feasible = space.feasible_configs()
+    assert 0 < len(feasible) < space.size
+    deep = Config(kernel="decode", BLOCK_N=256, num_splits=1, num_warps=8, num_stages=5)
+    verdict = check(deep, DECODE_W, h200)
+    assert not verdict.feasible and "shared memory" in verdict.reason
+    # The split count changes no resource: the verdict is the same for every value.
+    for c in feasible[:20]:
+        assert all(space.is_feasible(c.replace(num_splits=s)) for s in DECODE_TUNABLES["num_splits"])
+    tma = Config(kernel="decode", BLOCK_N=64, num_splits=8, num_warps=4, num_stages=3, loads="tma")
+    assert check(tma, DECODE_W, h200).feasible
+    assert not check(tma, DECODE_W, known_specs()["a100"]).feasible  # TMA is Hopper-and-newer
+    prefill = SearchSpace.for_workload(Workload(1, 32, 8, 17, 4096, 128), h200)
+    assert "BLOCK_M" in prefill.names and "num_splits" not in prefill.names
