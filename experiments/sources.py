@@ -131,9 +131,10 @@ def open_replay(hardware: HardwareSpec, workloads: Iterable[Workload], replay_di
     """
     from flashtune.objectives.replay import ReplayObjective, load_table
 
-    from flashtune.kernels.space import TUNABLES, validate_config
+    from flashtune.kernels.space import tunables_for, validate_config
 
     folder = Path(replay_dir) if replay_dir is not None else default_replay_dir(hardware)
+    workloads = list(workloads)  # read twice: the tables, then the description
     measurements: list[Measurement] = []
     partial: list[str] = []
     covered: list[int] = []
@@ -157,7 +158,7 @@ def open_replay(hardware: HardwareSpec, workloads: Iterable[Workload], replay_di
             # The kernel's space changed since the recording: replaying would find nothing.
             raise ValueError(
                 f"replay table {path}: none of its {len(table)} configs is in the kernel's current space "
-                f"(table keys {sorted(table[0].config)}, space keys {sorted(TUNABLES)}); "
+                f"(table keys {sorted(table[0].config)}, space keys {sorted(tunables_for(workload))}); "
                 "re-record it with `flashtune sweep`"
             )
         if len(complete) < len(table):
@@ -173,7 +174,8 @@ def open_replay(hardware: HardwareSpec, workloads: Iterable[Workload], replay_di
         hardware=hardware,
         description=f"replaying recorded {hardware.name} tables from {folder} (no GPU is used); "
                     f"the space is the recorded configs ({'/'.join(map(str, covered))} of the kernel's "
-                    f"{math.prod(len(v) for v in TUNABLES.values())})" + "".join(f"; {note}" for note in partial),
+                    f"{'/'.join(str(math.prod(len(v) for v in tunables_for(w).values())) for w in workloads)})"
+                    + "".join(f"; {note}" for note in partial),
         fingerprint=fingerprint,
         versions=versions,
         _objective=ReplayObjective(measurements, noise=noise, seed=seed),

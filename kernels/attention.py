@@ -282,7 +282,7 @@ def flash_attention(
     elif uses_decode_kernel(q.shape[2]) or cache_seqlens is not None:
         from flashtune.kernels.decode import default_decode_config
 
-        cfg = default_decode_config(q, k)
+        cfg = default_decode_config(q, k, per_sequence_lengths=cache_seqlens is not None)
     else:
         cfg = SAFE_DEFAULT
     if not isinstance(causal, bool):
