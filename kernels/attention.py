@@ -265,7 +265,7 @@ def flash_attention(
     if config is not None:
         cfg = validate_config(config)
     elif uses_decode_kernel(q.shape[2]) or cache_seqlens is not None:
-        cfg = default_decode_config(q, k)
+        cfg = default_decode_config(q, k, per_sequence_lengths=cache_seqlens is not None)
     else:
         cfg = SAFE_DEFAULT
     if not isinstance(causal, bool):

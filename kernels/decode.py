@@ -215,36 +215,51 @@ def _capturing(device: torch.device) -> bool:
     return device.type == "cuda" and torch.cuda.is_current_stream_capturing()
 
 
-#: Fewest keys a split should read: its partial write and the combine's read of it are
-#: then (head_dim x 4 B per packed row) against >= 512 x head_dim x 4 B of K and V per
-#: KV head, under 1 % of the traffic at kv_group 4.
-MIN_KEYS_PER_SPLIT = 512
-#: Programs per SM the split count aims for: a decode program keeps a few K/V tiles in
-#: flight; two or more resident per SM keep the memory system busy while one waits.
+#: Fewest keys a split should read: its partial write (head_dim x 4 B per packed row) and
+#: the combine's read of it then stay near 3 % of its K/V read at kv_group 4. On the H200
+#: (1, 32/8, 4096, 128) was fastest at 16-32 splits, 128-256 keys each.
+MIN_KEYS_PER_SPLIT = 128
+#: Programs per SM the split count aims for. On the H200 sweep (experiments/data/
+#: h200_decode) every q_len-1 row was within 2 % of its best once batch x kv_heads x
+#: splits reached about 2 x 132; past that, more splits only add combine traffic.
 PROGRAMS_PER_SM_TARGET = 2
+#: With per-sequence lengths the longest sequence sets the time and the host does not know
+#: the lengths (no read inside a CUDA graph): aim for 4 x more, shorter splits (each
+#: sequence's splits divide its own length). H200, batch 8 of lengths 0-8192 around 4400:
+#: 54 us at 1024 programs, 75 us at 256.
+SEQLENS_PROGRAMS_FACTOR = 4
 #: SMs assumed under the interpreter (no GPU): small, so tests split the keys.
 INTERPRETER_SMS = 4
 
 
-def choose_num_splits(*, programs: int, kv_len: int, sm_count: int) -> int:
-    """The default split count: the smallest power of two that gives at least
-    ``PROGRAMS_PER_SM_TARGET`` x ``sm_count`` programs, but no split shorter than
-    ``MIN_KEYS_PER_SPLIT`` keys, and within the declared space.
+def choose_num_splits(*, programs: int, kv_len: int, sm_count: int, per_sequence_lengths: bool = False) -> int:
+    """The default split count: the smallest power of two that gives at least 90 % of
+    ``PROGRAMS_PER_SM_TARGET`` x ``sm_count`` programs (x ``SEQLENS_PROGRAMS_FACTOR`` with
+    per-sequence lengths), but no split shorter than ``MIN_KEYS_PER_SPLIT`` keys, and
+    within the declared space. (90 %: 256 programs on 132 SMs is as good as 264.)
 
     Args:
         programs: programs without splitting (batch x kv_heads x row blocks).
         kv_len: keys per sequence (the cache capacity, or the longest length).
         sm_count: the GPU's SMs.
+        per_sequence_lengths: the call passes ``cache_seqlens``.
     """
+    target = PROGRAMS_PER_SM_TARGET * sm_count * (SEQLENS_PROGRAMS_FACTOR if per_sequence_lengths else 1)
     allowed = DECODE_TUNABLES["num_splits"]
     splits = 1
-    while (splits * 2 in allowed and programs * splits < PROGRAMS_PER_SM_TARGET * sm_count
+    while (splits * 2 in allowed and 10 * programs * splits < 9 * target
            and kv_len >= 2 * splits * MIN_KEYS_PER_SPLIT):
         splits *= 2
     return splits
 
 
-def default_decode_config(q: torch.Tensor, k: torch.Tensor) -> Config:
+#: Bytes of one K (or V) tile the default config streams: BLOCK_N = this / head_dim / 2
+#: (64 keys at head_dim 128, 128 at 64). On the H200 a 16 KB tile at 3 stages kept the
+#: memory busy with one program per SM (BLOCK_N 64 at head_dim 64 needed twice the splits).
+DEFAULT_TILE_BYTES = 16384
+
+
+def default_decode_config(q: torch.Tensor, k: torch.Tensor, *, per_sequence_lengths: bool = False) -> Config:
     """The decode config ``flash_attention`` uses without one (:func:`decode_default_for`
     with the live GPU's SM count)."""
     batch, q_heads, q_len, head_dim = q.shape
@@ -253,16 +268,27 @@ def default_decode_config(q: torch.Tensor, k: torch.Tensor) -> Config:
     else:
         sms = INTERPRETER_SMS
     return decode_default_for(batch=batch, q_heads=q_heads, kv_heads=k.shape[1], q_len=q_len, kv_len=k.shape[2],
-                              head_dim=head_dim, sm_count=sms)
+                              head_dim=head_dim, sm_count=sms, per_sequence_lengths=per_sequence_lengths)
 
 
 def decode_default_for(*, batch: int, q_heads: int, kv_heads: int, q_len: int, kv_len: int, head_dim: int,
-                       sm_count: int) -> Config:
-    """The default decode config for a shape on a GPU of ``sm_count`` SMs: tiles that fit
-    every GPU (about 70 KB of shared memory at head_dim 128), the split count from
-    :func:`choose_num_splits` (also the runtime's per-architecture decode default)."""
+                       sm_count: int, per_sequence_lengths: bool = False) -> Config:
+    """The default decode config for a shape on a GPU of ``sm_count`` SMs (also the runtime's
+    per-architecture decode default), fitted to the H200 decode sweep
+    (experiments/data/h200_decode):
+
+    * BLOCK_N: a ``DEFAULT_TILE_BYTES`` K tile (32 to 128 keys), 4 warps, pointer loads;
+    * num_stages 3 (two tiles in flight per program, about 72 KB of shared memory: fits
+      every GPU flashtune knows), or 2 when batch x kv_heads alone already gives two
+      programs per SM: then residency, not depth, keeps the memory busy (batch 64: 136 us
+      at 2 stages, 148 at 3);
+    * num_splits from :func:`choose_num_splits`.
+    """
     group = q_heads // kv_heads
-    row_blocks = triton.cdiv(group * q_len, decode_block_h(group, q_len))
-    splits = choose_num_splits(programs=batch * kv_heads * row_blocks, kv_len=kv_len, sm_count=sm_count)
-    return Config(kernel="decode", BLOCK_N=64 if head_dim <= 128 else 32, num_splits=splits,
-                  num_warps=4, num_stages=2, loads="pointer")
+    programs = batch * kv_heads * triton.cdiv(group * q_len, decode_block_h(group, q_len))
+    splits = choose_num_splits(programs=programs, kv_len=kv_len, sm_count=sm_count,
+                               per_sequence_lengths=per_sequence_lengths)
+    block_n = min(max(DEFAULT_TILE_BYTES // (head_dim * 2), 32), 128)
+    stages = 2 if programs >= PROGRAMS_PER_SM_TARGET * sm_count else 3
+    return Config(kernel="decode", BLOCK_N=block_n, num_splits=splits, num_warps=4, num_stages=stages,
+                  loads="pointer")

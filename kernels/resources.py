@@ -9,7 +9,9 @@ pipelined; one stage is one K/V buffer either way.
 
 The decode kernel (``kernel="decode"``) is modelled by the same formulas with its packed
 query tile (``block_h`` rows, ``kernels.space.decode_block_h``) in place of BLOCK_M: its
-loop is the prefill kernel's (the same K/V buffers per stage).
+loop is the prefill kernel's (the same K/V buffers per stage). Its mma.sync scratch is
+its P tile, 2 x block_h x BLOCK_N bytes, and its register estimate counts the K and V
+tiles (fitted to the H200 decode sweep, experiments/data/h200_decode).
 
 Registers: the fp32 accumulator (BLOCK_M x HEAD_DIM), the fp32 score tile
 (BLOCK_M x BLOCK_N) and Q (BLOCK_M x HEAD_DIM, 16-bit) spread over the program's
@@ -59,7 +61,11 @@ def shared_memory_bytes(
     q_tile = block_m * head_dim * dtype_bytes
     if stages == 1 or uses_wgmma(config, compute_capability, block_h):
         return q_tile + stages * kv_tile
-    return q_tile + (stages - 1) * kv_tile + block_n * 64
+    # The scratch of the mma.sync path: for the decode kernel it is its 16-bit P tile
+    # (block_h x BLOCK_N; exact on every config of the H200 decode sweep); the prefill
+    # fit (BLOCK_M 32 on Hopper, 64 bytes a key) is the same at 32 rows.
+    scratch = 2 * block_m * block_n if kernel_of(config) == "decode" else block_n * 64
+    return q_tile + (stages - 1) * kv_tile + scratch
 
 
 def registers_per_thread(config: Mapping[str, Value], *, head_dim: int, dtype_bytes: int = 2,
@@ -72,4 +78,9 @@ def registers_per_thread(config: Mapping[str, Value], *, head_dim: int, dtype_by
     acc = block_m * head_dim  # fp32
     scores = block_m * block_n  # fp32
     q = block_m * head_dim * dtype_bytes // 4
+    if kernel_of(config) == "decode":
+        # A decode tile is short (block_h rows), so the K and V operands held in registers
+        # for the dots weigh as much as the accumulator: without them the H200 sweep's
+        # spilling configs (BLOCK_N 128 at 2 warps, 255 registers) were predicted at 120.
+        q += 2 * block_n * head_dim * dtype_bytes // 4
     return (acc + scores + q) // threads + _REGISTER_OVERHEAD

@@ -130,14 +130,29 @@ def test_workspace_is_reused_and_checked():
 
 
 def test_split_count_rule():
-    # Fills 2 programs per SM in powers of two ...
-    assert choose_num_splits(programs=8, kv_len=131072, sm_count=132) == 64
-    assert choose_num_splits(programs=256, kv_len=4096, sm_count=132) == 2
-    # ... but never splits below MIN_KEYS_PER_SPLIT keys, nor past the space's largest.
-    assert choose_num_splits(programs=8, kv_len=4096, sm_count=132) == 8
-    assert choose_num_splits(programs=8, kv_len=512, sm_count=132) == 1
+    # Powers of two up to about 2 programs per SM (90 %: 256 programs count on 132 SMs) ...
+    assert choose_num_splits(programs=8, kv_len=131072, sm_count=132) == 32
+    assert choose_num_splits(programs=32, kv_len=32768, sm_count=132) == 8
+    assert choose_num_splits(programs=256, kv_len=4096, sm_count=132) == 1
+    # ... 4 x more with per-sequence lengths (the longest sequence sets the time) ...
+    assert choose_num_splits(programs=64, kv_len=8192, sm_count=132, per_sequence_lengths=True) == 16
+    # ... never below MIN_KEYS_PER_SPLIT keys a split, nor past the space's largest.
+    assert choose_num_splits(programs=8, kv_len=1024, sm_count=132) == 8
+    assert choose_num_splits(programs=8, kv_len=200, sm_count=132) == 1
     assert choose_num_splits(programs=1, kv_len=1 << 22, sm_count=1000) == 128
-    assert choose_num_splits(programs=2048, kv_len=1 << 20, sm_count=132) == 1
+
+
+def test_default_config_follows_the_shape():
+    from flashtune.kernels.decode import default_decode_config
+
+    def default(b, hq, hkv, n, d, **kw):
+        return default_decode_config(torch.empty(b, hq, 1, d), torch.empty(b, hkv, n, d), **kw)
+
+    # The interpreter assumes 4 SMs: 8 programs already fill them twice.
+    assert default(1, 32, 8, 4096, 128) == _decode(1, block_n=64, stages=2)
+    assert default(1, 4, 1, 4096, 128) == _decode(8, block_n=64, stages=3)
+    assert default(1, 4, 1, 4096, 64)["BLOCK_N"] == 128 and default(1, 4, 1, 4096, 256)["BLOCK_N"] == 32
+    assert default(1, 4, 1, 4096, 128, per_sequence_lengths=True)["num_splits"] == 32
 
 
 def _bad(lengths_or_tensor, q_shape=(2, 4, 1, 32), capacity=16):
