@@ -28,16 +28,15 @@ def _compile(config: dict, workload: dict) -> tuple[str, float]:
 
     # In the pool process only: the parent keeps torch and Triton unloaded (see module doc).
     from flashtune.kernels.attention import TORCH_DTYPES, attention_forward_kernel, compile_options, fp8_v_row, kernel_arguments
+    from flashtune.kernels.decode import warm_up  # the pool process only, as above
 
     w = Workload.from_dict(workload)
     started = time.perf_counter()
     try:
         cfg = validate_config(config)  # configs recorded before a knob existed: its implied value
         if cfg["kernel"] == "decode":
-            from flashtune.kernels.decode import warm_up
-
             warm_up(cfg, batch=w.batch, q_heads=w.q_heads, kv_heads=w.kv_heads, q_len=w.q_len, kv_len=w.kv_len,
-                    head_dim=w.head_dim, dtype=_TORCH_DTYPES[w.dtype], causal=w.causal)
+                    head_dim=w.head_dim, dtype=TORCH_DTYPES[w.dtype], causal=w.causal)
             return "", time.perf_counter() - started
         # Tiny buffers: warm-up reads pointers' dtype and alignment and the integer values
         # (Triton specializes strides equal to 1 or divisible by 16), not data; the strides

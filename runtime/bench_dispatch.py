@@ -34,7 +34,20 @@ from typing import Any
 
 import torch
 
+import flashtune.runtime.torch_op  # noqa: F401 - registers torch.ops.flashtune.flash_attention
+from flashtune.kernels.attention import (
+    attention_forward_kernel,
+    compile_options,
+    kernel_arguments,
+    launch_grid,
+    resolve_scale,
+)
+from flashtune.kernels.attention import flash_attention as launcher_op
+from flashtune.kernels.decode import DecodeWorkspace, launch_decode
 from flashtune.kernels.dtypes import DTYPES, interpreting
+from flashtune.kernels.space import kernel_of
+from flashtune.runtime.dispatch import flash_attention as runtime_op
+from flashtune.runtime.dispatch import get_dispatcher
 
 Shape = tuple[int, int, int, int, int, int]  # batch, q_heads, kv_heads, q_len, kv_len, head_dim
 
@@ -50,20 +63,10 @@ def _per_call_us(fn: Callable[[], Any], iters: int, sync: Callable[[], None]) ->
 
 def _bare_launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, config: Any) -> Callable[[], Any]:
     """The kernel's launch with its arguments built once (the floor the op is measured against)."""
-    from flashtune.kernels.attention import (
-        attention_forward_kernel,
-        compile_options,
-        kernel_arguments,
-        launch_grid,
-        resolve_scale,
-    )
-    from flashtune.kernels.space import kernel_of
 
     out = torch.empty_like(q)
     scale = resolve_scale(None, q.shape[-1])
     if kernel_of(config) == "decode":
-        from flashtune.kernels.decode import DecodeWorkspace, launch_decode
-
         workspace = DecodeWorkspace.for_query(q, int(config["num_splits"]))
         return lambda: launch_decode(q, k, v, out, causal=causal, scale=scale, config=config, workspace=workspace)
     batch, q_heads, q_len, head_dim = q.shape
@@ -77,9 +80,6 @@ def _bare_launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool
 
 def run(*, shape: Shape, dtype: torch.dtype, causal: bool, iters: int, repeats: int, launches: bool) -> dict[str, Any]:
     """Time every variant for one shape; returns medians (µs per call) and the setup."""
-    from flashtune.kernels.attention import flash_attention as launcher_op
-    from flashtune.runtime.dispatch import flash_attention as runtime_op
-    from flashtune.runtime.dispatch import get_dispatcher
 
     cuda = torch.cuda.is_available()
     device = torch.device("cuda" if cuda else "cpu")
@@ -93,7 +93,6 @@ def run(*, shape: Shape, dtype: torch.dtype, causal: bool, iters: int, repeats: 
 
     variants: dict[str, Callable[[], Any]] = {"lookup": lambda: dispatcher.config_for(q, k, causal)}
     if launches:
-        import flashtune.runtime.torch_op  # noqa: F401 - registers the op
 
         op = torch.ops.flashtune.flash_attention
         variants |= {

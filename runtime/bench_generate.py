@@ -33,6 +33,10 @@ from typing import Any
 
 import torch
 
+from flashtune.runtime.dispatch import explain, get_dispatcher
+from flashtune.runtime.hf_attention import register, set_attention
+from flashtune.runtime.prepared import PreparedDecode
+
 SDPA = "sdpa"
 
 
@@ -100,9 +104,6 @@ def _agreement(logits: torch.Tensor, ref: torch.Tensor) -> dict[str, float]:
 def run_case(model: Any, name: str, *, batch: int, prompt: int, new_tokens: int, rounds: int, vocab: int,
              eager_max_prompt: int) -> dict[str, Any]:
     """One batch x prompt point: timings of both implementations and the logits agreement."""
-    from flashtune.runtime.dispatch import get_dispatcher
-    from flashtune.runtime.hf_attention import set_attention
-    from flashtune.runtime.prepared import PreparedDecode
 
     device = next(model.parameters()).device
     gen = torch.Generator(device="cpu").manual_seed(batch * 100_003 + prompt)
@@ -145,8 +146,6 @@ def run(*, batches: list[int], prompts: list[int], new_tokens: int, layers: int,
     """The whole grid on one model."""
     import transformers
 
-    from flashtune.runtime.dispatch import explain
-    from flashtune.runtime.hf_attention import register
 
     name = register()
     dev = torch.device(device)

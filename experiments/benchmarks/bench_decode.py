@@ -38,7 +38,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from flashtune.kernels.config import Config
+from flashtune.kernels.attention import flash_attention
+from flashtune.kernels.decode import DecodeWorkspace, default_decode_config, launch_decode
+from flashtune.kernels.reference import reference_attention, relative_error
 from flashtune.kernels.space import DECODE_TUNABLES, validate_config
+from flashtune.objectives.bench import TOLERANCE, classify_error, gpu_state, kernel_resources, make_inputs
+from flashtune.objectives.feasibility import check
+from flashtune.objectives.hardware import HardwareSpec
 from flashtune.objectives.types import Measurement, Status, Workload
 
 #: Issue 13's table: (batch, q_heads, kv_heads, kv_len, head_dim), bf16, q_len 1.
@@ -223,7 +229,6 @@ class _Bench:
     def __init__(self, out: Path, *, smoke: bool, rep_ms: int, rounds: int) -> None:
         import torch
 
-        from flashtune.objectives.hardware import HardwareSpec
 
         self.torch = torch
         self.dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -250,10 +255,6 @@ class _Bench:
 
     # -- one row --------------------------------------------------------------------
     def run_row(self, row: Row) -> dict:
-        from flashtune.kernels.decode import DecodeWorkspace, default_decode_config
-        from flashtune.kernels.reference import reference_attention
-        from flashtune.objectives.bench import TOLERANCE, make_inputs
-        from flashtune.objectives.feasibility import check
 
         torch, w = self.torch, row.workload
         q, k, v = make_inputs(w, seed=1234, dev=self.dev)
@@ -300,9 +301,6 @@ class _Bench:
         return ref
 
     def measure(self, config, w, q, k, v, ref, tol, seqlens, workspace) -> Measurement:  # noqa: ANN001
-        from flashtune.kernels.decode import launch_decode
-        from flashtune.kernels.reference import relative_error
-        from flashtune.objectives.bench import _classify, _gpu_state, _resources
 
         torch = self.torch
         scale = 1.0 / math.sqrt(w.head_dim)
@@ -318,25 +316,23 @@ class _Bench:
             if self.dev.type == "cuda":
                 torch.cuda.synchronize()
         except Exception as exc:  # noqa: BLE001 - every failure becomes a status
-            return Measurement.failure(config, w, _classify(exc), f"{type(exc).__name__}: {exc}", **self.stamp)
+            return Measurement.failure(config, w, classify_error(exc), f"{type(exc).__name__}: {exc}", **self.stamp)
         compile_s = time.perf_counter() - started
         err = relative_error(out, ref)
         if not err <= tol:
             return Measurement.failure(config, w, Status.WRONG_RESULT, f"relative error {err:.3g} over {tol:.3g}",
-                                       rel_error=err, compile_s=compile_s, **_resources(handle), **self.stamp)
+                                       rel_error=err, compile_s=compile_s, **kernel_resources(handle), **self.stamp)
         median, p20, p80 = self.time_ms(run, self.rep_ms)
-        clock, temp = _gpu_state()
+        clock, temp = gpu_state()
         return Measurement(config=config, workload=w, status=Status.OK, median_ms=median, p20_ms=p20, p80_ms=p80,
                            tflops=w.flops / (median * 1e-3) / 1e12, compile_s=compile_s, rel_error=err,
-                           sm_clock_mhz=clock, temperature_c=temp, **_resources(handle), **self.stamp)
+                           sm_clock_mhz=clock, temperature_c=temp, **kernel_resources(handle), **self.stamp)
 
     # -- final, interleaved ------------------------------------------------------------
     def final_timing(self, row, q, k, v, seqlens, best, default, workspace) -> dict[str, float]:  # noqa: ANN001
         import torch.nn.functional as F
         from torch.nn.attention import SDPBackend, sdpa_kernel
 
-        from flashtune.kernels import flash_attention
-        from flashtune.kernels.decode import launch_decode
 
         torch, w = self.torch, row.workload
         scale = 1.0 / math.sqrt(w.head_dim)

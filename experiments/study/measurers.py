@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 from flashtune.experiments import DATA_DIR
 from flashtune.kernels.config import Config
-from flashtune.kernels.space import TUNABLES, tunables_for, validate_config
+from flashtune.kernels.space import tunables_for, validate_config
 from flashtune.objectives.hardware import HardwareSpec, known_specs
 from flashtune.objectives.objective import Objective
 from flashtune.objectives.replay import ReplayObjective, load_table
