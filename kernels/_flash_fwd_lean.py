@@ -23,6 +23,8 @@ and off by a constexpr and measured side by side (experiments/benchmarks/bench_p
   units), so most blocks skip ``acc *= alpha``; exact, since the same max divides out at
   the end and the weights stay below 2^8 (FlashAttention 4's trick). Not with fp8 (P is
   stretched to e4m3's range).
+- ``OVERLAP``: the unmasked loop issues block j+1's Q @ K^T before block j's softmax
+  (FlashAttention 3's intra-warpgroup overlap, in software).
 - ``PERSISTENT``: one program per SM looping over tiles; ``BH_MAJOR``: tile order with the
   (batch, head) index varying fastest, so the longest causal tiles of every head run first.
 
@@ -57,6 +59,53 @@ def _load_vt_block(desc, z, h, row0, col, HEAD_DIM: tl.constexpr, BLOCK_N: tl.co
 
 
 @triton.jit
+def _load_v(v_desc, z, kv_h, k_row0, vt_row0, start_n, HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr,
+            DESC: tl.constexpr, FP8: tl.constexpr):
+    if FP8:
+        return _load_vt_block(v_desc, z, kv_h, vt_row0, start_n, HEAD_DIM, BLOCK_N, DESC).T
+    else:
+        return _load_block(v_desc, z, kv_h, k_row0, start_n, BLOCK_N, HEAD_DIM, DESC)
+
+
+@triton.jit
+def _softmax_pv(acc, l_i, m_i, qk, v, qk_scale, FP8: tl.constexpr):
+    """One unmasked block's online-softmax update and P @ V (scale folded into exp2's FMA)."""
+    m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
+    p = tl.math.exp2(qk * qk_scale - m_new[:, None])
+    alpha = tl.math.exp2(m_i - m_new)
+    l_i = l_i * alpha + tl.sum(p, 1)
+    acc = acc * alpha[:, None]
+    if FP8:
+        acc = tl.dot((p * 448.0).to(v.dtype), v, acc)
+    else:
+        acc = tl.dot(p.to(v.dtype), v, acc)
+    return acc, l_i, m_new
+
+
+@triton.jit
+def _attend_blocks_overlapped(
+    acc, l_i, m_i, q, k_desc, v_desc, z, kv_h, k_row0, vt_row0, lo, hi, qk_scale,
+    HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, DESC: tl.constexpr,
+    WARP_SPECIALIZE: tl.constexpr, FP8: tl.constexpr,
+):
+    """Unmasked blocks [lo, hi) (hi > lo) with Q @ K^T of block j+1 issued before block j's
+    softmax, so the tensor cores run the next scores while the softmax of these runs
+    (FlashAttention 3's intra-warpgroup overlap; costs a second score tile of registers)."""
+    k = _load_block(k_desc, z, kv_h, k_row0, lo, BLOCK_N, HEAD_DIM, DESC).T
+    qk = tl.dot(q, k)
+    for start_n in tl.range(lo + BLOCK_N, hi, BLOCK_N, warp_specialize=WARP_SPECIALIZE):
+        start_n = tl.multiple_of(start_n, BLOCK_N)
+        k = _load_block(k_desc, z, kv_h, k_row0, start_n, BLOCK_N, HEAD_DIM, DESC).T
+        v = _load_v(v_desc, z, kv_h, k_row0, vt_row0, start_n - BLOCK_N, HEAD_DIM, BLOCK_N, DESC, FP8)
+        qk_next = tl.dot(q, k)
+        acc, l_i, m_i = _softmax_pv(acc, l_i, m_i, qk, v, qk_scale, FP8)
+        qk = qk_next
+    v = _load_v(v_desc, z, kv_h, k_row0, vt_row0, hi - BLOCK_N, HEAD_DIM, BLOCK_N, DESC, FP8)
+    acc, l_i, m_i = _softmax_pv(acc, l_i, m_i, qk, v, qk_scale, FP8)
+    return acc, l_i, m_i
+
+
+@triton.jit
 def _attend_blocks(
     acc, l_i, m_i, q, k_desc, v_desc, z, kv_h, k_row0, vt_row0,
     offs_m, lo, hi, kv_len, causal_offset, qk_scale,
@@ -68,10 +117,7 @@ def _attend_blocks(
     for start_n in tl.range(lo, hi, BLOCK_N, warp_specialize=WARP_SPECIALIZE):
         start_n = tl.multiple_of(start_n, BLOCK_N)
         k = _load_block(k_desc, z, kv_h, k_row0, start_n, BLOCK_N, HEAD_DIM, DESC).T
-        if FP8:
-            v = _load_vt_block(v_desc, z, kv_h, vt_row0, start_n, HEAD_DIM, BLOCK_N, DESC).T
-        else:
-            v = _load_block(v_desc, z, kv_h, k_row0, start_n, BLOCK_N, HEAD_DIM, DESC)
+        v = _load_v(v_desc, z, kv_h, k_row0, vt_row0, start_n, HEAD_DIM, BLOCK_N, DESC, FP8)
         qk = tl.dot(q, k)
         if MASKED:
             # Keys past kv_len (zeros, or the next head's rows with flat descriptors) and,
@@ -130,7 +176,7 @@ def _lean_tile(
     q_heads, kv_heads, q_len, kv_len, qk_scale, pid_m, pid_zh,
     HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, IS_CAUSAL: tl.constexpr,
     DESC: tl.constexpr, Q_DESC: tl.constexpr, SCALE_EARLY: tl.constexpr, LAZY_RESCALE: tl.constexpr,
-    WARP_SPECIALIZE: tl.constexpr, FP8: tl.constexpr,
+    OVERLAP: tl.constexpr, WARP_SPECIALIZE: tl.constexpr, FP8: tl.constexpr,
 ):
     """One tile: queries [pid_m * BLOCK_M, +BLOCK_M) of the (batch, query head) pid_zh."""
     z = pid_zh // q_heads
@@ -191,11 +237,18 @@ def _lean_tile(
         unmasked_end = full_blocks_end
         masked_end = kv_len
 
-    acc, l_i, m_i = _attend_blocks(
-        acc, l_i, m_i, q, k_desc, v_desc, z, kv_h, k_row0, vt_row0, offs_m, 0, unmasked_end, kv_len,
-        causal_offset, qk_scale, HEAD_DIM, BLOCK_N, False, IS_CAUSAL, DESC, SCALE_EARLY,
-        LAZY_RESCALE and not FP8, WARP_SPECIALIZE, FP8,
-    )
+    if OVERLAP:
+        if unmasked_end > 0:
+            acc, l_i, m_i = _attend_blocks_overlapped(
+                acc, l_i, m_i, q, k_desc, v_desc, z, kv_h, k_row0, vt_row0, 0, unmasked_end, qk_scale,
+                HEAD_DIM, BLOCK_N, DESC, WARP_SPECIALIZE, FP8,
+            )
+    else:
+        acc, l_i, m_i = _attend_blocks(
+            acc, l_i, m_i, q, k_desc, v_desc, z, kv_h, k_row0, vt_row0, offs_m, 0, unmasked_end, kv_len,
+            causal_offset, qk_scale, HEAD_DIM, BLOCK_N, False, IS_CAUSAL, DESC, SCALE_EARLY,
+            LAZY_RESCALE and not FP8, WARP_SPECIALIZE, FP8,
+        )
     # The diagonal band and the ragged tail: a few blocks, never warp-specialized.
     acc, l_i, m_i = _attend_blocks(
         acc, l_i, m_i, q, k_desc, v_desc, z, kv_h, k_row0, vt_row0, offs_m, unmasked_end, masked_end,
@@ -247,6 +300,7 @@ def lean_attention_kernel(
     Q_DESC: tl.constexpr,
     SCALE_EARLY: tl.constexpr,
     LAZY_RESCALE: tl.constexpr,
+    OVERLAP: tl.constexpr,
     WARP_SPECIALIZE: tl.constexpr,
     FP8: tl.constexpr,
     PERSISTENT: tl.constexpr,
@@ -315,7 +369,7 @@ def lean_attention_kernel(
                 stride_vz, stride_vh, stride_vn, stride_vd, stride_oz, stride_oh, stride_om,
                 q_heads, kv_heads, q_len, kv_len, qk_scale, pid_m, pid_zh,
                 HEAD_DIM, BLOCK_M, BLOCK_N, IS_CAUSAL, DESC, Q_DESC, SCALE_EARLY, LAZY_RESCALE,
-                WARP_SPECIALIZE, FP8,
+                OVERLAP, WARP_SPECIALIZE, FP8,
             )
     else:
         if BH_MAJOR:
@@ -334,5 +388,5 @@ def lean_attention_kernel(
             stride_vz, stride_vh, stride_vn, stride_vd, stride_oz, stride_oh, stride_om,
             q_heads, kv_heads, q_len, kv_len, qk_scale, pid_m, pid_zh,
             HEAD_DIM, BLOCK_M, BLOCK_N, IS_CAUSAL, DESC, Q_DESC, SCALE_EARLY, LAZY_RESCALE,
-            WARP_SPECIALIZE, FP8,
+            OVERLAP, WARP_SPECIALIZE, FP8,
         )

@@ -33,8 +33,10 @@ class LeanVariant:
     q_desc: bool = True
     scale_early: bool = False
     lazy_rescale: bool = False
+    overlap: bool = False
     warp_specialize: bool = False
     persistent: bool = False
+    programs_per_sm: int = 1  # persistent programs per SM (small tiles leave room for two)
     bh_major: bool = False
 
     def __post_init__(self) -> None:
@@ -47,8 +49,10 @@ class LeanVariant:
         if self.desc != "head":
             parts.append("host" if self.host_desc else "dev")
         parts += [name for name, on in (("qdesc", self.q_desc), ("early", self.scale_early),
-                                         ("lazy", self.lazy_rescale), ("ws", self.warp_specialize),
+                                         ("lazy", self.lazy_rescale), ("overlap", self.overlap), ("ws", self.warp_specialize),
                                          ("pers", self.persistent), ("bhmajor", self.bh_major)) if on]
+        if self.persistent and self.programs_per_sm != 1:
+            parts.append(f"x{self.programs_per_sm}")
         return " ".join(parts)
 
 
@@ -58,7 +62,7 @@ def flat_compatible(t: torch.Tensor) -> bool:
     return t.stride(1) == length * t.stride(2) and t.stride(0) == heads * t.stride(1)
 
 
-def _descriptor(t: torch.Tensor, block: list[int], desc: str, fp8_vt: bool = False) -> Any:
+def _descriptor(t: torch.Tensor, block: list[int], desc: str) -> Any:
     from triton.tools.tensor_descriptor import TensorDescriptor
 
     if desc == "rank4":
@@ -118,7 +122,7 @@ def launch_lean(
         stride_v = (v.stride(0), v.stride(1), v.stride(2), v.stride(3))
     m_blocks = triton.cdiv(q_len, bm)
     if variant.persistent:
-        programs = grid_programs or _sm_count(q.device)
+        programs = grid_programs or _sm_count(q.device) * variant.programs_per_sm
         grid: tuple[int, ...] = (min(programs, m_blocks * batch * q_heads),)
     elif variant.bh_major:
         grid = (batch * q_heads, m_blocks)
@@ -130,7 +134,7 @@ def launch_lean(
     options = dict(
         HEAD_DIM=head_dim, BLOCK_M=bm, BLOCK_N=bn, IS_CAUSAL=bool(causal), DESC=variant.desc,
         HOST_DESC=variant.host_desc and variant.desc != "head", Q_DESC=variant.q_desc,
-        SCALE_EARLY=variant.scale_early, LAZY_RESCALE=variant.lazy_rescale,
+        SCALE_EARLY=variant.scale_early, LAZY_RESCALE=variant.lazy_rescale, OVERLAP=variant.overlap,
         WARP_SPECIALIZE=variant.warp_specialize, FP8=fp8, PERSISTENT=variant.persistent,
         BH_MAJOR=variant.bh_major, num_warps=variant.num_warps, num_stages=variant.num_stages,
     )
