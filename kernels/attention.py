@@ -12,7 +12,9 @@ import triton
 
 from flashtune.kernels._flash_fwd import attention_forward_kernel
 from flashtune.kernels.config import Config, Value
-from flashtune.kernels.space import IMPLIED, SAFE_DEFAULT, validate_config
+from flashtune.kernels.lean import launch_lean, variant_for
+from flashtune.kernels.resources import COMPILER_ERROR_MARKERS, known_failure
+from flashtune.kernels.space import IMPLIED, LEAN_LOADS, SAFE_DEFAULT, validate_config
 
 SUPPORTED_HEAD_DIMS = (32, 64, 128, 256)
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -69,21 +71,20 @@ def launch(
     causal: bool,
     scale: float,
     config: Config,
+    warmup: bool = False,
 ) -> Any:
     """Launch the kernel into ``out`` with an already validated config.
 
     Returns Triton's compiled-kernel handle (registers, spills, shared memory), or None
     under the interpreter. Triton errors (OutOfResources, compilation) propagate: the
-    objective turns them into statuses.
+    objective turns them into statuses. With ``warmup`` the kernel is only compiled into
+    Triton's cache (the precompile pool), nothing runs.
     """
-    if config["loads"] != "pointer":
-        # Device-side descriptors live in a scratch buffer that Triton asks for at launch.
-        triton.set_allocator(_descriptor_scratch)
     if config["use_fp8"]:
         q, k, v, scales = quantize_fp8(q, k, v)
-        return launch_quantized(q, k, v, scales, out, causal=causal, scale=scale, config=config)
+        return launch_quantized(q, k, v, scales, out, causal=causal, scale=scale, config=config, warmup=warmup)
     return _launch_kernel(q, k, v, out, q, (v.stride(0), v.stride(1), v.stride(2), v.stride(3)),
-                          causal=causal, scale=scale, config=config)
+                          causal=causal, scale=scale, config=config, warmup=warmup)
 
 
 def launch_quantized(
@@ -96,6 +97,7 @@ def launch_quantized(
     causal: bool,
     scale: float,
     config: Config,
+    warmup: bool = False,
 ) -> Any:
     """Launch an fp8 config on inputs already quantized by :func:`quantize_fp8`.
 
@@ -105,19 +107,30 @@ def launch_quantized(
     """
     if not config["use_fp8"]:
         raise ValueError("launch_quantized needs a config with use_fp8=True")
-    if config["loads"] != "pointer":
-        triton.set_allocator(_descriptor_scratch)
     stride_v = (v8_t.stride(0), v8_t.stride(1), v8_t.stride(3), v8_t.stride(2))  # (z, h, n, d) of V^T
-    return _launch_kernel(q8, k8, v8_t, out, scales, stride_v, causal=causal, scale=scale, config=config)
+    return _launch_kernel(q8, k8, v8_t, out, scales, stride_v, causal=causal, scale=scale, config=config,
+                          warmup=warmup)
 
 
-def _launch_kernel(q, k, v, out, scales, stride_v, *, causal: bool, scale: float, config: Config) -> Any:
+def _launch_kernel(q, k, v, out, scales, stride_v, *, causal: bool, scale: float, config: Config,
+                   warmup: bool = False) -> Any:
+    if config["loads"] in LEAN_LOADS:
+        # Host-side descriptors: no device scratch, and the launch stays capturable in a graph.
+        return launch_lean(q, k, v, out, causal=causal, scale=scale, variant=variant_for(config, q, k, v, out),
+                           scales=scales if config["use_fp8"] else None, sm_count=_persistent_programs(q.device),
+                           warmup=warmup)
+    if config["loads"] != "pointer":
+        # Device-side descriptors live in a scratch buffer that Triton asks for at launch.
+        triton.set_allocator(_descriptor_scratch)
     batch, q_heads, q_len, head_dim = q.shape
     grid = launch_grid(config, q_len=q_len, batch_heads=batch * q_heads, device=q.device)
     args = kernel_arguments(q, k, v, out, scales, stride_q=q.stride()[:3], stride_k=k.stride()[:3],
                             stride_v=stride_v, stride_o=out.stride()[:3], batch=batch, q_heads=q_heads,
                             kv_heads=k.shape[1], q_len=q_len, kv_len=k.shape[2], scale=scale)
-    return attention_forward_kernel[grid](*args, **compile_options(config, head_dim=head_dim, causal=causal))
+    options = compile_options(config, head_dim=head_dim, causal=causal)
+    if warmup:
+        return attention_forward_kernel.warmup(*args, grid=grid, **options)
+    return attention_forward_kernel[grid](*args, **options)
 
 
 def kernel_arguments(q: Any, k: Any, v: Any, out: Any, scales: Any, *, stride_q: tuple[int, ...],
@@ -262,24 +275,43 @@ def flash_attention(
     if not isinstance(causal, bool):
         raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
     scale_value = resolve_scale(scale, q.shape[-1])
+    _check_known_failure(cfg, q)
     _check_fits(cfg, q)
     if cfg["loads"] != "pointer" and not cfg["use_fp8"]:  # fp8 copies land aligned
-        _check_descriptor_alignment(q, k, v)
+        _check_descriptor_alignment(q, k, v, with_q=cfg["loads"] in LEAN_LOADS)
     if cfg["use_fp8"]:
         _check_fp8_support(q)
     out = torch.empty_like(q, memory_format=torch.contiguous_format)
-    launch(q, k, v, out, causal=causal, scale=scale_value, config=cfg)
+    try:
+        launch(q, k, v, out, causal=causal, scale=scale_value, config=cfg)
+    except RuntimeError as exc:
+        if not any(marker in str(exc) for marker in COMPILER_ERROR_MARKERS):
+            raise
+        # Triton's own message is one bare line; say which config and what to do.
+        raise ValueError(f"config {cfg.to_dict()} does not compile with Triton {triton.__version__}: "
+                         f"{type(exc).__name__}: {str(exc).strip()[:300]}; choose another config") from exc
     return out
 
 
-def _check_descriptor_alignment(*tensors: torch.Tensor) -> None:
-    """Tensor descriptors (TMA) need 16-byte aligned bases and row strides."""
-    for name, t in zip("kv", tensors[1:]):
+def _check_known_failure(config: Config, q: torch.Tensor) -> None:
+    """Refuse a config the resource model knows cannot run (objectives.feasibility says the same)."""
+    capability = torch.cuda.get_device_capability(q.device) if q.device.type == "cuda" else (9, 0)
+    reason = known_failure(config, capability)
+    if reason:
+        raise ValueError(f"config {config.to_dict()} cannot run: {reason}")
+
+
+def _check_descriptor_alignment(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, with_q: bool) -> None:
+    """Tensor descriptors (TMA) need 16-byte aligned bases and row strides (the lean kernel
+    reads Q through one too)."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if name == "q" and not with_q:
+            continue
         misaligned = [s for s in t.stride()[:-1] if (s * t.element_size()) % 16]
         if t.data_ptr() % 16 or misaligned:
             raise ValueError(
-                f"config loads='tma'/'tma_ws' needs {name} with a 16-byte aligned start and strides, "
-                f"got strides {t.stride()}; use loads='pointer' for this layout"
+                f"config loads='tma'/'tma_ws'/'lean'/'lean_ws' needs {name} with a 16-byte aligned start and "
+                f"strides, got strides {t.stride()}; use loads='pointer' for this layout"
             )
 
 

@@ -8,16 +8,21 @@ the one that measured best.
 from __future__ import annotations
 
 import dataclasses
-import math
+from collections.abc import Mapping
 from typing import Any
 
 import torch
 import triton
 
 from flashtune.kernels._flash_fwd_lean import lean_attention_kernel
+from flashtune.kernels.config import Value
 
 LOG2_E = 1.4426950408889634
 DESC_MODES = ("head", "flat", "rank4")
+#: The descriptor layout the op's lean path uses where the inputs allow it (flat needs
+#: (batch, heads, len) contiguous); other layouts get rank-4 descriptors, which take any
+#: 16-byte aligned strides.
+PREFERRED_DESC = "flat"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,6 +61,22 @@ class LeanVariant:
         return " ".join(parts)
 
 
+def variant_for(config: Mapping[str, Value], *tensors: torch.Tensor) -> LeanVariant:
+    """The lean kernel's switches for a config of the declared space (``loads`` lean/lean_ws)
+    and the tensors it will read and write (their layout picks the descriptors)."""
+    desc = PREFERRED_DESC
+    if desc == "flat" and not all(flat_compatible(t) for t in tensors):
+        desc = "rank4"
+    softmax = config.get("softmax", "serial")
+    return LeanVariant(
+        BLOCK_M=int(config["BLOCK_M"]), BLOCK_N=int(config["BLOCK_N"]), num_warps=int(config["num_warps"]),
+        num_stages=int(config["num_stages"]), desc=desc, host_desc=True, q_desc=True,
+        lazy_rescale=softmax == "lazy", overlap=softmax == "overlap",
+        warp_specialize=config["loads"] == "lean_ws", persistent=config.get("grid") == "persistent",
+        bh_major=config.get("tile_order") == "longest_first",
+    )
+
+
 def flat_compatible(t: torch.Tensor) -> bool:
     """Whether (batch, heads, len) of ``t`` collapse into one row index (flat descriptors)."""
     _, heads, length, _ = t.shape
@@ -82,7 +103,7 @@ def launch_lean(
     scale: float,
     variant: LeanVariant,
     scales: torch.Tensor | None = None,
-    grid_programs: int | None = None,
+    sm_count: int | None = None,
     warmup: bool = False,
 ) -> Any:
     """Launch (or, with ``warmup``, only compile) the lean kernel into ``out``.
@@ -91,15 +112,17 @@ def launch_lean(
         q, k, v: contiguous-in-head_dim inputs; with ``scales`` (fp8), ``v`` is V^T of
             shape (batch, kv_heads, head_dim, kv_len) and ``scales`` the per-tensor
             q, k, v scales (``attention.quantize_fp8``).
-        grid_programs: persistent programs (default: the device's SM count).
+        sm_count: SMs a persistent grid fills (default: the device's), times the variant's
+            ``programs_per_sm``.
+        warmup: compile into Triton's cache without launching (the precompile pool).
     """
     batch, q_heads, q_len, head_dim = q.shape
     kv_heads, kv_len = k.shape[1], k.shape[2]
     fp8 = scales is not None
     bm, bn = variant.BLOCK_M, variant.BLOCK_N
     if variant.desc != "head" and variant.host_desc:
-        if variant.desc == "flat" and not all(flat_compatible(t) for t in (q, k, out)):
-            raise ValueError("flat descriptors need q, k and out with (batch, heads, len) contiguous")
+        if variant.desc == "flat" and not all(flat_compatible(t) for t in (q, k, v, out)):
+            raise ValueError("flat descriptors need q, k, v and out with (batch, heads, len) contiguous")
         qd = _descriptor(q, [bm, head_dim], variant.desc)
         od = _descriptor(out, [bm, head_dim], variant.desc)
         kd = _descriptor(k, [bn, head_dim], variant.desc)
@@ -122,7 +145,7 @@ def launch_lean(
         stride_v = (v.stride(0), v.stride(1), v.stride(2), v.stride(3))
     m_blocks = triton.cdiv(q_len, bm)
     if variant.persistent:
-        programs = grid_programs or _sm_count(q.device) * variant.programs_per_sm
+        programs = (sm_count or _sm_count(q.device)) * variant.programs_per_sm
         grid: tuple[int, ...] = (min(programs, m_blocks * batch * q_heads),)
     elif variant.bh_major:
         grid = (batch * q_heads, m_blocks)
@@ -151,7 +174,3 @@ def _sm_count(device: torch.device) -> int:
 
 def _descriptor_scratch(size: int, alignment: int, stream: int | None) -> torch.Tensor:
     return torch.empty(size, dtype=torch.int8, device="cuda")
-
-
-def default_scale(head_dim: int) -> float:
-    return 1.0 / math.sqrt(head_dim)

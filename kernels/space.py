@@ -24,26 +24,42 @@ TUNABLES: Mapping[str, tuple[Value, ...]] = MappingProxyType(
         "num_warps": (4, 8),
         "num_stages": (1, 2, 3, 4, 5),
         # How K/V tiles are loaded: pointer loads, or tensor descriptors (TMA), optionally
-        # with the main loop warp-specialized (load warps apart from math warps).
-        "loads": ("pointer", "tma", "tma_ws"),
+        # with the main loop warp-specialized (load warps apart from math warps). ``lean``:
+        # the lean descriptor kernel (kernels/_flash_fwd_lean.py: Q, K, V and O through
+        # descriptors made once, on the host, nothing but the dots and the softmax in the
+        # hot loop); ``lean_ws`` warp-specializes its unmasked loop.
+        "loads": ("pointer", "tma", "tma_ws", "lean", "lean_ws"),
         # e4m3 Q, K, V with per-tensor scales (Hopper, Ada); checked against its own budget.
         "use_fp8": (False, True),
         # How programs map to tiles: one program per (query block, batch, head) tile, or a
         # persistent grid of one program per SM, each looping over tiles (BENCHMARKS.md,
         # "The knee": many short tiles pay a fixed cost per program that nothing overlaps).
         "grid": ("tiles", "persistent"),
+        # Lean kernel only. How the softmax meets the two dots: in series; with lazy
+        # rescaling (skip acc *= alpha until a row max grew by 2^8); or overlapped (block
+        # j+1's Q @ K^T issued before block j's softmax, FlashAttention 3's in-warpgroup overlap).
+        "softmax": ("serial", "lazy", "overlap"),
+        # Lean kernel only. Which tiles start first: a head's tiles side by side (they share
+        # K/V in L2), or every head's longest causal tiles first (balances the triangle).
+        "tile_order": ("head_major", "longest_first"),
     }
 )
 
 #: Knobs a config may omit, with the value that omission means. Knobs added to the space
 #: after configs were recorded (tables, stores, priors) go here, so old configs keep
 #: meaning the kernel they were measured on.
-IMPLIED: Mapping[str, Value] = MappingProxyType({"loads": "pointer", "use_fp8": False, "grid": "tiles"})
+IMPLIED: Mapping[str, Value] = MappingProxyType(
+    {"loads": "pointer", "use_fp8": False, "grid": "tiles", "softmax": "serial", "tile_order": "head_major"}
+)
+
+#: ``loads`` values served by the lean descriptor kernel, and the knobs only it reads.
+LEAN_LOADS = ("lean", "lean_ws")
+LEAN_ONLY_KNOBS = ("softmax", "tile_order")
 
 #: A config that compiles and fits every GPU flashtune knows at every head dim
 #: (about 50 KB of shared memory at head_dim 256); slow but safe.
 SAFE_DEFAULT = Config(BLOCK_M=64, BLOCK_N=32, num_warps=4, num_stages=2, loads="pointer", use_fp8=False,
-                      grid="tiles")
+                      grid="tiles", softmax="serial", tile_order="head_major")
 
 
 def validate_config(config: Mapping[str, Value]) -> Config:

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from flashtune.kernels.config import Value
-from flashtune.kernels.resources import registers_per_thread, shared_memory_bytes
+from flashtune.kernels.resources import known_failure, registers_per_thread, shared_memory_bytes
 from flashtune.objectives.hardware import HardwareSpec
 from flashtune.objectives.types import Workload
 
@@ -42,6 +42,9 @@ def check(config: Mapping[str, Value], workload: Workload, hardware: HardwareSpe
                                             f"{hardware.name} is {hardware.arch}")
     if config.get("use_fp8") and hardware.compute_capability < (8, 9):
         return Verdict(False, shared, regs, f"use_fp8 needs compute capability >= 8.9, {hardware.name} is {hardware.arch}")
+    failure = known_failure(config, hardware.compute_capability)
+    if failure:
+        return Verdict(False, shared, regs, failure)
     if shared > hardware.shared_memory_per_block_bytes:
         return Verdict(
             False, shared, regs,
