@@ -41,5 +41,5 @@ def test_whole_flow_on_a_tiny_workload(monkeypatch, tmp_path, capsys):
     assert any(r["label"].startswith("project lean/") for r in rows)  # the op's new path is in the run
     summary = json.loads((tmp_path / "bench_prefill_summary.json").read_text())
     assert summary[0]["workload"] == "tiny_causal" and summary[0]["retimed"]
-    assert "geomean best lean / cuDNN" in capsys.readouterr().out
+    assert "geomean best new / cuDNN" in capsys.readouterr().out
     assert math.isfinite(max(summary[0]["retimed"].values()))
