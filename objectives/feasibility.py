@@ -59,7 +59,7 @@ class Agreement:
 
     total: int
     agreed: int
-    false_feasible: list  # predicted to fit, Triton said OutOfResources
+    false_feasible: list  # predicted to run, Triton said OutOfResources or its compiler failed
     false_infeasible: list  # predicted not to fit, Triton ran it
 
     @property
@@ -70,12 +70,14 @@ class Agreement:
 def grade(measurements, hardware: HardwareSpec) -> Agreement:  # noqa: ANN001 - Iterable[Measurement]
     """Compare predictions with a sweep recorded without the static check.
 
-    Only trials that reached the launch count (compiled: ok, wrong_result,
-    out_of_resources); a static ``infeasible`` or a timeout says nothing about the model.
+    Only trials Triton judged count: compiled (ok, wrong_result, out_of_resources) or
+    refused by its compiler (compile_error, which the model's known failures predict); a
+    static ``infeasible`` or a timeout says nothing about the model.
     """
     from flashtune.objectives.types import Status
 
-    judged = {Status.OK, Status.WRONG_RESULT, Status.OUT_OF_RESOURCES}
+    judged = {Status.OK, Status.WRONG_RESULT, Status.OUT_OF_RESOURCES, Status.COMPILE_ERROR}
+    cannot_run = {Status.OUT_OF_RESOURCES, Status.COMPILE_ERROR}
     total = agreed = 0
     false_feasible, false_infeasible = [], []
     for m in measurements:
@@ -83,7 +85,7 @@ def grade(measurements, hardware: HardwareSpec) -> Agreement:  # noqa: ANN001 - 
             continue
         total += 1
         predicted = check(m.config, m.workload, hardware).feasible
-        actual = m.status is not Status.OUT_OF_RESOURCES
+        actual = m.status not in cannot_run
         if predicted == actual:
             agreed += 1
         elif predicted:
