@@ -20,9 +20,12 @@ from flashtune.kernels.config import Value
 LOG2_E = 1.4426950408889634
 DESC_MODES = ("head", "flat", "rank4")
 #: The descriptor layout the op's lean path uses where the inputs allow it (flat needs
-#: (batch, heads, len) contiguous); other layouts get rank-4 descriptors, which take any
-#: 16-byte aligned strides.
+#: (batch, heads, len) contiguous, made once on the host) ...
 PREFERRED_DESC = "flat"
+#: ... and for other layouts: per-(batch, head) descriptors made on the device per tile,
+#: which take any 16-byte aligned strides (the construction the ``tma`` kernel has run
+#: on the H200 since the space was recorded; ``rank4`` would do too, made once on the host).
+FALLBACK_DESC = "head"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,11 +69,11 @@ def variant_for(config: Mapping[str, Value], *tensors: torch.Tensor) -> LeanVari
     and the tensors it will read and write (their layout picks the descriptors)."""
     desc = PREFERRED_DESC
     if desc == "flat" and not all(flat_compatible(t) for t in tensors):
-        desc = "rank4"
+        desc = FALLBACK_DESC
     softmax = config.get("softmax", "serial")
     return LeanVariant(
         BLOCK_M=int(config["BLOCK_M"]), BLOCK_N=int(config["BLOCK_N"]), num_warps=int(config["num_warps"]),
-        num_stages=int(config["num_stages"]), desc=desc, host_desc=True, q_desc=True,
+        num_stages=int(config["num_stages"]), desc=desc, host_desc=desc != "head", q_desc=True,
         lazy_rescale=softmax == "lazy", overlap=softmax == "overlap",
         warp_specialize=config["loads"] == "lean_ws", persistent=config.get("grid") == "persistent",
         bh_major=config.get("tile_order") == "longest_first",

@@ -26,8 +26,8 @@ TUNABLES: Mapping[str, tuple[Value, ...]] = MappingProxyType(
         # How K/V tiles are loaded: pointer loads, or tensor descriptors (TMA), optionally
         # with the main loop warp-specialized (load warps apart from math warps). ``lean``:
         # the lean descriptor kernel (kernels/_flash_fwd_lean.py: Q, K, V and O through
-        # descriptors made once, on the host, nothing but the dots and the softmax in the
-        # hot loop); ``lean_ws`` warp-specializes its unmasked loop.
+        # descriptors, made once on the host where heads are contiguous; nothing but the
+        # dots and the softmax in the hot loop); ``lean_ws`` warp-specializes its unmasked loop.
         "loads": ("pointer", "tma", "tma_ws", "lean", "lean_ws"),
         # e4m3 Q, K, V with per-tensor scales (Hopper, Ada); checked against its own budget.
         "use_fp8": (False, True),

@@ -1,5 +1,5 @@
 """GPU suite of the lean descriptor path (loads lean / lean_ws; ``pytest -m gpu`` on the H200):
-bf16 numerics of its switches on every suite shape, odd lengths, strided inputs (rank-4
+bf16 numerics of its switches on every suite shape, odd lengths, strided inputs (per-head
 descriptors), fp8, CUDA-graph replay, and the op's refusal of known failures.
 
 Every config here is either predicted infeasible (and then refused by the op with the
@@ -97,7 +97,7 @@ def test_odd_lengths(nq, nk, causal, softmax):
 
 
 def test_strided_inputs_and_many_tiles_per_persistent_program():
-    # (batch, seq, heads, dim) storage: rank-4 descriptors with the tensor's own strides.
+    # (batch, seq, heads, dim) storage: not flat, so the fallback descriptors (lean.FALLBACK_DESC).
     g = torch.Generator(device="cuda").manual_seed(3)
     q = torch.randn(4, 1000, 16, 128, generator=g, device="cuda").to(torch.bfloat16).transpose(1, 2)
     k, v = (torch.randn(4, 1037, 4, 128, generator=g, device="cuda").to(torch.bfloat16).transpose(1, 2)

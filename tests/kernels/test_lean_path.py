@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from flashtune.kernels import Config, flash_attention
-from flashtune.kernels.lean import flat_compatible, variant_for
+from flashtune.kernels.lean import FALLBACK_DESC, flat_compatible, variant_for
 from flashtune.kernels.reference import reference_attention, relative_error
 from flashtune.objectives.bench import FP8_TOLERANCE
 
@@ -62,13 +62,13 @@ def test_tiles_wider_than_the_sequence(head_dim):
         assert _error(q, k, v, True, _config(BLOCK_M=bm, BLOCK_N=bn, softmax="overlap")) < TOL[torch.float16]
 
 
-def test_strided_inputs_take_rank4_descriptors():
+def test_strided_inputs_take_the_fallback_descriptors():
     # (batch, seq, heads, dim) storage viewed as (batch, heads, seq, dim).
     g = torch.Generator().manual_seed(1)
     q = torch.randn(2, 40, 4, 64, generator=g).to(torch.float16).transpose(1, 2)
     k, v = (torch.randn(2, 50, 2, 64, generator=g).to(torch.float16).transpose(1, 2) for _ in range(2))
     assert not flat_compatible(q)
-    assert variant_for(_config(), q, k, v, torch.empty_like(q)).desc == "rank4"
+    assert variant_for(_config(), q, k, v, torch.empty_like(q)).desc == FALLBACK_DESC
     assert _error(q, k, v, True, _config(softmax="overlap")) < TOL[torch.float16]
     contiguous = q.contiguous()
     assert variant_for(_config(), contiguous, k.contiguous(), v.contiguous(), contiguous).desc == "flat"
