@@ -84,6 +84,35 @@ def _attend_tiles(
 
 
 @triton.jit
+def key_ranges(start_m, q_len, kv_len, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, IS_CAUSAL: tl.constexpr):
+    """(causal_offset, unmasked_end, masked_end) of the query tile starting at ``start_m``:
+    keys [0, unmasked_end) need no mask, keys [unmasked_end, masked_end) need one."""
+    full_tiles_end = (kv_len // BLOCK_N) * BLOCK_N
+    if IS_CAUSAL:
+        causal_offset = kv_len - q_len
+        # Keys every row of this tile may see: j <= start_m + causal_offset.
+        unmasked_end = ((start_m + causal_offset + 1) // BLOCK_N) * BLOCK_N
+        unmasked_end = tl.maximum(tl.minimum(unmasked_end, full_tiles_end), 0)
+        # Keys some row of this tile may see.
+        masked_end = tl.maximum(tl.minimum(start_m + BLOCK_M + causal_offset, kv_len), 0)
+    else:
+        causal_offset = 0
+        unmasked_end = full_tiles_end
+        masked_end = kv_len
+    return causal_offset, unmasked_end, masked_end
+
+
+@triton.jit
+def normalize(acc, l_i, Scales, FP8: tl.constexpr):
+    """The output rows: acc / l (rows that saw no key: 0 / 1 = 0), fp8's scales undone."""
+    l_safe = tl.where(l_i == 0.0, 1.0, l_i)
+    out = acc / l_safe[:, None]
+    if FP8:
+        out = out * (tl.load(Scales + 2) / 448.0)
+    return out
+
+
+@triton.jit
 def _attend_tile(
     Q, K, V, Out, Scales,
     stride_qz, stride_qh, stride_qm,
@@ -139,19 +168,7 @@ def _attend_tile(
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
-
-    full_tiles_end = (kv_len // BLOCK_N) * BLOCK_N
-    if IS_CAUSAL:
-        causal_offset = kv_len - q_len
-        # Keys every row of this tile may see: j <= start_m + causal_offset.
-        unmasked_end = ((start_m + causal_offset + 1) // BLOCK_N) * BLOCK_N
-        unmasked_end = tl.maximum(tl.minimum(unmasked_end, full_tiles_end), 0)
-        # Keys some row of this tile may see.
-        masked_end = tl.maximum(tl.minimum(start_m + BLOCK_M + causal_offset, kv_len), 0)
-    else:
-        causal_offset = 0
-        unmasked_end = full_tiles_end
-        masked_end = kv_len
+    causal_offset, unmasked_end, masked_end = key_ranges(start_m, q_len, kv_len, BLOCK_M, BLOCK_N, IS_CAUSAL)
 
     acc, l_i, m_i = _attend_tiles(
         acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, stride_vd, k_desc, v_desc,
@@ -165,10 +182,7 @@ def _attend_tile(
         BLOCK_N, True, IS_CAUSAL, USE_TMA, False, FP8,
     )
 
-    l_safe = tl.where(l_i == 0.0, 1.0, l_i)  # rows that saw no key: 0 / 1 = 0
-    out = acc / l_safe[:, None]
-    if FP8:
-        out = out * (tl.load(Scales + 2) / 448.0)
+    out = normalize(acc, l_i, Scales, FP8)
     tl.store(o_base + offs_m[:, None] * stride_om + offs_d[None, :], out.to(Out.dtype.element_ty), mask=row_ok)
 
 

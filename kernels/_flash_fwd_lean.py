@@ -35,6 +35,8 @@ the ragged tail run in a second, masked loop.
 import triton
 import triton.language as tl
 
+from flashtune.kernels._flash_fwd import key_ranges, normalize
+
 
 @triton.jit
 def _load_block(desc, z, h, row0, row, BLOCK: tl.constexpr, WIDTH: tl.constexpr, DESC: tl.constexpr):
@@ -68,17 +70,30 @@ def _load_v(v_desc, z, kv_h, k_row0, vt_row0, start_n, HEAD_DIM: tl.constexpr, B
 
 
 @triton.jit
-def _softmax_pv(acc, l_i, m_i, qk, v, qk_scale, FP8: tl.constexpr):
-    """One unmasked block's online-softmax update and P @ V (scale folded into exp2's FMA)."""
-    m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
-    p = tl.math.exp2(qk * qk_scale - m_new[:, None])
+def _pv(acc, p, v, FP8: tl.constexpr):
+    """acc += P @ V in V's type."""
+    if FP8:
+        # P in [0, 1] would put small weights in e4m3's subnormals; stretched to
+        # [0, 448] every weight keeps 3 mantissa bits (undone at the end).
+        return tl.dot((p * 448.0).to(v.dtype), v, acc)
+    else:
+        return tl.dot(p.to(v.dtype), v, acc)
+
+
+@triton.jit
+def _softmax_pv(acc, l_i, m_i, qk, v, qk_scale, SCALE_EARLY: tl.constexpr, FP8: tl.constexpr):
+    """One unmasked block's online-softmax update and P @ V; the scale folded into exp2's
+    FMA, or (``SCALE_EARLY``) applied to the scores first."""
+    if SCALE_EARLY:
+        qk = qk * qk_scale
+        m_new = tl.maximum(m_i, tl.max(qk, 1))
+        p = tl.math.exp2(qk - m_new[:, None])
+    else:
+        m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
+        p = tl.math.exp2(qk * qk_scale - m_new[:, None])
     alpha = tl.math.exp2(m_i - m_new)
     l_i = l_i * alpha + tl.sum(p, 1)
-    acc = acc * alpha[:, None]
-    if FP8:
-        acc = tl.dot((p * 448.0).to(v.dtype), v, acc)
-    else:
-        acc = tl.dot(p.to(v.dtype), v, acc)
+    acc = _pv(acc * alpha[:, None], p, v, FP8)
     return acc, l_i, m_new
 
 
@@ -98,10 +113,10 @@ def _attend_blocks_overlapped(
         k = _load_block(k_desc, z, kv_h, k_row0, start_n, BLOCK_N, HEAD_DIM, DESC).T
         v = _load_v(v_desc, z, kv_h, k_row0, vt_row0, start_n - BLOCK_N, HEAD_DIM, BLOCK_N, DESC, FP8)
         qk_next = tl.dot(q, k)
-        acc, l_i, m_i = _softmax_pv(acc, l_i, m_i, qk, v, qk_scale, FP8)
+        acc, l_i, m_i = _softmax_pv(acc, l_i, m_i, qk, v, qk_scale, False, FP8)
         qk = qk_next
     v = _load_v(v_desc, z, kv_h, k_row0, vt_row0, hi - BLOCK_N, HEAD_DIM, BLOCK_N, DESC, FP8)
-    acc, l_i, m_i = _softmax_pv(acc, l_i, m_i, qk, v, qk_scale, FP8)
+    acc, l_i, m_i = _softmax_pv(acc, l_i, m_i, qk, v, qk_scale, False, FP8)
     return acc, l_i, m_i
 
 
@@ -134,7 +149,7 @@ def _attend_blocks(
             p = tl.math.exp2(qk - m_sub[:, None])
             alpha = tl.math.exp2(m_i - m_sub)
             l_i = l_i * alpha + tl.sum(p, 1)
-            acc = acc * alpha[:, None]
+            acc = _pv(acc * alpha[:, None], p, v, FP8)
             m_i = m_new
         elif LAZY_RESCALE:
             m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
@@ -145,24 +160,9 @@ def _attend_blocks(
                 m_i = m_new
             p = tl.math.exp2(qk * qk_scale - m_i[:, None])
             l_i = l_i + tl.sum(p, 1)
+            acc = _pv(acc, p, v, FP8)
         else:
-            if SCALE_EARLY:
-                qk = qk * qk_scale
-                m_new = tl.maximum(m_i, tl.max(qk, 1))
-                p = tl.math.exp2(qk - m_new[:, None])
-            else:
-                m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
-                p = tl.math.exp2(qk * qk_scale - m_new[:, None])
-            alpha = tl.math.exp2(m_i - m_new)
-            l_i = l_i * alpha + tl.sum(p, 1)
-            acc = acc * alpha[:, None]
-            m_i = m_new
-        if FP8:
-            # P in [0, 1] would put small weights in e4m3's subnormals; stretched to
-            # [0, 448] every weight keeps 3 mantissa bits (undone at the end).
-            acc = tl.dot((p * 448.0).to(v.dtype), v, acc)
-        else:
-            acc = tl.dot(p.to(v.dtype), v, acc)
+            acc, l_i, m_i = _softmax_pv(acc, l_i, m_i, qk, v, qk_scale, SCALE_EARLY, FP8)
     return acc, l_i, m_i
 
 
@@ -223,19 +223,7 @@ def _lean_tile(
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
-
-    full_blocks_end = (kv_len // BLOCK_N) * BLOCK_N
-    if IS_CAUSAL:
-        causal_offset = kv_len - q_len
-        # Keys every row of this tile may see: j <= start_m + causal_offset.
-        unmasked_end = ((start_m + causal_offset + 1) // BLOCK_N) * BLOCK_N
-        unmasked_end = tl.maximum(tl.minimum(unmasked_end, full_blocks_end), 0)
-        # Keys some row of this tile may see.
-        masked_end = tl.maximum(tl.minimum(start_m + BLOCK_M + causal_offset, kv_len), 0)
-    else:
-        causal_offset = 0
-        unmasked_end = full_blocks_end
-        masked_end = kv_len
+    causal_offset, unmasked_end, masked_end = key_ranges(start_m, q_len, kv_len, BLOCK_M, BLOCK_N, IS_CAUSAL)
 
     if OVERLAP:
         if unmasked_end > 0:
@@ -256,11 +244,7 @@ def _lean_tile(
         False, False, FP8,
     )
 
-    l_safe = tl.where(l_i == 0.0, 1.0, l_i)  # rows that saw no key: 0 / 1 = 0
-    out = acc * (1.0 / l_safe)[:, None]
-    if FP8:
-        out = out * (tl.load(Scales + 2) / 448.0)
-    out = out.to(OutPtr.dtype.element_ty)
+    out = normalize(acc, l_i, Scales, FP8).to(OutPtr.dtype.element_ty)
     if Q_DESC:
         if DESC == "rank4":
             o_desc.store([z, h, start_m, 0], out.reshape([1, 1, BLOCK_M, HEAD_DIM]))
