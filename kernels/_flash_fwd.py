@@ -103,6 +103,22 @@ def key_ranges(start_m, q_len, kv_len, BLOCK_M: tl.constexpr, BLOCK_N: tl.conste
 
 
 @triton.jit
+def head_kv_descriptors(k_base, v_base, kv_len, stride_kn, stride_vn, stride_vd,
+                        HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, FP8: tl.constexpr):
+    """Device-side descriptors of one (batch, head)'s K and V, ending at kv_len (rows past
+    it load as zeros); fp8's V is V^T, (head_dim, kv_len)."""
+    k_desc = tl.make_tensor_descriptor(k_base, shape=[kv_len, HEAD_DIM], strides=[stride_kn, 1],
+                                       block_shape=[BLOCK_N, HEAD_DIM])
+    if FP8:
+        v_desc = tl.make_tensor_descriptor(v_base, shape=[HEAD_DIM, kv_len], strides=[stride_vd, 1],
+                                           block_shape=[HEAD_DIM, BLOCK_N])
+    else:
+        v_desc = tl.make_tensor_descriptor(v_base, shape=[kv_len, HEAD_DIM], strides=[stride_vn, 1],
+                                           block_shape=[BLOCK_N, HEAD_DIM])
+    return k_desc, v_desc
+
+
+@triton.jit
 def normalize(acc, l_i, Scales, FP8: tl.constexpr):
     """The output rows: acc / l (rows that saw no key: 0 / 1 = 0), fp8's scales undone."""
     l_safe = tl.where(l_i == 0.0, 1.0, l_i)
@@ -147,14 +163,8 @@ def _attend_tile(
         # Per tile, because the descriptor's base is this tile's (batch, head) and its shape
         # ends at kv_len (rows past it load as zeros). A persistent program rewrites its
         # descriptors once per tile, after the previous tile's loads have all completed.
-        k_desc = tl.make_tensor_descriptor(k_base, shape=[kv_len, HEAD_DIM], strides=[stride_kn, 1],
-                                           block_shape=[BLOCK_N, HEAD_DIM])
-        if FP8:
-            v_desc = tl.make_tensor_descriptor(v_base, shape=[HEAD_DIM, kv_len], strides=[stride_vd, 1],
-                                               block_shape=[HEAD_DIM, BLOCK_N])
-        else:
-            v_desc = tl.make_tensor_descriptor(v_base, shape=[kv_len, HEAD_DIM], strides=[stride_vn, 1],
-                                               block_shape=[BLOCK_N, HEAD_DIM])
+        k_desc, v_desc = head_kv_descriptors(k_base, v_base, kv_len, stride_kn, stride_vn, stride_vd,
+                                             HEAD_DIM, BLOCK_N, FP8)
     else:
         k_desc = k_base
         v_desc = v_base

@@ -35,7 +35,7 @@ the ragged tail run in a second, masked loop.
 import triton
 import triton.language as tl
 
-from flashtune.kernels._flash_fwd import key_ranges, normalize
+from flashtune.kernels._flash_fwd import head_kv_descriptors, key_ranges, normalize
 
 
 @triton.jit
@@ -196,14 +196,8 @@ def _lean_tile(
         o_base = OutPtr + z.to(tl.int64) * stride_oz + h.to(tl.int64) * stride_oh
         k_base = KPtr + z.to(tl.int64) * stride_kz + kv_h.to(tl.int64) * stride_kh
         v_base = VPtr + z.to(tl.int64) * stride_vz + kv_h.to(tl.int64) * stride_vh
-        k_desc = tl.make_tensor_descriptor(k_base, shape=[kv_len, HEAD_DIM], strides=[stride_kn, 1],
-                                           block_shape=[BLOCK_N, HEAD_DIM])
-        if FP8:
-            v_desc = tl.make_tensor_descriptor(v_base, shape=[HEAD_DIM, kv_len], strides=[stride_vd, 1],
-                                               block_shape=[HEAD_DIM, BLOCK_N])
-        else:
-            v_desc = tl.make_tensor_descriptor(v_base, shape=[kv_len, HEAD_DIM], strides=[stride_vn, 1],
-                                               block_shape=[BLOCK_N, HEAD_DIM])
+        k_desc, v_desc = head_kv_descriptors(k_base, v_base, kv_len, stride_kn, stride_vn, stride_vd,
+                                             HEAD_DIM, BLOCK_N, FP8)
         if Q_DESC:
             q_desc = tl.make_tensor_descriptor(q_base, shape=[q_len, HEAD_DIM], strides=[stride_qm, 1],
                                                block_shape=[BLOCK_M, HEAD_DIM])
