@@ -291,6 +291,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from flashtune.kernels.reference import reference_attention, relative_error
+    from flashtune.kernels.resources import COMPILER_ERROR_MARKERS
 
     started = time.perf_counter()
     out_dir = Path(os.environ.get("OUT", "out"))
@@ -345,6 +346,14 @@ def main(argv: list[str] | None = None) -> int:
             except Exception as exc:  # noqa: BLE001 - a hung or broken compile
                 compile_error, compile_s = f"pool: {type(exc).__name__}: {exc}", math.nan
             row["compile_s"] = compile_s
+            if any(marker in compile_error for marker in COMPILER_ERROR_MARKERS):
+                # Triton's compiler refused it in the pool: recompiling here would only say so again.
+                row.update(status="compile_error", error=compile_error)
+                results[n][c.label] = row
+                log.write(json.dumps(row) + "\n")
+                log.flush()
+                print(f"  compile_error  {c.label}  [{compile_error[:90]}]", flush=True)
+                continue
             try:
                 fn = _runner(c, q, k, v, out, causal)
                 out.fill_(float("nan"))  # poisoned: every element must be written
@@ -361,7 +370,9 @@ def main(argv: list[str] | None = None) -> int:
                     runners[n][c.label] = fn
             except Exception as exc:  # noqa: BLE001 - a config that cannot compile or launch
                 message = str(exc)
-                row["status"] = "out_of_resources" if type(exc).__name__ == "OutOfResources" else "error"
+                compiler = any(marker in message for marker in COMPILER_ERROR_MARKERS)
+                row["status"] = ("out_of_resources" if type(exc).__name__ == "OutOfResources"
+                                 else "compile_error" if compiler else "error")
                 row["error"] = f"{type(exc).__name__}: {message[:400]}"
                 if compile_error:
                     row["pool_error"] = compile_error
