@@ -84,6 +84,27 @@ def _attend_tiles(
 
 
 @triton.jit
+def tile_coords(tile, num_m_blocks, batch_heads, IS_CAUSAL: tl.constexpr, BH_MAJOR: tl.constexpr):
+    """(query block, batch * head) of the ``tile``-th tile in launch order.
+
+    Head-major: consecutive tiles are query blocks of one (batch, head), so programs side
+    by side read that head's K/V at about the same time and it stays in L2. ``BH_MAJOR``:
+    consecutive tiles are one query block of every (batch, head), so every head's longest
+    causal tiles start first and the short ones fill the tail. Causal tiles run from the
+    end of the sequence (the longest) to its start either way.
+    """
+    if BH_MAJOR:
+        pid_zh = tile % batch_heads
+        pid_m = tile // batch_heads
+    else:
+        pid_zh = tile // num_m_blocks
+        pid_m = tile % num_m_blocks
+    if IS_CAUSAL:
+        pid_m = num_m_blocks - 1 - pid_m
+    return pid_m, pid_zh
+
+
+@triton.jit
 def key_ranges(start_m, q_len, kv_len, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, IS_CAUSAL: tl.constexpr):
     """(causal_offset, unmasked_end, masked_end) of the query tile starting at ``start_m``:
     keys [0, unmasked_end) need no mask, keys [unmasked_end, masked_end) need one."""
@@ -212,6 +233,7 @@ def attention_forward_kernel(
     WARP_SPECIALIZE: tl.constexpr,
     FP8: tl.constexpr,
     PERSISTENT: tl.constexpr,
+    BH_MAJOR: tl.constexpr,
 ):
     num_m_blocks = tl.cdiv(q_len, BLOCK_M)
     if PERSISTENT:
@@ -219,31 +241,25 @@ def attention_forward_kernel(
         # per-program cost (start-up, index math, the first loads' latency) is paid once per
         # program rather than once per tile, and the stride mixes long and short causal
         # tiles in every program.
-        # Tile t is (batch * head, m-block) = (t // num_m_blocks, t % num_m_blocks): programs
-        # side by side run consecutive tiles, mostly of one (batch, head), so that head's
-        # K/V are read by several SMs at about the same time and stay in L2.
         num_tiles = num_m_blocks * batch * q_heads
         for tile in tl.range(tl.program_id(0), num_tiles, tl.num_programs(0)):
-            pid_m = tile % num_m_blocks
-            if IS_CAUSAL:
-                pid_m = num_m_blocks - 1 - pid_m  # the longest causal tiles of a head first
+            pid_m, pid_zh = tile_coords(tile, num_m_blocks, batch * q_heads, IS_CAUSAL, BH_MAJOR)
             _attend_tile(
                 Q, K, V, Out, Scales,
                 stride_qz, stride_qh, stride_qm, stride_kz, stride_kh, stride_kn,
                 stride_vz, stride_vh, stride_vn, stride_vd, stride_oz, stride_oh, stride_om,
-                q_heads, kv_group, q_len, kv_len, qk_scale, pid_m, tile // num_m_blocks,
+                q_heads, kv_group, q_len, kv_len, qk_scale, pid_m, pid_zh,
                 HEAD_DIM, BLOCK_M, BLOCK_N, IS_CAUSAL, USE_TMA, WARP_SPECIALIZE, FP8,
             )
     else:
-        # One program per tile: grid (m-blocks, batch * heads).
-        pid_m = tl.program_id(0)
-        if IS_CAUSAL:
-            # Causal tiles near the end of the sequence carry the most work: schedule them first.
-            pid_m = num_m_blocks - 1 - pid_m
+        # One program per tile; the launcher's grid is (m-blocks, batch * heads), or
+        # (batch * heads, m-blocks) with BH_MAJOR, so that linear program order is tile order.
+        tile = tl.program_id(1) * tl.num_programs(0) + tl.program_id(0)
+        pid_m, pid_zh = tile_coords(tile, num_m_blocks, batch * q_heads, IS_CAUSAL, BH_MAJOR)
         _attend_tile(
             Q, K, V, Out, Scales,
             stride_qz, stride_qh, stride_qm, stride_kz, stride_kh, stride_kn,
             stride_vz, stride_vh, stride_vn, stride_vd, stride_oz, stride_oh, stride_om,
-            q_heads, kv_group, q_len, kv_len, qk_scale, pid_m, tl.program_id(1),
+            q_heads, kv_group, q_len, kv_len, qk_scale, pid_m, pid_zh,
             HEAD_DIM, BLOCK_M, BLOCK_N, IS_CAUSAL, USE_TMA, WARP_SPECIALIZE, FP8,
         )

@@ -35,7 +35,7 @@ the ragged tail run in a second, masked loop.
 import triton
 import triton.language as tl
 
-from flashtune.kernels._flash_fwd import head_kv_descriptors, key_ranges, normalize
+from flashtune.kernels._flash_fwd import head_kv_descriptors, key_ranges, normalize, tile_coords
 
 
 @triton.jit
@@ -333,14 +333,7 @@ def lean_attention_kernel(
     if PERSISTENT:
         num_tiles = num_m_blocks * batch_heads
         for tile in tl.range(tl.program_id(0), num_tiles, tl.num_programs(0)):
-            if BH_MAJOR:
-                pid_zh = tile % batch_heads
-                pid_m = tile // batch_heads
-            else:
-                pid_zh = tile // num_m_blocks
-                pid_m = tile % num_m_blocks
-            if IS_CAUSAL:
-                pid_m = num_m_blocks - 1 - pid_m  # the longest causal tiles first
+            pid_m, pid_zh = tile_coords(tile, num_m_blocks, batch_heads, IS_CAUSAL, BH_MAJOR)
             _lean_tile(
                 q_desc, k_desc, v_desc, o_desc, QPtr, KPtr, VPtr, OutPtr, Scales,
                 stride_qz, stride_qh, stride_qm, stride_kz, stride_kh, stride_kn,
@@ -350,16 +343,9 @@ def lean_attention_kernel(
                 OVERLAP, WARP_SPECIALIZE, FP8,
             )
     else:
-        if BH_MAJOR:
-            # Grid (batch * heads, m-blocks): every head's longest causal tiles run first.
-            pid_zh = tl.program_id(0)
-            pid_m = tl.program_id(1)
-        else:
-            # Grid (m-blocks, batch * heads): tiles of one head side by side share K/V in L2.
-            pid_m = tl.program_id(0)
-            pid_zh = tl.program_id(1)
-        if IS_CAUSAL:
-            pid_m = num_m_blocks - 1 - pid_m
+        # Grid (m-blocks, batch * heads), or (batch * heads, m-blocks) with BH_MAJOR.
+        tile = tl.program_id(1) * tl.num_programs(0) + tl.program_id(0)
+        pid_m, pid_zh = tile_coords(tile, num_m_blocks, batch_heads, IS_CAUSAL, BH_MAJOR)
         _lean_tile(
             q_desc, k_desc, v_desc, o_desc, QPtr, KPtr, VPtr, OutPtr, Scales,
             stride_qz, stride_qh, stride_qm, stride_kz, stride_kh, stride_kn,

@@ -159,11 +159,19 @@ INTERPRETER_PROGRAMS = 3
 
 
 def launch_grid(config: Config, *, q_len: int, batch_heads: int, device: torch.device) -> tuple[int, ...]:
-    """The launch grid: (query blocks, batch * heads) tiles, or a 1-D persistent grid."""
+    """The launch grid: (query blocks, batch * heads) tiles (transposed for tile_order
+    longest_first), or a 1-D persistent grid."""
     m_blocks = triton.cdiv(q_len, int(config["BLOCK_M"]))
     if is_persistent(config):
         return (min(m_blocks * batch_heads, _persistent_programs(device)),)
+    if is_bh_major(config):
+        return (batch_heads, m_blocks)
     return (m_blocks, batch_heads)
+
+
+def is_bh_major(config: Mapping[str, Value]) -> bool:
+    """Whether tiles run (batch, head)-fastest: every head's longest causal tiles first."""
+    return config.get("tile_order", IMPLIED["tile_order"]) == "longest_first"
 
 
 def is_persistent(config: Mapping[str, Value]) -> bool:
@@ -227,6 +235,7 @@ def compile_options(config: Config, *, head_dim: int, causal: bool) -> dict[str,
         "WARP_SPECIALIZE": loads == "tma_ws",
         "FP8": bool(config["use_fp8"]),
         "PERSISTENT": is_persistent(config),
+        "BH_MAJOR": is_bh_major(config),
         "num_warps": int(config["num_warps"]),
         "num_stages": int(config["num_stages"]),
     }

@@ -65,17 +65,16 @@ class LeanVariant:
 
 
 def variant_for(config: Mapping[str, Value], *tensors: torch.Tensor) -> LeanVariant:
-    """The lean kernel's switches for a config of the declared space (``loads`` lean/lean_ws)
+    """The lean kernel's switches for a config of the declared space (``loads`` lean*)
     and the tensors it will read and write (their layout picks the descriptors)."""
     desc = PREFERRED_DESC
     if desc == "flat" and not all(flat_compatible(t) for t in tensors):
         desc = FALLBACK_DESC
-    softmax = config.get("softmax", "serial")
     return LeanVariant(
         BLOCK_M=int(config["BLOCK_M"]), BLOCK_N=int(config["BLOCK_N"]), num_warps=int(config["num_warps"]),
         num_stages=int(config["num_stages"]), desc=desc, host_desc=desc != "head", q_desc=True,
-        lazy_rescale=softmax == "lazy", overlap=softmax == "overlap",
-        warp_specialize=config["loads"] == "lean_ws", persistent=config.get("grid") == "persistent",
+        overlap=config["loads"] == "lean_overlap", warp_specialize=config["loads"] == "lean_ws",
+        persistent=config.get("grid") == "persistent",
         bh_major=config.get("tile_order") == "longest_first",
     )
 

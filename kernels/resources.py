@@ -17,7 +17,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from flashtune.kernels.config import Value
-from flashtune.kernels.space import IMPLIED, LEAN_LOADS, LEAN_ONLY_KNOBS
 
 MAX_REGISTERS_PER_THREAD = 255
 # Registers beyond the tiles: indices, pointers, softmax state, loop bookkeeping.
@@ -60,7 +59,7 @@ def registers_per_thread(config: Mapping[str, Value], *, head_dim: int, dtype_by
     threads = 32 * int(config["num_warps"])
     acc = block_m * head_dim  # fp32
     scores = block_m * block_n  # fp32
-    if config.get("softmax") == "overlap":
+    if config.get("loads") == "lean_overlap":
         scores *= 2  # the next block's scores are live during this block's softmax
     q = block_m * head_dim * dtype_bytes // 4
     return (acc + scores + q) // threads + _REGISTER_OVERHEAD
@@ -76,16 +75,7 @@ def known_failure(config: Mapping[str, Value], compute_capability: tuple[int, in
 
     Measured, not guessed: each rule names where its failure was recorded.
     """
-    loads = config.get("loads", IMPLIED["loads"])
-    if loads not in LEAN_LOADS:
-        for knob in LEAN_ONLY_KNOBS:
-            if config.get(knob, IMPLIED[knob]) != IMPLIED[knob]:
-                return (f"{knob}={config[knob]!r} is a switch of the lean kernel: it needs loads "
-                        f"{' or '.join(map(repr, LEAN_LOADS))}, not {loads!r}")
-    if config.get("softmax") == "lazy" and config.get("use_fp8"):
-        return ("softmax='lazy' keeps weights up to 2^8, which the fp8 path's P (stretched to e4m3's "
-                "448) cannot hold; use softmax='serial' or 'overlap' with use_fp8")
-    if loads == "tma_ws" and int(config["num_warps"]) == 4 and uses_wgmma(config, compute_capability):
+    if config.get("loads") == "tma_ws" and int(config["num_warps"]) == 4 and uses_wgmma(config, compute_capability):
         # Every such config of the H200 sweep at commit 411ddd8 (Triton 3.6.0, 2026-12-01):
         # 90 a workload, all 7 suite workloads; BLOCK_M 32 (no wgmma) compiled.
         return ("Triton 3.6's warp-specialization pass fails on the tma_ws kernel at 4 warps with "

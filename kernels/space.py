@@ -27,20 +27,19 @@ TUNABLES: Mapping[str, tuple[Value, ...]] = MappingProxyType(
         # with the main loop warp-specialized (load warps apart from math warps). ``lean``:
         # the lean descriptor kernel (kernels/_flash_fwd_lean.py: Q, K, V and O through
         # descriptors, made once on the host where heads are contiguous; nothing but the
-        # dots and the softmax in the hot loop); ``lean_ws`` warp-specializes its unmasked loop.
-        "loads": ("pointer", "tma", "tma_ws", "lean", "lean_ws"),
+        # dots and the softmax in the hot loop); ``lean_ws`` warp-specializes its unmasked
+        # loop; ``lean_overlap`` issues block j+1's Q @ K^T before block j's softmax
+        # (FlashAttention 3's in-warpgroup overlap of the softmax with the GEMMs).
+        "loads": ("pointer", "tma", "tma_ws", "lean", "lean_ws", "lean_overlap"),
         # e4m3 Q, K, V with per-tensor scales (Hopper, Ada); checked against its own budget.
         "use_fp8": (False, True),
         # How programs map to tiles: one program per (query block, batch, head) tile, or a
         # persistent grid of one program per SM, each looping over tiles (BENCHMARKS.md,
         # "The knee": many short tiles pay a fixed cost per program that nothing overlaps).
         "grid": ("tiles", "persistent"),
-        # Lean kernel only. How the softmax meets the two dots: in series; with lazy
-        # rescaling (skip acc *= alpha until a row max grew by 2^8); or overlapped (block
-        # j+1's Q @ K^T issued before block j's softmax, FlashAttention 3's in-warpgroup overlap).
-        "softmax": ("serial", "lazy", "overlap"),
-        # Lean kernel only. Which tiles start first: a head's tiles side by side (they share
-        # K/V in L2), or every head's longest causal tiles first (balances the triangle).
+        # Which tiles start first: a head's query blocks side by side (they share K/V in
+        # L2), or every head's longest causal tiles first (the (batch, head) index varies
+        # fastest; balances the causal triangle across SMs).
         "tile_order": ("head_major", "longest_first"),
     }
 )
@@ -49,17 +48,16 @@ TUNABLES: Mapping[str, tuple[Value, ...]] = MappingProxyType(
 #: after configs were recorded (tables, stores, priors) go here, so old configs keep
 #: meaning the kernel they were measured on.
 IMPLIED: Mapping[str, Value] = MappingProxyType(
-    {"loads": "pointer", "use_fp8": False, "grid": "tiles", "softmax": "serial", "tile_order": "head_major"}
+    {"loads": "pointer", "use_fp8": False, "grid": "tiles", "tile_order": "head_major"}
 )
 
-#: ``loads`` values served by the lean descriptor kernel, and the knobs only it reads.
-LEAN_LOADS = ("lean", "lean_ws")
-LEAN_ONLY_KNOBS = ("softmax", "tile_order")
+#: ``loads`` values served by the lean descriptor kernel.
+LEAN_LOADS = ("lean", "lean_ws", "lean_overlap")
 
 #: A config that compiles and fits every GPU flashtune knows at every head dim
 #: (about 50 KB of shared memory at head_dim 256); slow but safe.
 SAFE_DEFAULT = Config(BLOCK_M=64, BLOCK_N=32, num_warps=4, num_stages=2, loads="pointer", use_fp8=False,
-                      grid="tiles", softmax="serial", tile_order="head_major")
+                      grid="tiles", tile_order="head_major")
 
 
 def validate_config(config: Mapping[str, Value]) -> Config:

@@ -148,8 +148,9 @@ def candidates(head_dim: int, causal: bool) -> list[Candidate]:
     # tile: the same binary as the matching lean variant, through the op's launcher; and fp8
     # (quantization included in the time) to show the path keeps it.
     tile = ABLATION_TILES[head_dim][0]
-    for loads, extra in (("lean", ()), ("lean", (("softmax", "overlap"),)), ("lean", (("use_fp8", True),)),
-                         ("lean_ws", ())):
+    for loads, extra in (("lean", ()), ("lean_overlap", ()), ("lean", (("use_fp8", True),)),
+                         ("lean_overlap", (("use_fp8", True),)), ("lean_ws", ()),
+                         ("lean", (("tile_order", "longest_first"),))):
         out.append(Candidate("project", "project", (loads, "tiles", tile, extra)))
     for tile in ABLATION_TILES[head_dim]:
         for switches in LADDER + (CAUSAL_LADDER if causal else []):

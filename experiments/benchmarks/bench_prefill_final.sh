@@ -1,21 +1,21 @@
 #!/usr/bin/env bash
 # Issue 14's closing GPU run (one call, under 9 minutes on one H200), from the repo root:
 #   OUT=/some/dir bash experiments/benchmarks/bench_prefill_final.sh
-# 1. GPU tests of the lean path (tests/gpu/test_lean_gpu.py: bf16 switches on every suite
+# 1. GPU tests of the lean path and tile_order (tests/gpu/test_lean_gpu.py: bf16 on every suite
 #    shape, odd lengths, strided inputs, fp8, CUDA-graph replay, refused known failures).
 # 2. A compact sweep of the new part of the space on the 7 suite workloads, as recorded
-#    tables (Measurement JSONL, `flashtune sweep`): loads lean/lean_ws x BLOCK_M 64,128 x
-#    BLOCK_N 64,128 x warps 4,8 x stages 1-3 x softmax $SOFTMAX, tile_order head_major; and
-#    tile_order longest_first on the four causal workloads (a second folder: one table per
-#    workload and folder).
+#    tables (Measurement JSONL, `flashtune sweep`): loads $LOADS x BLOCK_M 64,128 x
+#    BLOCK_N 64,128 x warps 4,8 x stages 1-3, tile_order head_major; and tile_order
+#    longest_first on the four causal workloads (a second folder: one table per workload
+#    and folder). loads: $LOADS (default lean,lean_ws,lean_overlap).
 # 3. The suite's best (recorded whole space + the new tables) against SDPA cuDNN and flash,
 #    interleaved in one run (bench_peers).
-# Knobs (environment): SOFTMAX (default serial,overlap), STAGES (1,2,3), GRID (tiles).
+# Knobs (environment): LOADS (default lean,lean_ws,lean_overlap), STAGES (1,2,3), GRID (tiles).
 set -o pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-out}; mkdir -p "$OUT"
 exec > >(tee "$OUT/bench_prefill_final.log") 2>&1
-SOFTMAX=${SOFTMAX:-serial,overlap}; STAGES=${STAGES:-1,2,3}; GRID=${GRID:-tiles}
+LOADS=${LOADS:-lean,lean_ws,lean_overlap}; STAGES=${STAGES:-1,2,3}; GRID=${GRID:-tiles}
 python3 -m pip install -q --no-deps --no-build-isolation -e . 2>&1 | tail -2
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu --format=csv,noheader
 started=$SECONDS
@@ -25,8 +25,8 @@ timeout 120 python3 -m pytest -m gpu tests/gpu/test_lean_gpu.py -q -p no:cachepr
 echo "   ($((SECONDS - started)) s)"
 
 echo "== 2. sweep of the new part of the space"
-common=(--where loads=lean,lean_ws --where use_fp8=False --where grid=$GRID --where BLOCK_M=64,128
-        --where BLOCK_N=64,128 --where num_stages=$STAGES --where softmax=$SOFTMAX --timeout 60)
+common=(--where loads=$LOADS --where use_fp8=False --where grid=$GRID --where BLOCK_M=64,128
+        --where BLOCK_N=64,128 --where num_stages=$STAGES --timeout 60)
 timeout 190 flashtune sweep --suite "${common[@]}" --where tile_order=head_major --out sweeps_lean 2>&1 \
   | grep -v 'cfg/s\|cfg]'
 causal=(--workload 4,32,4096,128,causal --workload 1,32,16384,128,causal --workload 8,16,2048,64,causal

@@ -1,5 +1,5 @@
-"""GPU suite of the lean descriptor path (loads lean / lean_ws; ``pytest -m gpu`` on the H200):
-bf16 numerics of its switches on every suite shape, odd lengths, strided inputs (per-head
+"""GPU suite of the lean descriptor path (loads lean, lean_ws, lean_overlap; ``pytest -m gpu``
+on the H200) and of tile_order: bf16 numerics of its switches on every suite shape, odd lengths, strided inputs (per-head
 descriptors), fp8, CUDA-graph replay, and the op's refusal of known failures.
 
 Every config here is either predicted infeasible (and then refused by the op with the
@@ -29,15 +29,19 @@ SHAPES = sorted({(w.head_dim, w.causal, w.q_heads // w.kv_heads) for w in SUITE}
 
 def _config(**knobs) -> Config:
     base = dict(BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=2, loads="lean", use_fp8=False, grid="tiles",
-                softmax="serial", tile_order="head_major")
+                tile_order="head_major")
     return Config({**base, **knobs})
 
 
 def _switches(head_dim: int) -> list[Config]:
     tiles = [(128, 128 if head_dim <= 128 else 64, 8, 2), (64, 64, 4, 2), (64, 128 if head_dim <= 128 else 64, 4, 1)]
-    return [_config(BLOCK_M=bm, BLOCK_N=bn, num_warps=w, num_stages=s, loads=loads, softmax=softmax, tile_order=order)
-            for (bm, bn, w, s), loads, softmax, order in itertools.product(
-                tiles, ("lean", "lean_ws"), ("serial", "lazy", "overlap"), ("head_major", "longest_first"))]
+    lean = [_config(BLOCK_M=bm, BLOCK_N=bn, num_warps=w, num_stages=s, loads=loads, tile_order=order)
+            for (bm, bn, w, s), loads, order in itertools.product(
+                tiles, ("lean", "lean_ws", "lean_overlap"), ("head_major", "longest_first"))]
+    # tile_order on the recorded kernels too (tiles and persistent grids).
+    old = [_config(loads=loads, grid=grid, tile_order="longest_first")
+           for loads, grid in itertools.product(("pointer", "tma", "tma_ws"), ("tiles", "persistent"))]
+    return lean + old
 
 
 @pytest.fixture(scope="module")
@@ -84,15 +88,15 @@ def test_switches_on_every_suite_shape(shape, hardware, precompiled):
     assert not failures, failures
 
 
-@pytest.mark.parametrize("softmax", ["serial", "overlap"])
+@pytest.mark.parametrize("loads", ["lean", "lean_overlap"])
 @pytest.mark.parametrize("nq,nk", [(1, 1), (1, 300), (300, 1), (37, 1000), (1000, 37), (777, 777), (4097, 4099)])
 @pytest.mark.parametrize("causal", [False, True])
-def test_odd_lengths(nq, nk, causal, softmax):
+def test_odd_lengths(nq, nk, causal, loads):
     w = Workload(1, 8, 2, nq, nk, 128, "bfloat16", causal)
     q, k, v = make_inputs(w, seed=nq * 7 + nk, dev=torch.device("cuda"))
     ref = reference_attention(q, k, v, causal=causal)
     for grid in ("tiles", "persistent"):
-        out = flash_attention(q, k, v, causal=causal, config=_config(softmax=softmax, grid=grid))
+        out = flash_attention(q, k, v, causal=causal, config=_config(loads=loads, grid=grid))
         assert relative_error(out, ref) < TOLERANCE["bfloat16"], grid
 
 
@@ -103,19 +107,18 @@ def test_strided_inputs_and_many_tiles_per_persistent_program():
     k, v = (torch.randn(4, 1037, 4, 128, generator=g, device="cuda").to(torch.bfloat16).transpose(1, 2)
             for _ in range(2))
     for causal, grid in itertools.product((False, True), ("tiles", "persistent")):
-        out = flash_attention(q, k, v, causal=causal, config=_config(grid=grid, softmax="overlap"))
+        out = flash_attention(q, k, v, causal=causal, config=_config(grid=grid, loads="lean_overlap"))
         assert relative_error(out, reference_attention(q, k, v, causal=causal)) < TOLERANCE["bfloat16"]
 
 
-@pytest.mark.parametrize("loads", ["lean", "lean_ws"])
 @pytest.mark.parametrize("causal", [False, True])
-def test_fp8_within_its_budget(loads, causal):
+def test_fp8_within_its_budget(causal):
     w = Workload(2, 8, 2, 1000, 1000, 128, "bfloat16", causal)
     q, k, v = make_inputs(w, seed=11, dev=torch.device("cuda"))
     ref = reference_attention(q, k, v, causal=causal)
-    for softmax in ("serial", "overlap"):
-        out = flash_attention(q, k, v, causal=causal, config=_config(loads=loads, use_fp8=True, softmax=softmax))
-        assert relative_error(out, ref) < FP8_TOLERANCE, softmax
+    for loads in ("lean", "lean_ws", "lean_overlap"):
+        out = flash_attention(q, k, v, causal=causal, config=_config(loads=loads, use_fp8=True))
+        assert relative_error(out, ref) < FP8_TOLERANCE, loads
 
 
 def test_a_cuda_graph_replays_the_lean_path_on_new_data():
@@ -123,7 +126,7 @@ def test_a_cuda_graph_replays_the_lean_path_on_new_data():
     buffers hold at replay."""
     w = Workload(2, 8, 8, 1024, 1024, 128, "bfloat16", True)
     q, k, v = make_inputs(w, seed=1, dev=torch.device("cuda"))
-    config = _config(softmax="overlap")
+    config = _config(loads="lean_overlap")
     flash_attention(q, k, v, causal=True, config=config)  # compile outside the capture
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):

@@ -115,3 +115,11 @@ def test_tma_variants_match_pointer_loads():
     q, k, v = _qkv(2, 4, 1, 50, 83, 64, torch.float16, seed=2)
     for loads in ("tma", "tma_ws"):
         _check(q, k, v, True, SMALL.replace(loads=loads))
+
+
+@pytest.mark.parametrize("grid", ["tiles", "persistent"])
+def test_tile_order_longest_first_on_the_recorded_kernels(grid):
+    """(batch, head)-fastest tile order: the same result on ragged, causal, grouped inputs."""
+    q, k, v = _qkv(2, 4, 2, 70, 135, 32, torch.float16, seed=6)
+    for loads, causal in itertools.product(("pointer", "tma", "tma_ws"), (False, True)):
+        _check(q, k, v, causal, SMALL.replace(loads=loads, grid=grid, tile_order="longest_first"))

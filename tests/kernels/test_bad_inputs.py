@@ -77,7 +77,7 @@ def test_causal_must_be_bool():
 def test_validate_config_returns_config():
     cfg = validate_config({"BLOCK_M": 64, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2})
     complete = Config(BLOCK_M=64, BLOCK_N=32, num_warps=4, num_stages=2, loads="pointer", use_fp8=False, grid="tiles",
-                      softmax="serial", tile_order="head_major")
+                      tile_order="head_major")
     assert isinstance(cfg, Config) and hash(cfg) == hash(complete)
 
 
@@ -85,12 +85,8 @@ def test_validate_config_returns_config():
     "config,match",
     [
         (dict(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=2, loads="tma_ws"), "PassManager::run failed"),
-        (dict(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=2, loads="tma", softmax="overlap"),
-         "switch of the lean kernel"),
-        (dict(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=2, loads="pointer", tile_order="longest_first"),
-         "switch of the lean kernel"),
-        (dict(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=2, loads="lean", softmax="lazy", use_fp8=True),
-         "fp8"),
+        (dict(BLOCK_M=128, BLOCK_N=32, num_warps=4, num_stages=3, loads="tma_ws", grid="persistent",
+              tile_order="longest_first"), "PassManager::run failed"),
     ],
 )
 def test_configs_known_to_fail_are_refused_with_the_reason(config, match):

@@ -82,23 +82,18 @@ def test_model_predicts_the_compile_errors_of_the_grown_h200_space():
             assert "PassManager::run failed" in check(m.config, m.workload, h200).reason
 
 
-def test_lean_only_knobs_are_infeasible_elsewhere():
+def test_tile_order_and_the_lean_loads_fit_where_their_tiles_fit():
     w = Workload(1, 1, 1, 1024, 1024, 128)
     h200 = known_specs()["h200"]
-    for loads in ("pointer", "tma", "tma_ws"):
-        cfg = Config(BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=2, loads=loads, softmax="overlap")
-        verdict = check(cfg, w, h200)
-        assert not verdict.feasible and "lean kernel" in verdict.reason
-    for loads in ("lean", "lean_ws"):
-        cfg = Config(BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=2, loads=loads, softmax="overlap",
-                     tile_order="longest_first")
-        assert check(cfg, w, h200).feasible
+    for loads in ("pointer", "tma", "tma_ws", "lean", "lean_ws", "lean_overlap"):
+        cfg = Config(BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=2, loads=loads, tile_order="longest_first")
+        assert check(cfg, w, h200).feasible, loads
 
 
 def test_the_overlapped_softmax_holds_a_second_score_tile():
     from flashtune.kernels.resources import registers_per_thread
 
     serial = Config(BLOCK_M=128, BLOCK_N=128, num_warps=8, num_stages=2, loads="lean")
-    overlap = serial.replace(softmax="overlap")
+    overlap = serial.replace(loads="lean_overlap")
     extra = registers_per_thread(overlap, head_dim=128) - registers_per_thread(serial, head_dim=128)
     assert extra == 128 * 128 // 256  # one more fp32 score tile over 256 threads

@@ -42,9 +42,10 @@ def _summary(args: tuple) -> list:
     Config(BLOCK_M=64, BLOCK_N=32, num_warps=4, num_stages=2, loads="tma", use_fp8=False, grid="persistent"),
     Config(BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=3, loads="pointer", use_fp8=True),
     Config(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=2, loads="lean_ws", use_fp8=False, grid="persistent",
-           softmax="overlap", tile_order="longest_first"),
-    Config(BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=2, loads="lean", use_fp8=True),
-], ids=["bf16-persistent", "fp8-implied-grid", "lean-ws-persistent", "lean-fp8"])
+           tile_order="longest_first"),
+    Config(BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=2, loads="lean_overlap", use_fp8=True),
+    Config(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=2, loads="tma", use_fp8=False, tile_order="longest_first"),
+], ids=["bf16-persistent", "fp8-implied-grid", "lean-ws-persistent", "lean-overlap-fp8", "tma-longest-first"])
 def test_warmup_arguments_match_the_launch(config, monkeypatch) -> None:
     w = Workload(2, 8, 2, 200, 333, 64, "float16", causal=True)
     recorder = _Recorder()
