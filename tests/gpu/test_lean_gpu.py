@@ -88,7 +88,9 @@ def test_switches_on_every_suite_shape(shape, hardware, precompiled):
     assert not failures, failures
 
 
-@pytest.mark.parametrize("loads", ["lean", "lean_overlap"])
+# lean_overlap: its prologue/epilogue blocks are where a short or ragged sequence can go
+# wrong; plain lean runs the ragged 1000-long shapes above.
+@pytest.mark.parametrize("loads", ["lean_overlap"])
 @pytest.mark.parametrize("nq,nk", [(1, 1), (1, 300), (300, 1), (37, 1000), (1000, 37), (777, 777), (4097, 4099)])
 @pytest.mark.parametrize("causal", [False, True])
 def test_odd_lengths(nq, nk, causal, loads):
