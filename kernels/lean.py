@@ -23,10 +23,12 @@ DESC_MODES = ("head", "flat", "rank4")
 #: The descriptor layout the op's lean path uses where the inputs allow it (flat needs
 #: (batch, heads, len) contiguous, made once on the host) ...
 PREFERRED_DESC = "flat"
-#: ... and for other layouts: per-(batch, head) descriptors made on the device per tile,
-#: which take any 16-byte aligned strides (the construction the ``tma`` kernel has run
-#: on the H200 since the space was recorded; ``rank4`` would do too, made once on the host).
-FALLBACK_DESC = "head"
+#: ... and for other layouts: rank-4 descriptors with the tensors' own strides, also made
+#: on the host. Not per-head device descriptors ("head"): on the H200 (bench_prefill,
+#: 2026-12-01) host-made descriptors ran 0-10 % faster, and the warp-specialized loop with
+#: device-made ones fails to compile at 4 warps (PassManager::run failed) where the
+#: host-made ones compile.
+FALLBACK_DESC = "rank4"
 
 
 @dataclasses.dataclass(frozen=True)

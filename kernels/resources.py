@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from flashtune.kernels.config import Value
-from flashtune.kernels.space import DECODE_MIN_BLOCK_H, kernel_of
+from flashtune.kernels.space import DECODE_MIN_BLOCK_H, LEAN_LOADS, kernel_of
 
 MAX_REGISTERS_PER_THREAD = 255
 # Registers beyond the tiles: indices, pointers, softmax state, loop bookkeeping.
@@ -63,13 +63,22 @@ def shared_memory_bytes(
         stages = 1
     kv_tile = 2 * block_n * head_dim * dtype_bytes
     q_tile = block_m * head_dim * dtype_bytes
+    extra = 0
+    if config.get("loads") in LEAN_LOADS:
+        # Measured on the H200 (bench_prefill, 2026-12-01): the lean kernel's persistent
+        # loop stages O for its descriptor store in a buffer of its own (tiles reuse the
+        # pipeline's), and lean_overlap keeps one more K tile in flight.
+        if config.get("grid") == "persistent":
+            extra += block_m * head_dim * dtype_bytes
+        if config.get("loads") == "lean_overlap":
+            extra += block_n * head_dim * dtype_bytes
     if stages == 1 or uses_wgmma(config, compute_capability, block_h):
-        return q_tile + stages * kv_tile
+        return q_tile + stages * kv_tile + extra
     # The scratch of the mma.sync path: for the decode kernel it is its 16-bit P tile
     # (block_h x BLOCK_N; exact on every config of the H200 decode sweep); the prefill
     # fit (BLOCK_M 32 on Hopper, 64 bytes a key) is the same at 32 rows.
     scratch = 2 * block_m * block_n if kernel_of(config) == "decode" else block_n * 64
-    return q_tile + (stages - 1) * kv_tile + scratch
+    return q_tile + (stages - 1) * kv_tile + scratch + extra
 
 
 def registers_per_thread(config: Mapping[str, Value], *, head_dim: int, dtype_bytes: int = 2,

@@ -150,3 +150,18 @@ def test_the_overlapped_softmax_holds_a_second_score_tile():
     overlap = serial.replace(loads="lean_overlap")
     extra = registers_per_thread(overlap, head_dim=128) - registers_per_thread(serial, head_dim=128)
     assert extra == 128 * 128 // 256  # one more fp32 score tile over 256 threads
+
+
+@pytest.mark.parametrize("config,head_dim,fits", [
+    # Ran (bench_prefill on the H200, 2026-12-01): the tiles grid reuses the pipeline's buffers for O.
+    (Config(BLOCK_M=128, BLOCK_N=128, num_warps=8, num_stages=3, loads="lean"), 128, True),
+    # Out of shared memory there (Triton asked for 263,168 and 262,200 B): O's staging buffer
+    # in the persistent loop, one more K tile in flight for lean_overlap.
+    (Config(BLOCK_M=128, BLOCK_N=128, num_warps=8, num_stages=3, loads="lean", grid="persistent"), 128, False),
+    (Config(BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=2, loads="lean", grid="persistent"), 256, False),
+    (Config(BLOCK_M=128, BLOCK_N=128, num_warps=8, num_stages=3, loads="lean_overlap"), 128, False),
+    (Config(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=3, loads="lean_overlap"), 256, False),
+])
+def test_lean_shared_memory_as_measured(config, head_dim, fits):
+    w = Workload(1, 1, 1, 4096, 4096, head_dim)
+    assert check(config, w, known_specs()["h200"]).feasible is fits
