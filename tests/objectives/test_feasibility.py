@@ -165,3 +165,14 @@ def test_the_overlapped_softmax_holds_a_second_score_tile():
 def test_lean_shared_memory_as_measured(config, head_dim, fits):
     w = Workload(1, 1, 1, 4096, 4096, head_dim)
     assert check(config, w, known_specs()["h200"]).feasible is fits
+
+
+def test_fp8_warp_specialized_persistent_configs_are_a_known_failure():
+    """Seen on the H200: the pipeliner cannot predicate the per-tile fp8 descriptor."""
+    h200 = known_specs()["h200"]
+    w = Workload(1, 8, 2, 1, 1, 128, "bfloat16", False)
+    bad = Config(BLOCK_M=32, BLOCK_N=64, num_warps=4, num_stages=5, loads="tma_ws", use_fp8=True, grid="persistent")
+    verdict = check(bad, w, h200)
+    assert not verdict.feasible and "tensormap_create" in verdict.reason
+    assert check(bad.replace(use_fp8=False), w, h200).feasible
+    assert check(bad.replace(grid="tiles"), w, h200).feasible
