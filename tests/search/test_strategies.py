@@ -16,8 +16,8 @@ from needles import WORKLOAD, bowl  # tests/search is on sys.path (no __init__.p
 
 ALL = strategy_names()
 MODEL_BASED = ["ga", "gp", "skopt", "tpe"]
-# Optuna's GP costs about 0.1 s an ask; keep its runs short.
-BUDGET = {"gp": 20}
+# Optuna's GP costs about 0.1 s an ask (the portfolio runs it by default); keep their runs short.
+BUDGET = {"gp": 20, "portfolio": 20}
 
 
 def test_the_issue_strategies_are_registered() -> None:
