@@ -14,7 +14,7 @@ kernel's needle landscape. What earns a model its keep is done here, once:
   ordered one (``CandidatePool.cover_open``), then a space-filling design; then the model;
 - when the best has not moved for ``restart_after`` trials, restart: a fresh
   space-filling design of what is still open before the model goes on, so a model
-  stuck in one basin sees the others again;
+  stuck in one basin sees the others again, and a trust region one step wider;
 - tell models log time, and failures as a penalty above the worst time seen, so
   multiplicative effects look additive and one failure does not flatten the rest.
 
@@ -86,6 +86,7 @@ class PooledStrategy(Strategy):
         # The stall rule: trials measured here since the best last improved.
         self._best = math.inf
         self._since_best = 0
+        self._stalls = 0  # restarts since the best last improved: each widens the trust region
         self._restart: list[Config] = []
 
     # -- the Strategy interface -------------------------------------------------------
@@ -127,7 +128,7 @@ class PooledStrategy(Strategy):
         value = self.model_cost(measurement)
         self.guide.observe(config, cost_ms(measurement))
         if cost_ms(measurement) < self._best:
-            self._best, self._since_best = cost_ms(measurement), 0
+            self._best, self._since_best, self._stalls = cost_ms(measurement), 0, 0
         else:
             self._since_best += 1
         self.observed[config] = value
@@ -157,6 +158,7 @@ class PooledStrategy(Strategy):
                 and not self._queue:
             self._restart = self.pool.latin_open(int(self.options["restart_size"]), self.rng)
             self._since_best = 0  # the restart gets its own window before the next one
+            self._stalls += 1
         return self._pop_open(self._restart)
 
     def model_cost(self, measurement: Measurement) -> float:
@@ -210,7 +212,13 @@ class PooledStrategy(Strategy):
         the needles sit next to good configs. Scoring only the open configs within
         ``steps`` value steps of the best few (a trust region) keeps the model's choice
         among the neighbours worth measuring; once those are measured it scores all.
+
+        Each restart since the best last improved widens the region by one step (a
+        trust region grows when it stops paying): the best config is often two steps
+        from the runner-up (BLOCK_M and num_warps move together), out of a one-step
+        region's reach while the runner-up's neighbours keep the region full.
         """
+        steps = steps + self._stalls if steps > 0 else 0
         best = sorted(self.observed, key=self.observed.get)[:around] if steps > 0 else []
         return [self.pool.configs[i] for i in self.pool.open_near(best, steps)]
 

@@ -107,3 +107,23 @@ def test_restart_after_zero_never_restarts(needle_space, needle_evaluate) -> Non
     strategy = make_strategy("ga", needle_space, seed=0, restart_after=0)
     run(strategy, needle_evaluate, max_trials=40)
     assert strategy._restart == []  # noqa: SLF001 - the rule's own state
+
+
+def test_the_trust_region_widens_with_each_restart() -> None:
+    space = SearchSpace({"a": tuple(range(12)), "b": tuple(range(12))})
+    first: list[Config] = []
+
+    def evaluate(config: Config) -> Measurement:
+        first.append(config)
+        ms = 1.0 if config == first[0] else 2.0  # the first config wins at once; nothing beats it
+        return Measurement(config=config, workload=WORKLOAD, status=Status.OK, median_ms=ms, p20_ms=ms, p80_ms=ms)
+
+    def reach(strategy) -> int:  # noqa: ANN001
+        return max(abs(c["a"] - first[0]["a"]) + abs(c["b"] - first[0]["b"]) for c in strategy.candidates(1, 1))
+
+    strategy = make_strategy("tpe", space, seed=0, n_startup=4, restart_after=4, restart_size=2)
+    history = run(strategy, evaluate, max_trials=4)
+    assert reach(strategy) == 1
+    run(strategy, evaluate, max_trials=26, history=history)
+    stalls = strategy._stalls  # noqa: SLF001 - the rule's own count
+    assert stalls >= 3 and reach(strategy) == 1 + stalls
