@@ -12,6 +12,7 @@ __all__ = ["Config", "SAFE_DEFAULT", "TUNABLES", "all_configs", "flash_attention
 
 def __getattr__(name: str):
     if name == "flash_attention":
+        # Lazy: importing flashtune.kernels (configs, the space) must not pull in torch and Triton.
         from flashtune.kernels.attention import flash_attention
 
         return flash_attention

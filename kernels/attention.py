@@ -12,10 +12,14 @@ import triton
 
 from flashtune.kernels._flash_fwd import attention_forward_kernel
 from flashtune.kernels.config import Config, Value
+from flashtune.kernels.dtypes import DTYPES, interpreting
+from flashtune.kernels.resources import shared_memory_bytes
 from flashtune.kernels.space import IMPLIED, SAFE_DEFAULT, validate_config
 
 SUPPORTED_HEAD_DIMS = (32, 64, 128, 256)
-SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+#: Torch dtype of each supported dtype name (``dtypes.DTYPE_BYTES``: the one table).
+TORCH_DTYPES = {name: getattr(torch, name) for name in DTYPES}
+SUPPORTED_DTYPES = tuple(TORCH_DTYPES.values())
 LOG2_E = 1.4426950408889634
 
 
@@ -50,14 +54,8 @@ def check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         raise ValueError(f"q heads ({q_heads}) must be a multiple of k/v heads ({kv_heads})")
     if q.shape[2] == 0 or k.shape[2] == 0 or batch == 0 or q_heads == 0:
         raise ValueError(f"empty input: q {tuple(q.shape)}, k {tuple(k.shape)}")
-    if q.device.type == "cpu" and not _interpreting():
+    if q.device.type == "cpu" and not interpreting():
         raise ValueError("q is on the CPU: move it to a CUDA device, or set TRITON_INTERPRET=1 to run the interpreter")
-
-
-def _interpreting() -> bool:
-    import os
-
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
 def launch(
@@ -295,8 +293,6 @@ def _check_fits(config: Config, q: torch.Tensor) -> None:
     """Reject a config that cannot fit this device's shared memory, before Triton does."""
     if q.device.type != "cuda":
         return
-    from flashtune.kernels.resources import shared_memory_bytes
-
     props = torch.cuda.get_device_properties(q.device)
     limit = getattr(props, "shared_memory_per_block_optin", 0) or props.shared_memory_per_block
     need = shared_memory_bytes(config, head_dim=q.shape[-1], dtype_bytes=q.element_size(),

@@ -2,7 +2,7 @@
 
 A tuned config is only as good as the kernel it was timed on: a store or a prior keyed
 without the kernel source silently serves configs tuned for code that no longer exists
-(REFERENCE.md, "What goes wrong in tuners"). Pure Python: reads the file, imports nothing.
+(docs/reference.md, "What goes wrong in tuners"). Pure Python: reads the file, imports nothing.
 """
 
 from __future__ import annotations

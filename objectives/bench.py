@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from flashtune.kernels.attention import TORCH_DTYPES
 from flashtune.kernels.config import Config
 from flashtune.kernels.reference import reference_attention, relative_error
 from flashtune.objectives.types import Measurement, Status, Workload
@@ -23,13 +24,12 @@ from flashtune.objectives.types import Measurement, Status, Workload
 DEFAULT_LAUNCHER = "flashtune.kernels.attention:launch"
 
 #: Relative-error budget per dtype (‖out − ref‖ / ‖ref‖ against float32). bf16 lands
-#: between 1e-3 and 1e-2 on random inputs (REFERENCE.md); fp32 is TF32 on the GPU.
+#: between 1e-3 and 1e-2 on random inputs (docs/reference.md); fp32 is TF32 on the GPU.
 TOLERANCE = {"float16": 5e-3, "bfloat16": 2e-2, "float32": 2e-3}
 #: Default budget for use_fp8 configs: e4m3 keeps 3 mantissa bits, and Q, K, V and P are
 #: each rounded once, which puts random-input errors near 4-8e-2. Users set their own.
 FP8_TOLERANCE = 0.1
 
-_TORCH_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
 
 
 class ContextLost(RuntimeError):
@@ -48,7 +48,7 @@ def device() -> torch.device:
 def make_inputs(workload: Workload, seed: int, dev: torch.device) -> tuple[torch.Tensor, ...]:
     """Fresh standard-normal q, k, v (never zeros: they hide unwritten outputs)."""
     gen = torch.Generator(device=dev).manual_seed(seed)
-    dtype = _TORCH_DTYPES[workload.dtype]
+    dtype = TORCH_DTYPES[workload.dtype]
     q_shape = (workload.batch, workload.q_heads, workload.q_len, workload.head_dim)
     kv_shape = (workload.batch, workload.kv_heads, workload.kv_len, workload.head_dim)
     return tuple(torch.randn(s, generator=gen, device=dev, dtype=torch.float32).to(dtype) for s in (q_shape, kv_shape, kv_shape))

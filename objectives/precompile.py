@@ -1,7 +1,7 @@
 """Compile upcoming configs in a pool of processes while the GPU times the current one.
 
 Compilation is nearly all of a trial's cost (about 1 s against 0.1 s of timing,
-REFERENCE.md). Pool processes call ``JITFunction.warmup``, which compiles into Triton's
+docs/reference.md). Pool processes call ``JITFunction.warmup``, which compiles into Triton's
 disk cache without launching; the benchmark worker then finds the binary there. The
 warm-up uses the workload's real integer arguments, because Triton specializes integers
 equal to 1 and divisibility by 16: a warm-up with other values would compile a
@@ -15,6 +15,7 @@ import os
 from concurrent.futures import Future, ProcessPoolExecutor
 
 from flashtune.kernels.config import Config
+from flashtune.kernels.space import validate_config
 from flashtune.objectives.types import Workload
 
 
@@ -25,10 +26,8 @@ def _compile(config: dict, workload: dict) -> tuple[str, float]:
 
     import torch
 
-    from flashtune.kernels._flash_fwd import attention_forward_kernel
-    from flashtune.kernels.attention import compile_options, fp8_v_row, kernel_arguments
-    from flashtune.kernels.space import validate_config
-    from flashtune.objectives.bench import _TORCH_DTYPES
+    # In the pool process only: the parent keeps torch and Triton unloaded (see module doc).
+    from flashtune.kernels.attention import TORCH_DTYPES, attention_forward_kernel, compile_options, fp8_v_row, kernel_arguments
 
     w = Workload.from_dict(workload)
     started = time.perf_counter()
@@ -37,7 +36,7 @@ def _compile(config: dict, workload: dict) -> tuple[str, float]:
         # Tiny buffers: warm-up reads pointers' dtype and alignment and the integer values
         # (Triton specializes strides equal to 1 or divisible by 16), not data; the strides
         # are those of the contiguous inputs the launcher sees (fp8: quantize_fp8's layout).
-        out = torch.empty(64, device="cuda", dtype=_TORCH_DTYPES[w.dtype])
+        out = torch.empty(64, device="cuda", dtype=TORCH_DTYPES[w.dtype])
         stride_q = (w.q_heads * w.q_len * w.head_dim, w.q_len * w.head_dim, w.head_dim)
         stride_k = (w.kv_heads * w.kv_len * w.head_dim, w.kv_len * w.head_dim, w.head_dim)
         if cfg["use_fp8"]:

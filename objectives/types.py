@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from flashtune.kernels.config import Config
+from flashtune.kernels.dtypes import DTYPES
 
-DTYPES = ("float16", "bfloat16", "float32")
 
 
 class Status(str, enum.Enum):

@@ -3,7 +3,7 @@
 Used in two places: as priors for a study that has no data for a GPU yet (issue 5), and
 as the runtime's last fallback when the store has nothing for the GPU it runs on
 (issue 7). Every row says where it comes from; none was measured by flashtune except
-the sm90 rows marked "measured here", which come from the H200 sweep in REFERENCE.md.
+the sm90 rows marked "measured here", which come from the H200 sweep in docs/reference.md.
 
 Sources, as read from public code:
 
@@ -51,7 +51,7 @@ ARCHES: tuple[str, ...] = tuple(ARCH_SHARED_MEMORY_BYTES)
 _TUTORIAL = "Triton fused-attention tutorial defaults"
 _TUTORIAL_HOPPER = "Triton fused-attention tutorial, Hopper branch (8 warps; 7 stages clipped to our 5)"
 _FA2 = "FlashAttention-2 forward tile"
-_MEASURED = "measured here: H200 sweep winner (REFERENCE.md)"
+_MEASURED = "measured here: H200 sweep winner (docs/reference.md)"
 
 
 @dataclass(frozen=True)
@@ -231,7 +231,7 @@ def baseline_priors(hardware: HardwareSpec, workload: Workload) -> list[Measurem
     ``workload``, ``fingerprint="baseline-<arch>"`` (one prior source per architecture,
     apart from measured GPUs) and ``hardware="baseline <arch>"``. Nothing was timed:
     ``median_ms`` is a rank proxy (1.0 for the primary baseline, +0.1 per rank) so that
-    rankers such as ``search._priors.PriorBook`` order them; ``tflops`` is 0 and
+    rankers such as ``search.priors.PriorBook`` order them; ``tflops`` is 0 and
     ``versions["median_ms"]`` says so. ``versions`` also names the baseline's source and
     whether it had to be shrunk to fit. Never export these to a store (``export_best``
     skips priors).

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import platform
 import statistics
 import sys
@@ -31,6 +30,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
+from flashtune.kernels.dtypes import DTYPES, interpreting
 
 
 def _per_call_us(fn: Callable[[], Any], iters: int, sync: Callable[[], None]) -> float:
@@ -44,11 +45,9 @@ def _per_call_us(fn: Callable[[], Any], iters: int, sync: Callable[[], None]) ->
 
 def run(*, shape: tuple[int, int, int, int], dtype: torch.dtype, causal: bool, iters: int, repeats: int, launches: bool) -> dict[str, Any]:
     """Time every variant; returns medians (µs per call) and the setup."""
-    from flashtune.kernels.attention import flash_attention as launcher_op
-    from flashtune.kernels.attention import launch, resolve_scale
-    from flashtune.runtime.dispatch import Dispatcher
-    from flashtune.runtime.dispatch import flash_attention as tuned_op
-    from flashtune.runtime.dispatch import get_dispatcher
+    # After main() set TRITON_INTERPRET from --interpret: Triton reads it when the kernels load.
+    from flashtune.kernels.attention import flash_attention as launcher_op, launch, resolve_scale
+    from flashtune.runtime.dispatch import Dispatcher, flash_attention as tuned_op, get_dispatcher
 
     cuda = torch.cuda.is_available()
     device = torch.device("cuda" if cuda else "cpu")
@@ -86,7 +85,7 @@ def run(*, shape: tuple[int, int, int, int], dtype: torch.dtype, causal: bool, i
         "setup": {
             "shape": list(shape), "dtype": str(dtype).removeprefix("torch."), "causal": causal,
             "iters": iters, "repeats": repeats, "device": torch.cuda.get_device_name() if cuda else "cpu",
-            "interpreter": os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"),
+            "interpreter": interpreting(),
             "config": config.to_dict(), "origin": resolution.origin, "store": str(dispatcher.store.path),
             "python": platform.python_version(), "torch": torch.__version__,
         },
@@ -104,7 +103,7 @@ def run(*, shape: tuple[int, int, int, int], dtype: torch.dtype, causal: bool, i
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--shape", default="1,1,128,64", help="batch,heads,seq,head_dim (default tiny: host-bound)")
-    parser.add_argument("--dtype", default="float16", choices=["float16", "bfloat16", "float32"])
+    parser.add_argument("--dtype", default="float16", choices=list(DTYPES))
     parser.add_argument("--causal", action="store_true")
     parser.add_argument("--iters", type=int, default=2000, help="calls per round")
     parser.add_argument("--repeats", type=int, default=7, help="rounds; the median is reported")

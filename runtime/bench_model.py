@@ -25,6 +25,7 @@ def run(*, batch: int, seq: int, layers: int, hidden: int, heads: int, kv_heads:
     import transformers
     from triton.testing import do_bench
 
+    # GPU-only script: transformers and the runtime op load when it runs, not on import.
     from flashtune.kernels.reference import relative_error
     from flashtune.runtime.dispatch import explain
     from flashtune.runtime.hf_attention import register

@@ -17,10 +17,10 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from flashtune.objectives.types import DTYPES, Workload
+from flashtune.kernels.dtypes import DTYPE_BYTES, DTYPES
+from flashtune.objectives.types import Workload
 
 #: Bytes per element, per dtype name: buckets of dtypes of one size may share configs.
-DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
 
 # Weights of the nearest-bucket distance, in units of "one power of two of length".
 # Masking changes the work per tile more than a doubling of length does; the

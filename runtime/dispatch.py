@@ -17,10 +17,11 @@ import threading
 import warnings
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import torch
 
+from flashtune.kernels.attention import TORCH_DTYPES
 from flashtune.kernels.attention import flash_attention as _launcher
 from flashtune.kernels.config import Config
 from flashtune.kernels.source_hash import kernel_source_hash
@@ -30,18 +31,30 @@ from flashtune.runtime.buckets import Bucket
 from flashtune.runtime.resolve import Resolution, resolve, uses_fp8
 from flashtune.runtime.store import Key, Store, triton_version
 
-if TYPE_CHECKING:
-    from flashtune.runtime.online import OnlineTuner
-
 ENV_STORE = "FLASHTUNE_STORE"
 #: Set to 1 to let the store serve fp8 configs (other numerics than the inputs' dtype).
 ENV_ALLOW_FP8 = "FLASHTUNE_ALLOW_FP8"
 
 #: The hot-path cache key: (device, dtype, causal, gqa, head_dim, q_len bucket, kv_len bucket).
 CacheKey = tuple[torch.device, torch.dtype, bool, int, int, int, int]
+
+
+class CallRouter(Protocol):
+    """What the dispatcher routes its calls through when attached (``online.OnlineTuner``).
+
+    A protocol, not an import: online.py builds on this module, so importing it here would
+    close a cycle (dispatch -> online -> candidates -> dispatch).
+    """
+
+    def run(self, key: CacheKey, config: Config, call: Callable[[Config], torch.Tensor],
+            q: torch.Tensor, k: torch.Tensor) -> torch.Tensor: ...
+
+    def launch_failed(self, key: CacheKey, config: Config) -> Config | None: ...
+
+
 HardwareProvider = Callable[[torch.device], "HardwareSpec | None"]
 
-_DTYPE_NAMES = {torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float32: "float32"}
+_DTYPE_NAMES = {dtype: name for name, dtype in TORCH_DTYPES.items()}
 
 
 def default_store_path() -> Path:
@@ -98,7 +111,7 @@ class Dispatcher:
         self._specs: dict[torch.device, tuple[HardwareSpec | None, Key | None]] = {}
         self._configs: dict[CacheKey, Config] = {}
         self._resolutions: dict[CacheKey, tuple[Bucket, Resolution]] = {}
-        self._online: OnlineTuner | None = None
+        self._online: CallRouter | None = None
         self.set_store(store)
 
     # --- configuration --------------------------------------------------------------------
@@ -209,7 +222,7 @@ class Dispatcher:
 
     # --- the op ---------------------------------------------------------------------------
 
-    def attach(self, tuner: OnlineTuner | None) -> None:
+    def attach(self, tuner: CallRouter | None) -> None:
         """Route calls through an online tuner (None detaches)."""
         self._online = tuner
 

@@ -17,7 +17,6 @@ transformers is imported only inside :func:`register`.
 
 from __future__ import annotations
 
-import os
 import warnings
 from typing import Any
 
@@ -26,6 +25,7 @@ import torch.nn.functional as F
 
 import flashtune.runtime.torch_op  # noqa: F401 - registers torch.ops.flashtune.flash_attention
 from flashtune.kernels.attention import SUPPORTED_DTYPES, SUPPORTED_HEAD_DIMS
+from flashtune.kernels.dtypes import interpreting
 
 #: Not "flashtune": transformers (5.x) treats every implementation name containing
 #: "flash" as a FlashAttention build and tries to load it (from the hub for unknown names),
@@ -54,7 +54,7 @@ def _fallback_reason(query: torch.Tensor, key: torch.Tensor, attention_mask: Any
         return f"head_dim {query.shape[-1]} / dtype {query.dtype}"
     if query.shape[-1] != key.shape[-1] or query.shape[1] % key.shape[1]:
         return "head shapes the kernel does not take"
-    if query.device.type == "cpu" and os.environ.get("TRITON_INTERPRET", "0") in ("", "0"):
+    if query.device.type == "cpu" and not interpreting():
         return "CPU tensors without the Triton interpreter"
     return None
 

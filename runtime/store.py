@@ -1,7 +1,7 @@
 """The tuned-config store: a versioned JSON file of the best config per GPU, kernel and bucket.
 
 Keyed by hardware fingerprint, kernel source hash, Triton version and workload bucket
-(REFERENCE.md: a config cache keyed only on the config is a bug). Reading never raises
+(docs/reference.md: a config cache keyed only on the config is a bug). Reading never raises
 and never runs code: the file is JSON (never pickle), bounded in size, validated by a
 schema; a missing file is an empty store, and a corrupt, truncated, stale or hostile one
 is an empty store plus one :class:`StoreWarning` per file state. Writing is atomic

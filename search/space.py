@@ -11,6 +11,8 @@ import itertools
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
 from flashtune.kernels.config import Config, Value
+from flashtune.kernels.space import TUNABLES
+from flashtune.objectives.feasibility import check
 
 Constraint = Callable[[Config], bool]
 
@@ -31,8 +33,6 @@ class SearchSpace:
     @classmethod
     def for_workload(cls, workload, hardware) -> SearchSpace:  # noqa: ANN001 - objectives types
         """The kernel's space, constrained by the static feasibility model on ``hardware``."""
-        from flashtune.kernels.space import TUNABLES
-        from flashtune.objectives.feasibility import check
 
         return cls(TUNABLES, lambda config: check(config, workload, hardware).feasible)
 

@@ -19,19 +19,19 @@ have to know in advance which landscape it is on:
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any, ClassVar
 
 import numpy as np
 
 from flashtune.kernels.config import Config
 from flashtune.objectives.types import Measurement
-from flashtune.search._base import Strategy, cost_ms, make_strategy, register, strategy_names
 from flashtune.search.space import SearchSpace
+from flashtune.search.strategy import Strategy, cost_ms
 
 POLICIES = ("bandit", "round_robin")
 
 
-@register
 class Portfolio(Strategy):
     """Interleave registered strategies; share every measurement with all of them.
 
@@ -48,6 +48,9 @@ class Portfolio(Strategy):
 
     def __init__(self, space: SearchSpace, *, seed: int = 0, **options: Any) -> None:
         super().__init__(space, seed=seed, **options)
+        # Imported here: the registry imports strategy modules by name, never the reverse.
+        from flashtune.search.registry import make_strategy, strategy_names
+
         names = [n.strip() for n in str(self.options["members"]).split(",") if n.strip()]
         known = [n for n in strategy_names() if n != self.name]
         if not names or len(set(names)) != len(names) or set(names) - set(known):
@@ -88,17 +91,23 @@ class Portfolio(Strategy):
             return config
         return None
 
+    def warm_start(self, priors: Iterable[Measurement]) -> None:
+        """Every member orders its search by the priors (each hedges them its own way)."""
+        priors = list(priors)
+        super().warm_start(priors)
+        for member in self.members:
+            member.warm_start(priors)
+
     def tell(self, config: Config, measurement: Measurement) -> None:
         for member in self.members:
             member.tell(config, measurement)
         asker, chosen = self._asked_by.pop(config, (None, False))
         value = cost_ms(measurement)
         if chosen and value < self._best:
-            # A success only for the member the policy chose: a prior, a resumed trial or
-            # the start design is no one's.
+            # A success only for the member the policy chose: a resumed trial, another
+            # worker's trial or the start design is no one's.
             self.wins[asker] += 1
-        if measurement.source != "prior" and value < self._best:
-            self._best = value
+        self._best = min(self._best, value)
 
     def _choose(self) -> tuple[int, bool]:
         """The member that answers the next ask, and whether the policy chose it."""

@@ -11,7 +11,7 @@ from flashtune.objectives.feasibility import check
 
 
 def test_model_matches_the_requirement_measured_on_the_h200():
-    # REFERENCE.md: 64/128/stages 4 at head_dim 128 needed exactly 278,528 B.
+    # docs/reference.md: 64/128/stages 4 at head_dim 128 needed exactly 278,528 B.
     cfg = Config(BLOCK_M=64, BLOCK_N=128, num_warps=4, num_stages=4)
     assert shared_memory_bytes(cfg, head_dim=128) == 278_528
 
