@@ -57,14 +57,16 @@ def run_compare(args: argparse.Namespace) -> int:
         raise ValueError(f"--budget must be >= 1, got {args.budget}")
     groups = _table_groups(args.tables)
     spec = load_spec(args.hardware)
-    landscapes = [build_landscape(group, spec) for group in groups]
-    landscapes = _select_workloads(landscapes, args.workloads)
+    recorded = [build_landscape(group, spec) for group in groups]
+    landscapes = _select_workloads(recorded, args.workloads)
     strategies = select_strategies(args.strategies)
     options = _parse_options(args.option, strategies)
     runs = [RunSpec(name, tuple(sorted(options.get(name, {}).items())), ls.name, seed,
                     args.budget if args.budget is not None else len(ls.feasible))
             for ls in landscapes for name in strategies for seed in range(args.seeds)]
-    results = _execute(runs, [[str(p) for p in ls.paths] for ls in landscapes], args)
+    # Every recorded workload goes to the workers: the held-out priors of a selected
+    # workload are all the others, selected or not.
+    results = _execute(runs, [[str(p) for p in ls.paths] for ls in recorded], args)
     report = aggregate(landscapes, results, strategies)
     report.update(
         date=datetime.date.today().isoformat(),
@@ -126,7 +128,8 @@ def _select_workloads(landscapes: list[Landscape], text: str) -> list[Landscape]
     unknown = [n for n in names if n not in by_name]
     if unknown:
         raise ValueError(f"--workloads: unknown {unknown}; recorded: {sorted(ls.name for ls in landscapes)}")
-    return list(dict.fromkeys(by_name[n] for n in names))
+    chosen = {by_name[n].name: by_name[n] for n in names}  # by name: a Landscape is not hashable
+    return list(chosen.values())
 
 
 def _parse_options(items: Sequence[str], strategies: Sequence[str]) -> dict[str, dict[str, Any]]:
