@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -12,15 +11,25 @@ import triton
 
 from flashtune.kernels._flash_fwd import attention_forward_kernel
 from flashtune.kernels.config import Config, Value
+from flashtune.kernels.decode import check_cache_seqlens, default_decode_config, launch_decode
 from flashtune.kernels.dtypes import DTYPES, interpreting
-from flashtune.kernels.resources import shared_memory_bytes
-from flashtune.kernels.space import IMPLIED, SAFE_DEFAULT, validate_config
+from flashtune.kernels.launch_support import LOG2_E, device_sm_count, use_descriptor_scratch
+from flashtune.kernels.lean import launch_lean, variant_for
+from flashtune.kernels.resources import COMPILER_ERROR_MARKERS, known_failure, shared_memory_bytes
+from flashtune.kernels.space import (
+    IMPLIED,
+    LEAN_LOADS,
+    SAFE_DEFAULT,
+    decode_block_h,
+    kernel_of,
+    uses_decode_kernel,
+    validate_config,
+)
 
 SUPPORTED_HEAD_DIMS = (32, 64, 128, 256)
 #: Torch dtype of each supported dtype name (``dtypes.DTYPE_BYTES``: the one table).
 TORCH_DTYPES = {name: getattr(torch, name) for name in DTYPES}
 SUPPORTED_DTYPES = tuple(TORCH_DTYPES.values())
-LOG2_E = 1.4426950408889634
 
 
 def check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
@@ -67,21 +76,24 @@ def launch(
     causal: bool,
     scale: float,
     config: Config,
+    warmup: bool = False,
 ) -> Any:
     """Launch the kernel into ``out`` with an already validated config.
 
     Returns Triton's compiled-kernel handle (registers, spills, shared memory), or None
     under the interpreter. Triton errors (OutOfResources, compilation) propagate: the
-    objective turns them into statuses.
+    objective turns them into statuses. With ``warmup`` the kernel is only compiled into
+    Triton's cache (the precompile pool), nothing runs.
+    A decode config runs the decode kernel (``flashtune.kernels.decode.launch_decode``,
+    a fresh split workspace).
     """
-    if config["loads"] != "pointer":
-        # Device-side descriptors live in a scratch buffer that Triton asks for at launch.
-        triton.set_allocator(_descriptor_scratch)
+    if kernel_of(config) == "decode":
+        return launch_decode(q, k, v, out, causal=causal, scale=scale, config=config)
     if config["use_fp8"]:
         q, k, v, scales = quantize_fp8(q, k, v)
-        return launch_quantized(q, k, v, scales, out, causal=causal, scale=scale, config=config)
+        return launch_quantized(q, k, v, scales, out, causal=causal, scale=scale, config=config, warmup=warmup)
     return _launch_kernel(q, k, v, out, q, (v.stride(0), v.stride(1), v.stride(2), v.stride(3)),
-                          causal=causal, scale=scale, config=config)
+                          causal=causal, scale=scale, config=config, warmup=warmup)
 
 
 def launch_quantized(
@@ -94,6 +106,7 @@ def launch_quantized(
     causal: bool,
     scale: float,
     config: Config,
+    warmup: bool = False,
 ) -> Any:
     """Launch an fp8 config on inputs already quantized by :func:`quantize_fp8`.
 
@@ -103,19 +116,29 @@ def launch_quantized(
     """
     if not config["use_fp8"]:
         raise ValueError("launch_quantized needs a config with use_fp8=True")
-    if config["loads"] != "pointer":
-        triton.set_allocator(_descriptor_scratch)
     stride_v = (v8_t.stride(0), v8_t.stride(1), v8_t.stride(3), v8_t.stride(2))  # (z, h, n, d) of V^T
-    return _launch_kernel(q8, k8, v8_t, out, scales, stride_v, causal=causal, scale=scale, config=config)
+    return _launch_kernel(q8, k8, v8_t, out, scales, stride_v, causal=causal, scale=scale, config=config,
+                          warmup=warmup)
 
 
-def _launch_kernel(q, k, v, out, scales, stride_v, *, causal: bool, scale: float, config: Config) -> Any:
+def _launch_kernel(q, k, v, out, scales, stride_v, *, causal: bool, scale: float, config: Config,
+                   warmup: bool = False) -> Any:
+    if config["loads"] in LEAN_LOADS:
+        # Host-side descriptors: no device scratch, and the launch stays capturable in a graph.
+        return launch_lean(q, k, v, out, causal=causal, scale=scale, variant=variant_for(config, q, k, v, out),
+                           scales=scales if config["use_fp8"] else None, sm_count=_persistent_programs(q.device),
+                           warmup=warmup)
+    if config["loads"] != "pointer":
+        use_descriptor_scratch()
     batch, q_heads, q_len, head_dim = q.shape
     grid = launch_grid(config, q_len=q_len, batch_heads=batch * q_heads, device=q.device)
     args = kernel_arguments(q, k, v, out, scales, stride_q=q.stride()[:3], stride_k=k.stride()[:3],
                             stride_v=stride_v, stride_o=out.stride()[:3], batch=batch, q_heads=q_heads,
                             kv_heads=k.shape[1], q_len=q_len, kv_len=k.shape[2], scale=scale)
-    return attention_forward_kernel[grid](*args, **compile_options(config, head_dim=head_dim, causal=causal))
+    options = compile_options(config, head_dim=head_dim, causal=causal)
+    if warmup:
+        return attention_forward_kernel.warmup(*args, grid=grid, **options)
+    return attention_forward_kernel[grid](*args, **options)
 
 
 def kernel_arguments(q: Any, k: Any, v: Any, out: Any, scales: Any, *, stride_q: tuple[int, ...],
@@ -144,11 +167,19 @@ INTERPRETER_PROGRAMS = 3
 
 
 def launch_grid(config: Config, *, q_len: int, batch_heads: int, device: torch.device) -> tuple[int, ...]:
-    """The launch grid: (query blocks, batch * heads) tiles, or a 1-D persistent grid."""
+    """The launch grid: (query blocks, batch * heads) tiles (transposed for tile_order
+    longest_first), or a 1-D persistent grid."""
     m_blocks = triton.cdiv(q_len, int(config["BLOCK_M"]))
     if is_persistent(config):
         return (min(m_blocks * batch_heads, _persistent_programs(device)),)
+    if is_bh_major(config):
+        return (batch_heads, m_blocks)
     return (m_blocks, batch_heads)
+
+
+def is_bh_major(config: Mapping[str, Value]) -> bool:
+    """Whether tiles run (batch, head)-fastest: every head's longest causal tiles first."""
+    return config.get("tile_order", IMPLIED["tile_order"]) == "longest_first"
 
 
 def is_persistent(config: Mapping[str, Value]) -> bool:
@@ -159,13 +190,7 @@ def is_persistent(config: Mapping[str, Value]) -> bool:
 def _persistent_programs(device: torch.device) -> int:
     if device.type != "cuda":
         return INTERPRETER_PROGRAMS
-    return _sm_count(device.index if device.index is not None else torch.cuda.current_device()) * PROGRAMS_PER_SM
-
-
-@functools.lru_cache(maxsize=None)
-def _sm_count(index: int) -> int:
-    # Cached: the op's dispatch overhead is measured (BENCHMARKS.md, "Runtime").
-    return torch.cuda.get_device_properties(index).multi_processor_count
+    return device_sm_count(device) * PROGRAMS_PER_SM
 
 
 #: Largest finite float8 e4m3 value.
@@ -212,13 +237,10 @@ def compile_options(config: Config, *, head_dim: int, causal: bool) -> dict[str,
         "WARP_SPECIALIZE": loads == "tma_ws",
         "FP8": bool(config["use_fp8"]),
         "PERSISTENT": is_persistent(config),
+        "BH_MAJOR": is_bh_major(config),
         "num_warps": int(config["num_warps"]),
         "num_stages": int(config["num_stages"]),
     }
-
-
-def _descriptor_scratch(size: int, alignment: int, stream: int | None) -> torch.Tensor:
-    return torch.empty(size, dtype=torch.int8, device="cuda")
 
 
 def resolve_scale(scale: float | None, head_dim: int) -> float:
@@ -237,17 +259,31 @@ def flash_attention(
     causal: bool = False,
     scale: float | None = None,
     config: Mapping[str, Value] | None = None,
+    cache_seqlens: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Scaled dot-product attention, forward, with an explicit kernel config.
 
     Args:
         q: (batch, q_heads, q_len, head_dim), float16/bfloat16 (float32 for the interpreter).
         k: (batch, kv_heads, kv_len, head_dim); q_heads must be a multiple of kv_heads.
+            With ``cache_seqlens``, kv_len is the cache's capacity.
         v: same shape as k.
-        causal: mask future keys, aligned bottom-right when q_len != kv_len.
+        causal: mask future keys, aligned bottom-right when q_len != kv_len (against
+            ``cache_seqlens[b]`` when given).
         scale: softmax scale; 1/sqrt(head_dim) when None.
-        config: the tunables (see ``flashtune.kernels.space.TUNABLES``); None uses the
-            static safe default. ``flashtune.runtime.flash_attention`` picks tuned ones.
+        config: the tunables of one kernel (``flashtune.kernels.space.TUNABLES`` for
+            ``kernel="prefill"``, the default when the config omits it;
+            ``DECODE_TUNABLES`` for ``kernel="decode"``). None picks the decode kernel
+            for q_len <= ``DECODE_MAX_Q_LEN`` or with ``cache_seqlens`` (split count from
+            the shape: ``flashtune.kernels.decode.choose_num_splits``), else the prefill
+            kernel's static safe default. ``flashtune.runtime.flash_attention`` picks
+            tuned ones.
+        cache_seqlens: optional int32 tensor (batch,) on q's device: sequence b attends to
+            its first ``cache_seqlens[b]`` keys of k/v (0 writes zeros). Decode kernel
+            only. Its values are checked on the host (one synchronization), except while
+            a CUDA graph is being captured, where a host read is illegal: there the
+            kernel clamps each length to [0, kv_len], so a bad one never reads out of
+            bounds.
 
     Returns:
         (batch, q_heads, q_len, head_dim) in q's dtype.
@@ -256,28 +292,61 @@ def flash_attention(
         TypeError, ValueError: bad inputs or config, naming the argument.
     """
     check_inputs(q, k, v)
-    cfg = SAFE_DEFAULT if config is None else validate_config(config)
+    if config is not None:
+        cfg = validate_config(config)
+    elif uses_decode_kernel(q.shape[2]) or cache_seqlens is not None:
+        cfg = default_decode_config(q, k, per_sequence_lengths=cache_seqlens is not None)
+    else:
+        cfg = SAFE_DEFAULT
     if not isinstance(causal, bool):
         raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
     scale_value = resolve_scale(scale, q.shape[-1])
-    _check_fits(cfg, q)
-    if cfg["loads"] != "pointer" and not cfg["use_fp8"]:  # fp8 copies land aligned
-        _check_descriptor_alignment(q, k, v)
+    _check_known_failure(cfg, q)
+    _check_fits(cfg, q, k)
+    if cfg["loads"] != "pointer" and not cfg.get("use_fp8"):  # fp8 copies land aligned
+        check_descriptor_alignment(q, k, v, with_q=cfg["loads"] in LEAN_LOADS)
+    if kernel_of(cfg) == "decode":
+        if cache_seqlens is not None:
+            cache_seqlens = check_cache_seqlens(cache_seqlens, q, k)
+        out = torch.empty_like(q, memory_format=torch.contiguous_format)
+        launch_decode(q, k, v, out, causal=causal, scale=scale_value, config=cfg, cache_seqlens=cache_seqlens)
+        return out
+    if cache_seqlens is not None:
+        raise ValueError("cache_seqlens needs the decode kernel: pass a config with kernel='decode' "
+                         "(any q_len) or config=None")
     if cfg["use_fp8"]:
         _check_fp8_support(q)
     out = torch.empty_like(q, memory_format=torch.contiguous_format)
-    launch(q, k, v, out, causal=causal, scale=scale_value, config=cfg)
+    try:
+        launch(q, k, v, out, causal=causal, scale=scale_value, config=cfg)
+    except RuntimeError as exc:
+        if not any(marker in str(exc) for marker in COMPILER_ERROR_MARKERS):
+            raise
+        # Triton's own message is one bare line; say which config and what to do.
+        raise ValueError(f"config {cfg.to_dict()} does not compile with Triton {triton.__version__}: "
+                         f"{type(exc).__name__}: {str(exc).strip()[:300]}; choose another config") from exc
     return out
 
 
-def _check_descriptor_alignment(*tensors: torch.Tensor) -> None:
-    """Tensor descriptors (TMA) need 16-byte aligned bases and row strides."""
-    for name, t in zip("kv", tensors[1:]):
+def _check_known_failure(config: Config, q: torch.Tensor) -> None:
+    """Refuse a config the resource model knows cannot run (objectives.feasibility says the same)."""
+    capability = torch.cuda.get_device_capability(q.device) if q.device.type == "cuda" else (9, 0)
+    reason = known_failure(config, capability)
+    if reason:
+        raise ValueError(f"config {config.to_dict()} cannot run: {reason}")
+
+
+def check_descriptor_alignment(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, with_q: bool = False) -> None:
+    """Tensor descriptors (TMA) need 16-byte aligned bases and row strides (the lean kernel
+    reads Q through one too)."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if name == "q" and not with_q:
+            continue
         misaligned = [s for s in t.stride()[:-1] if (s * t.element_size()) % 16]
         if t.data_ptr() % 16 or misaligned:
             raise ValueError(
-                f"config loads='tma'/'tma_ws' needs {name} with a 16-byte aligned start and strides, "
-                f"got strides {t.stride()}; use loads='pointer' for this layout"
+                f"config loads='tma'/'tma_ws'/'lean'/'lean_ws' needs {name} with a 16-byte aligned start and "
+                f"strides, got strides {t.stride()}; use loads='pointer' for this layout"
             )
 
 
@@ -289,14 +358,15 @@ def _check_fp8_support(q: torch.Tensor) -> None:
                          f"{torch.cuda.get_device_name(q.device)} has {torch.cuda.get_device_capability(q.device)}")
 
 
-def _check_fits(config: Config, q: torch.Tensor) -> None:
+def _check_fits(config: Config, q: torch.Tensor, k: torch.Tensor) -> None:
     """Reject a config that cannot fit this device's shared memory, before Triton does."""
     if q.device.type != "cuda":
         return
     props = torch.cuda.get_device_properties(q.device)
     limit = getattr(props, "shared_memory_per_block_optin", 0) or props.shared_memory_per_block
     need = shared_memory_bytes(config, head_dim=q.shape[-1], dtype_bytes=q.element_size(),
-                               compute_capability=(props.major, props.minor))
+                               compute_capability=(props.major, props.minor),
+                               block_h=decode_block_h(q.shape[1] // k.shape[1], q.shape[2]))
     if need > limit:
         raise ValueError(
             f"config {config.to_dict()} needs about {need} bytes of shared memory; "

@@ -19,6 +19,7 @@ import torch
 from flashtune.kernels.attention import TORCH_DTYPES
 from flashtune.kernels.config import Config
 from flashtune.kernels.reference import reference_attention, relative_error
+from flashtune.kernels.resources import COMPILER_ERROR_MARKERS
 from flashtune.objectives.types import Measurement, Status, Workload
 
 DEFAULT_LAUNCHER = "flashtune.kernels.attention:launch"
@@ -54,19 +55,16 @@ def make_inputs(workload: Workload, seed: int, dev: torch.device) -> tuple[torch
     return tuple(torch.randn(s, generator=gen, device=dev, dtype=torch.float32).to(dtype) for s in (q_shape, kv_shape, kv_shape))
 
 
-#: Messages of errors raised by Triton's compiler passes as plain RuntimeErrors (seen on
-#: the H200: the warp-specialization pass failing on some configs).
-_COMPILER_MESSAGES = ("PassManager::run failed", "MLIR", "LLVM ERROR", "ptxas")
 
 
-def _classify(exc: BaseException) -> Status:
+def classify_error(exc: BaseException) -> Status:
     """Map a Triton/CUDA exception to a status (Triton's autotuner does the same)."""
     name = type(exc).__name__
     if name == "OutOfResources":
         return Status.OUT_OF_RESOURCES
     if name in ("CompilationError", "CompileTimeAssertionFailure", "PTXASError", "TritonError", "MLIRError"):
         return Status.COMPILE_ERROR
-    if any(marker in str(exc) for marker in _COMPILER_MESSAGES):
+    if any(marker in str(exc) for marker in COMPILER_ERROR_MARKERS):
         return Status.COMPILE_ERROR
     return Status.CRASHED
 
@@ -113,12 +111,12 @@ def measure(
         handle = launch(q, k, v, out, causal=causal, scale=scale, config=config)
         _sync(dev)
     except Exception as exc:  # noqa: BLE001 - every failure becomes a status
-        status = _classify(exc)
+        status = classify_error(exc)
         if status is Status.CRASHED and dev.type == "cuda" and not _context_usable(dev):
             raise ContextLost(f"{type(exc).__name__}: {exc}") from exc
         return Measurement.failure(config, workload, status, f"{type(exc).__name__}: {exc}")
     compile_s = time.perf_counter() - started
-    resources = _resources(handle)
+    resources = kernel_resources(handle)
 
     ref = reference_attention(q, k, v, causal=causal, scale=scale)
     err = relative_error(out, ref)
@@ -134,7 +132,7 @@ def measure(
         launch(q, k, v, out, causal=causal, scale=scale, config=config)
 
     median_ms, p20_ms, p80_ms = _time(run, dev, rep_ms)
-    clock, temp = _gpu_state()
+    clock, temp = gpu_state()
     return Measurement(
         config=config, workload=workload, status=Status.OK,
         median_ms=median_ms, p20_ms=p20_ms, p80_ms=p80_ms,
@@ -161,7 +159,7 @@ def _time(fn: Callable[[], None], dev: torch.device, rep_ms: int) -> tuple[float
     return statistics.median(samples), samples[0], samples[-1]
 
 
-def _resources(handle: Any) -> dict[str, Any]:
+def kernel_resources(handle: Any) -> dict[str, Any]:
     """Registers, spills and shared memory from Triton's compiled kernel, when there is one."""
     if handle is None:
         return {}
@@ -178,7 +176,7 @@ def _resources(handle: Any) -> dict[str, Any]:
 _NVML_HANDLE: Any = None
 
 
-def _gpu_state() -> tuple[float | None, float | None]:
+def gpu_state() -> tuple[float | None, float | None]:
     """SM clock (MHz) and temperature (C) from NVML, or (None, None) without it."""
     global _NVML_HANDLE
     if not torch.cuda.is_available():

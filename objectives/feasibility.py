@@ -11,7 +11,8 @@ from dataclasses import dataclass
 
 from flashtune.kernels.config import Value
 from flashtune.kernels.dtypes import DTYPE_BYTES
-from flashtune.kernels.resources import registers_per_thread, shared_memory_bytes
+from flashtune.kernels.resources import known_failure, registers_per_thread, shared_memory_bytes
+from flashtune.kernels.space import decode_block_h
 from flashtune.objectives.hardware import HardwareSpec
 from flashtune.objectives.types import Status, Workload
 
@@ -31,17 +32,22 @@ class Verdict:
 
 
 def check(config: Mapping[str, Value], workload: Workload, hardware: HardwareSpec) -> Verdict:
-    """Predict whether ``config`` fits ``hardware`` for ``workload``."""
+    """Predict whether ``config`` fits ``hardware`` for ``workload`` (either kernel: a decode
+    config's query tile is the workload's packed rows, ``decode_block_h``)."""
     dtype_bytes = DTYPE_BYTES[workload.dtype]
+    block_h = decode_block_h(workload.q_heads // workload.kv_heads, workload.q_len)
     shared = shared_memory_bytes(config, head_dim=workload.head_dim, dtype_bytes=dtype_bytes,
-                                 compute_capability=hardware.compute_capability)
-    regs = registers_per_thread(config, head_dim=workload.head_dim, dtype_bytes=dtype_bytes)
+                                 compute_capability=hardware.compute_capability, block_h=block_h)
+    regs = registers_per_thread(config, head_dim=workload.head_dim, dtype_bytes=dtype_bytes, block_h=block_h)
     if config.get("loads", "pointer") != "pointer" and hardware.compute_capability < (9, 0):
         # Tensor descriptors and automatic warp specialization are Hopper-and-newer paths.
         return Verdict(False, shared, regs, f"loads={config['loads']!r} needs compute capability >= 9.0, "
                                             f"{hardware.name} is {hardware.arch}")
     if config.get("use_fp8") and hardware.compute_capability < (8, 9):
         return Verdict(False, shared, regs, f"use_fp8 needs compute capability >= 8.9, {hardware.name} is {hardware.arch}")
+    failure = known_failure(config, hardware.compute_capability)
+    if failure:
+        return Verdict(False, shared, regs, failure)
     if shared > hardware.shared_memory_per_block_bytes:
         return Verdict(
             False, shared, regs,
@@ -56,7 +62,7 @@ class Agreement:
 
     total: int
     agreed: int
-    false_feasible: list  # predicted to fit, Triton said OutOfResources
+    false_feasible: list  # predicted to run, Triton said OutOfResources or its compiler failed
     false_infeasible: list  # predicted not to fit, Triton ran it
 
     @property
@@ -67,11 +73,13 @@ class Agreement:
 def grade(measurements, hardware: HardwareSpec) -> Agreement:  # noqa: ANN001 - Iterable[Measurement]
     """Compare predictions with a sweep recorded without the static check.
 
-    Only trials that reached the launch count (compiled: ok, wrong_result,
-    out_of_resources); a static ``infeasible`` or a timeout says nothing about the model.
+    Only trials Triton judged count: compiled (ok, wrong_result, out_of_resources) or
+    refused by its compiler (compile_error, which the model's known failures predict); a
+    static ``infeasible`` or a timeout says nothing about the model.
     """
 
-    judged = {Status.OK, Status.WRONG_RESULT, Status.OUT_OF_RESOURCES}
+    judged = {Status.OK, Status.WRONG_RESULT, Status.OUT_OF_RESOURCES, Status.COMPILE_ERROR}
+    cannot_run = {Status.OUT_OF_RESOURCES, Status.COMPILE_ERROR}
     total = agreed = 0
     false_feasible, false_infeasible = [], []
     for m in measurements:
@@ -79,7 +87,7 @@ def grade(measurements, hardware: HardwareSpec) -> Agreement:  # noqa: ANN001 - 
             continue
         total += 1
         predicted = check(m.config, m.workload, hardware).feasible
-        actual = m.status is not Status.OUT_OF_RESOURCES
+        actual = m.status not in cannot_run
         if predicted == actual:
             agreed += 1
         elif predicted:

@@ -38,7 +38,7 @@ from flashtune.kernels.config import Config
 from flashtune.kernels.source_hash import kernel_source_hash
 from flashtune.kernels.space import validate_config
 from flashtune.runtime.buckets import Bucket, distance
-from flashtune.runtime.store_schema import ENTRY_SCHEMA, FILE_SCHEMA, FORMAT, VERSION
+from flashtune.runtime.store_schema import ENTRY_SCHEMA, FILE_SCHEMA, FORMAT, READABLE_VERSIONS, VERSION
 
 #: A store file larger than this is refused unread (a hostile file must not exhaust memory).
 MAX_STORE_BYTES = 32 * 2**20
@@ -184,18 +184,26 @@ class Snapshot:
             yield from self._cell(key).values()
 
     def exact(self, key: Key, bucket: Bucket) -> StoreEntry | None:
-        """The entry for exactly this GPU, kernel, Triton and bucket."""
-        return self._cell(key).get(bucket)
+        """The entry for exactly this GPU, kernel, Triton and bucket.
+
+        An entry recorded for any batch x heads (store format 1) of the same bucket
+        otherwise is an exact hit too, after one of this very batch x heads.
+        """
+        cell = self._cell(key)
+        found = cell.get(bucket)
+        return found if found is not None else cell.get(bucket.any_batch_heads())
 
     def nearest(self, key: Key, bucket: Bucket) -> list[StoreEntry]:
         """Entries of this GPU, kernel and Triton that may serve ``bucket``, nearest first.
 
-        Excludes ``bucket`` itself and buckets of another head dim or dtype size.
+        Excludes ``bucket`` itself (and its any-batch-x-heads form, an exact hit) and
+        buckets of another head dim, dtype size or class.
         """
         ranked = []
+        own = (bucket, bucket.any_batch_heads())
         for other, entry in self._cell(key).items():
             d = distance(bucket, other)
-            if d is not None and other != bucket:
+            if d is not None and other not in own:
                 ranked.append((d, other, entry))
         ranked.sort(key=lambda item: (item[0], item[1]))
         return [entry for _, _, entry in ranked]
@@ -274,8 +282,8 @@ def _parse(data: bytes) -> dict[str, Any]:
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise _Invalid(f"not a flashtune store (expected an object with format {FORMAT!r})")
     version = doc.get("version")
-    if version != VERSION:
-        raise _Invalid(f"stale format version {version!r} (this flashtune reads version {VERSION})")
+    if version not in READABLE_VERSIONS:
+        raise _Invalid(f"stale format version {version!r} (this flashtune reads versions {list(READABLE_VERSIONS)})")
     error = next(_FILE_VALIDATOR.iter_errors(doc), None)
     if error is not None:
         where = "/".join(str(p) for p in error.absolute_path) or "(top)"

@@ -18,7 +18,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from flashtune.kernels.config import Config
-from flashtune.kernels.space import TUNABLES, all_configs, validate_config
+from flashtune.kernels.space import KERNEL_TUNABLES, all_configs, tunables_for, validate_config
 from flashtune.objectives.hardware import HardwareSpec, load_spec
 from flashtune.objectives.objective import Objective
 from flashtune.objectives.replay import write_table
@@ -48,7 +48,7 @@ def sweep_workload(
             except (ValueError, KeyError, TypeError):
                 continue  # a line cut short by a kill: measure that config again
             done[m.config] = m
-    configs = _select(where or {}, limit)
+    configs = _select(where or {}, limit, tunables_for(workload))
     todo = [c for c in configs if c not in done]
     objective.prefetch(todo, workload)
     with partial.open("a") as fh:
@@ -67,14 +67,18 @@ def _parse_where(items: list[str]) -> dict[str, set[str]]:
     where = {}
     for item in items:
         knob, sep, values = item.partition("=")
-        if not sep or knob not in TUNABLES:
-            raise ValueError(f"--where {item!r}: expected KNOB=V1,V2 with KNOB one of {list(TUNABLES)}")
+        knobs = sorted({name for tunables in KERNEL_TUNABLES.values() for name in tunables})
+        if not sep or knob not in knobs:
+            raise ValueError(f"--where {item!r}: expected KNOB=V1,V2 with KNOB one of {knobs}")
         where[knob] = set(values.split(","))
     return where
 
 
-def _select(where: dict[str, set[str]], limit: int | None) -> list[Config]:
-    configs = [c for c in all_configs() if all(str(c[k]) in vals for k, vals in where.items())]
+def _select(where: dict[str, set[str]], limit: int | None, tunables) -> list[Config]:  # noqa: ANN001
+    """The configs of the workload's kernel's space that ``where`` selects (knobs the kernel
+    lacks select nothing away: one --where serves a sweep of prefill and decode workloads)."""
+    where = {k: vals for k, vals in where.items() if k in tunables}
+    configs = [c for c in all_configs(tunables) if all(str(c[k]) in vals for k, vals in where.items())]
     return configs[:limit]
 
 
@@ -123,7 +127,7 @@ def run_sweep(args: argparse.Namespace) -> int:
                                           where=_parse_where(args.where))
             lines.append(summarize(workload, measurements))
     elapsed = time.perf_counter() - started
-    total = len(workloads) * len(_select(_parse_where(args.where), args.limit))
+    total = sum(len(_select(_parse_where(args.where), args.limit, tunables_for(w))) for w in workloads)
     print(f"\n{total} trials in {elapsed:.1f} s ({total / elapsed * 60:.1f} trials/min); tables in {args.out}/")
     print("\n".join(lines))
     return 0

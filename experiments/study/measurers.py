@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 from flashtune.experiments import DATA_DIR
 from flashtune.kernels.config import Config
-from flashtune.kernels.space import TUNABLES, validate_config
+from flashtune.kernels.space import tunables_for, validate_config
 from flashtune.objectives.hardware import HardwareSpec, known_specs
 from flashtune.objectives.objective import Objective
 from flashtune.objectives.replay import ReplayObjective, load_table
@@ -135,6 +135,7 @@ def open_replay(hardware: HardwareSpec, workloads: Iterable[Workload], replay_di
 
 
     folder = Path(replay_dir) if replay_dir is not None else default_replay_dir(hardware)
+    workloads = list(workloads)  # read twice: the tables, then the description
     measurements: list[Measurement] = []
     partial: list[str] = []
     covered: list[int] = []
@@ -158,7 +159,7 @@ def open_replay(hardware: HardwareSpec, workloads: Iterable[Workload], replay_di
             # The kernel's space changed since the recording: replaying would find nothing.
             raise ValueError(
                 f"replay table {path}: none of its {len(table)} configs is in the kernel's current space "
-                f"(table keys {sorted(table[0].config)}, space keys {sorted(TUNABLES)}); "
+                f"(table keys {sorted(table[0].config)}, space keys {sorted(tunables_for(workload))}); "
                 "re-record it with `flashtune sweep`"
             )
         if len(complete) < len(table):
@@ -174,7 +175,8 @@ def open_replay(hardware: HardwareSpec, workloads: Iterable[Workload], replay_di
         hardware=hardware,
         description=f"replaying recorded {hardware.name} tables from {folder} (no GPU is used); "
                     f"the space is the recorded configs ({'/'.join(map(str, covered))} of the kernel's "
-                    f"{math.prod(len(v) for v in TUNABLES.values())})" + "".join(f"; {note}" for note in partial),
+                    f"{'/'.join(str(math.prod(len(v) for v in tunables_for(w).values())) for w in workloads)})"
+                    + "".join(f"; {note}" for note in partial),
         fingerprint=fingerprint,
         versions=versions,
         _objective=ReplayObjective(measurements, noise=noise, seed=seed),
