@@ -149,6 +149,39 @@ class CandidatePool:
             nearest = np.minimum(nearest, np.sqrt(((points - points[pick]) ** 2).sum(axis=1)))
         return [self.configs[int(where[i])] for i in chosen]
 
+    def cover_open(self, rng: np.random.Generator, *, seen: Sequence[Config] = ()) -> list[Config]:
+        """A few open configs that together show every landmark value not ``seen`` yet.
+
+        Landmarks (``SearchSpace.landmarks``) are every choice of an unordered tunable
+        and both ends of an ordered one. The design is a greedy set cover: each pick is
+        an open config that shows the most landmarks still unseen, ties broken at random,
+        so on this kernel's space three or four configs see every load mode, grid, warp
+        count and both ends of every block size and stage count. A strategy that starts
+        from the middle of every range never measures one stage or the largest tile
+        until its model asks for them, and a model fitted on middles rarely does; this
+        is the cheapest way to put no bet on where the optimum is.
+
+        Args:
+            rng: breaks ties between equally covering configs.
+            seen: configs measured or planned already; their values count as seen and
+                they are not picked.
+        """
+        names = [n for n in self.space.names if len(self.space.values(n)) > 1]
+        wanted = {(n, v) for n in names for v in self.space.landmarks(n)}
+        taken = set(seen)
+        for config in taken:
+            wanted -= {(n, config[n]) for n in names if n in config}
+        chosen: list[Config] = []
+        candidates = [c for c in self.open_configs() if c not in taken]
+        while wanted and candidates:
+            gains = np.array([sum((n, c[n]) in wanted for n in names) for c in candidates])
+            if gains.max() == 0:
+                break  # the rest are infeasible everywhere (e.g. the largest tile with the most stages)
+            pick = candidates.pop(int(rng.choice(np.flatnonzero(gains == gains.max()))))
+            wanted -= {(n, pick[n]) for n in names}
+            chosen.append(pick)
+        return chosen
+
     def latin_open(self, n: int, rng: np.random.Generator, *, exclude: Sequence[Config] = ()) -> list[Config]:
         """Up to ``n`` open configs whose values cover each tunable's range evenly (a Latin design).
 

@@ -9,7 +9,12 @@ kernel's needle landscape. What earns a model its keep is done here, once:
 - measure the best configs of the priors first (re-searched, not copied), and later keep
   every other ask for the priors' next best while their order agrees with the
   measurements here (``PriorGuide``): a misleading prior costs a few trials, not the study;
-- start with a space-filling design of the open configs, then hand over to the model;
+- start with a design that bets on no region: the middle of every range, then a few
+  configs that show every choice of every unordered tunable and both ends of every
+  ordered one (``CandidatePool.cover_open``), then a space-filling design; then the model;
+- when the best has not moved for ``restart_after`` trials, restart: a fresh
+  space-filling design of what is still open before the model goes on, so a model
+  stuck in one basin sees the others again, and a trust region one step wider;
 - tell models log time, and failures as a penalty above the worst time seen, so
   multiplicative effects look additive and one failure does not flatten the rest.
 
@@ -44,18 +49,26 @@ class PooledStrategy(Strategy):
     Options (every adapter has these, plus its own):
         n_startup: configs of the start design before the model proposes (priors count).
         start_center: measure the middle of every range first (after the priors' best).
+        cover: then measure a covering design: every choice of every unordered tunable
+            and both ends of every ordered one (``CandidatePool.cover_open``).
         startup: the rest of the design, ``"latin"``, ``"spread"`` or ``"random"``.
         prior_trials: how many of the priors' best configs to measure first.
+        restart_after: trials without a new best after which a restart design of
+            ``restart_size`` configs is measured (0: never restart).
+        restart_size: configs in each restart design (a Latin design of the open configs).
     """
 
     options_defaults: ClassVar[dict[str, Any]] = {
-        "n_startup": 8, "start_center": True, "startup": "latin", "prior_trials": 3,
+        "n_startup": 8, "start_center": True, "cover": True, "startup": "latin", "prior_trials": 3,
+        "restart_after": 12, "restart_size": 3,
     }
 
     def __init__(self, space: SearchSpace, *, seed: int = 0, **options: Any) -> None:
         super().__init__(space, seed=seed, **options)
         check_int_option(self, "n_startup", minimum=0)
         check_int_option(self, "prior_trials", minimum=0)
+        check_int_option(self, "restart_after", minimum=0)
+        check_int_option(self, "restart_size", minimum=1)
         if self.options["startup"] not in STARTUP_DESIGNS:
             raise ValueError(f"{self.name}: startup must be one of {STARTUP_DESIGNS}, got {self.options['startup']!r}")
         self.rng = np.random.default_rng(seed)
@@ -66,6 +79,11 @@ class PooledStrategy(Strategy):
         # Built at the first ask: the lead (the priors' best, the center), then the start design.
         self._lead: list[Config] = []
         self._queue: list[Config] | None = None
+        # The stall rule: trials measured here since the best last improved.
+        self._best = math.inf
+        self._since_best = 0
+        self._stalls = 0  # restarts since the best last improved: each widens the trust region
+        self._restart: list[Config] = []
 
     # -- the Strategy interface -------------------------------------------------------
 
@@ -75,6 +93,8 @@ class PooledStrategy(Strategy):
         if self._queue is None:
             self._lead, self._queue = self._plan_start()
         config = self._pop_open(self._lead)
+        if config is None:
+            config = self._restart_config()
         if config is None:
             # After the priors' best and the center, every other ask follows the priors'
             # order while it holds up here (the design, then the model, take the rest):
@@ -100,9 +120,20 @@ class PooledStrategy(Strategy):
             return
         value = self.model_cost(measurement)
         self.guide.observe(config, cost_ms(measurement))
+        if cost_ms(measurement) < self._best:
+            self._best, self._since_best, self._stalls = cost_ms(measurement), 0, 0
+        else:
+            self._since_best += 1
         self.observed[config] = value
         self.pool.close(config)
         self._observe(config, value)
+
+    @property
+    def in_start_design(self) -> bool:
+        """Whether the next ask still comes from the start design (or it is not planned yet)."""
+        if self._queue is None:
+            return self.pool.n_open > 0
+        return any(self.pool.is_open(c) for c in (*self._lead, *self._queue))
 
     # -- shared pieces ----------------------------------------------------------------
 
@@ -112,6 +143,16 @@ class PooledStrategy(Strategy):
             if self.pool.is_open(candidate):
                 return candidate
         return None
+
+    def _restart_config(self) -> Config | None:
+        """The next config of the current restart design; a new design when the search stalled."""
+        after = int(self.options["restart_after"])
+        if not self._restart and after and self._since_best >= after and self._queue is not None \
+                and not self._queue:
+            self._restart = self.pool.latin_open(int(self.options["restart_size"]), self.rng)
+            self._since_best = 0  # the restart gets its own window before the next one
+            self._stalls += 1
+        return self._pop_open(self._restart)
 
     def model_cost(self, measurement: Measurement) -> float:
         """log(ms), or log of the failure penalty (``penalized_ms``: above any success)."""
@@ -140,6 +181,12 @@ class PooledStrategy(Strategy):
             if center not in first:
                 lead, known = [*first, center], [*known, self.pool.point(center)]
                 n_design -= 1
+        if self.options["cover"] and n_design > 0:
+            # The center bets on the middle and priors on other workloads' winners; the
+            # cover hedges both: one stage, the largest tile, every load mode get a trial.
+            cover = self.pool.cover_open(self.rng, seen=[*self.observed, *lead])
+            lead, known = [*lead, *cover], [*known, *(self.pool.point(c) for c in cover)]
+            n_design -= len(cover)
         if self.options["startup"] == "spread":
             design += self.pool.spread_open(n_design, self.rng, around=known)
         elif self.options["startup"] == "latin":
@@ -158,7 +205,13 @@ class PooledStrategy(Strategy):
         the needles sit next to good configs. Scoring only the open configs within
         ``steps`` value steps of the best few (a trust region) keeps the model's choice
         among the neighbours worth measuring; once those are measured it scores all.
+
+        Each restart since the best last improved widens the region by one step (a
+        trust region grows when it stops paying): the best config is often two steps
+        from the runner-up (BLOCK_M and num_warps move together), out of a one-step
+        region's reach while the runner-up's neighbours keep the region full.
         """
+        steps = steps + self._stalls if steps > 0 else 0
         best = sorted(self.observed, key=self.observed.get)[:around] if steps > 0 else []
         return [self.pool.configs[i] for i in self.pool.open_near(best, steps)]
 

@@ -18,6 +18,7 @@ _BUILTIN = {
     "ga": "flashtune.search.strategies.deap_ga:DeapGA",
     "gp": "flashtune.search.strategies.optuna_gp:OptunaGP",
     "grid": "flashtune.search.strategies.grid:GridSearch",
+    "portfolio": "flashtune.search.strategies.portfolio:Portfolio",
     "random": "flashtune.search.strategies.random_search:RandomSearch",
     "skopt": "flashtune.search.strategies.skopt_bo:SkoptBO",
     "tpe": "flashtune.search.strategies.optuna_tpe:OptunaTPE",

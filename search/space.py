@@ -45,6 +45,18 @@ class SearchSpace:
     def values(self, name: str) -> tuple[Value, ...]:
         return self._tunables[name]
 
+    def is_ordered(self, name: str) -> bool:
+        """Whether ``name``'s values are numbers (block sizes, stages), whose order means
+        something, rather than choices (load modes, grids, flags) whose listed order is arbitrary."""
+        return all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in self._tunables[name])
+
+    def landmarks(self, name: str) -> tuple[Value, ...]:
+        """The values an initial design must see: every choice of an unordered tunable, the
+        two ends of an ordered one (where a kernel's optimum sits more often than a design
+        centred on the middle expects)."""
+        values = self._tunables[name]
+        return (values[0], values[-1]) if self.is_ordered(name) and len(values) > 2 else values
+
     @property
     def tunables(self) -> dict[str, tuple[Value, ...]]:
         return dict(self._tunables)

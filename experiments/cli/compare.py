@@ -16,9 +16,10 @@ from typing import Any
 
 import numpy as np
 
-from flashtune.experiments.evaluation.compare import DEFAULT_TABLES, PRIOR_MODES, RunResult, RunSpec, aggregate, format_table, init_worker, run_one
+from flashtune.experiments.evaluation.compare import (
+    DEFAULT_TABLES, EVALUATION, PRIOR_MODES, RunResult, RunSpec, aggregate, format_table, init_worker, run_one)
 from flashtune.experiments.evaluation.compare_plot import plot_curves
-from flashtune.experiments.evaluation.landscape import Landscape, build_landscape
+from flashtune.experiments.evaluation.landscape import Landscape, build_landscape, group_by_workload, table_files
 from flashtune.experiments.evaluation.replay_batch import job_count, run_all, select_strategies, write_report
 from flashtune.objectives.hardware import load_spec
 from flashtune.search import check_options, option_defaults, option_value
@@ -28,14 +29,16 @@ from flashtune.search import check_options, option_defaults, option_value
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("compare", help="compare search strategies on recorded spaces (replay)")
     p.add_argument("--tables", nargs="+", type=Path, default=None,
-                   help=f"recorded tables (default: every *.jsonl in {DEFAULT_TABLES})")
+                   help=f"recorded tables or folders of them (default: every *.jsonl in {DEFAULT_TABLES}); "
+                        "tables of one workload (parts of its space) are merged")
     p.add_argument("--workloads", default="", help="comma-separated workload names (default: every table)")
     p.add_argument("--strategies", default="", help="comma-separated strategy names (default: every registered one)")
     p.add_argument("--seeds", type=int, default=20, help="seeds per strategy and workload (default: 20)")
     p.add_argument("--budget", type=int, default=None,
                    help="trials per run (default: the workload's feasible configs, the whole space)")
-    p.add_argument("--priors", choices=PRIOR_MODES, default="none",
-                   help="loo: tell each search the other workloads' tables as priors")
+    p.add_argument("--priors", choices=PRIOR_MODES, default="loo",
+                   help="loo (default, held out): warm-start each search with the other workloads' tables, "
+                        "never its own; none: cold")
     p.add_argument("--noise", action="store_true", help="draw replayed times from the recorded 20/80 %% quantiles")
     p.add_argument("--option", action="append", default=[], metavar="STRATEGY.NAME=VALUE",
                    help="a strategy option (VALUE is JSON, else a string); repeatable")
@@ -52,22 +55,24 @@ def run_compare(args: argparse.Namespace) -> int:
         raise ValueError(f"--seeds must be >= 1, got {args.seeds}")
     if args.budget is not None and args.budget < 1:
         raise ValueError(f"--budget must be >= 1, got {args.budget}")
-    paths = _table_paths(args.tables)
+    groups = _table_groups(args.tables)
     spec = load_spec(args.hardware)
-    landscapes = [build_landscape(p, spec) for p in paths]
-    landscapes = _select_workloads(landscapes, args.workloads)
+    recorded = [build_landscape(group, spec) for group in groups]
+    landscapes = _select_workloads(recorded, args.workloads)
     strategies = select_strategies(args.strategies)
     options = _parse_options(args.option, strategies)
     runs = [RunSpec(name, tuple(sorted(options.get(name, {}).items())), ls.name, seed,
                     args.budget if args.budget is not None else len(ls.feasible))
             for ls in landscapes for name in strategies for seed in range(args.seeds)]
-    results = _execute(runs, [str(ls.path) for ls in landscapes], args)
+    # Every recorded workload goes to the workers: the held-out priors of a selected
+    # workload are all the others, selected or not.
+    results = _execute(runs, [[str(p) for p in ls.paths] for ls in recorded], args)
     report = aggregate(landscapes, results, strategies)
     report.update(
         date=datetime.date.today().isoformat(),
         command=_command_line(args, strategies, landscapes),
         seeds=args.seeds, budget=args.budget if args.budget is not None else "feasible",
-        priors=args.priors, noise=args.noise, hardware=args.hardware, options=options,
+        priors=args.priors, evaluation=EVALUATION[args.priors], noise=args.noise, hardware=args.hardware, options=options,
     )
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
@@ -81,7 +86,7 @@ def run_compare(args: argparse.Namespace) -> int:
     return 0
 
 
-def _execute(runs: Sequence[RunSpec], paths: Sequence[str], args: argparse.Namespace) -> list[RunResult]:
+def _execute(runs: Sequence[RunSpec], paths: Sequence[Sequence[str]], args: argparse.Namespace) -> list[RunResult]:
     """Run everything, in worker processes, printing progress per strategy and workload."""
     jobs = job_count(args.jobs)
     started = time.perf_counter()
@@ -108,14 +113,11 @@ def _execute(runs: Sequence[RunSpec], paths: Sequence[str], args: argparse.Names
     return results
 
 
-def _table_paths(tables: Sequence[Path] | None) -> list[Path]:
-    paths = sorted(tables) if tables else sorted(DEFAULT_TABLES.glob("*.jsonl"))
-    if not paths:
+def _table_groups(tables: Sequence[Path] | None) -> list[list[Path]]:
+    """The tables of each workload: files and folders as given, else the default folder."""
+    if not tables and not sorted(DEFAULT_TABLES.glob("*.jsonl")):
         raise ValueError(f"no recorded tables in {DEFAULT_TABLES}; record some with `flashtune sweep` or give --tables")
-    missing = [str(p) for p in paths if not p.exists()]
-    if missing:
-        raise FileNotFoundError(f"recorded table(s) not found: {missing}")
-    return paths
+    return group_by_workload(table_files(tables or [DEFAULT_TABLES]))
 
 
 def _select_workloads(landscapes: list[Landscape], text: str) -> list[Landscape]:
@@ -126,7 +128,8 @@ def _select_workloads(landscapes: list[Landscape], text: str) -> list[Landscape]
     unknown = [n for n in names if n not in by_name]
     if unknown:
         raise ValueError(f"--workloads: unknown {unknown}; recorded: {sorted(ls.name for ls in landscapes)}")
-    return list(dict.fromkeys(by_name[n] for n in names))
+    chosen = {by_name[n].name: by_name[n] for n in names}  # by name: a Landscape is not hashable
+    return list(chosen.values())
 
 
 def _parse_options(items: Sequence[str], strategies: Sequence[str]) -> dict[str, dict[str, Any]]:
@@ -171,8 +174,7 @@ def _command_line(args: argparse.Namespace, strategies: Sequence[str], landscape
         parts += ["--strategies", ",".join(strategies)]
     if args.budget is not None:
         parts += ["--budget", str(args.budget)]
-    if args.priors != "none":
-        parts += ["--priors", args.priors]
+    parts += ["--priors", args.priors]
     if args.noise:
         parts.append("--noise")
     for item in args.option:

@@ -42,7 +42,8 @@ def add_arguments(parser: argparse.ArgumentParser, *, hardware: str | None = Non
     """The options of ``flashtune tune`` (also used by the per-GPU study scripts)."""
 
     default_workloads = ", ".join(w.name for w in workloads) or f"{SUITE[0].name}"
-    parser.add_argument("--strategy", default="random", help="search strategy (default: random)")
+    parser.add_argument("--strategy", default="portfolio",
+                        help="search strategy (default: portfolio: GP and TPE sharing one budget)")
     parser.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                         help="strategy option, VALUE as JSON or text; repeatable")
     parser.add_argument("--trials", type=int, default=50,

@@ -11,13 +11,17 @@ Reported per strategy and workload, over seeds:
   seeds (the score of the mean curve, as Kernel Tuner averages repeats; random search's
   is then exactly 0 in expectation, where its median over seeds is not: one unlucky
   run costs more than a lucky one gains). The median and quartiles are reported too.
-  A strategy's ``score`` is the mean of its per-workload scores.
+  A strategy's ``score`` is the mean of its per-workload scores. The score averages
+  over the methodology's budget, capped at the runs' budget (``score_window``): past
+  ``--budget`` a run has no evaluations to score.
 - evals_to_2pct / evals_to_5pct: evaluations until the best so far is within 2 % / 5 %
   of the exhaustive optimum. A run that never gets there counts as budget + 1 (so
   medians stay finite); ``reached`` says which fraction of the runs got there.
 
-Priors (``--priors loo``): each workload's search is told the other recorded workloads'
-tables as ``source="prior"`` measurements before its first ask (leave one out).
+Held out (the default, ``--priors loo``): each workload's search is warm-started with the
+other recorded workloads' tables as priors (leave one workload out), never its own, and
+the strategies run with their registered defaults, so nothing a strategy learns comes
+from the workload it is scored on. ``--priors none`` runs every search cold.
 """
 
 from __future__ import annotations
@@ -41,7 +45,13 @@ from flashtune.search import make_strategy, run
 
 DEFAULT_TABLES = DATA_DIR / "h200"
 TOLERANCES = {"evals_to_2pct": 0.02, "evals_to_5pct": 0.05}
-PRIOR_MODES = ("none", "loo")
+PRIOR_MODES = ("loo", "none")
+#: What the report says about where each search's knowledge came from.
+EVALUATION = {
+    "loo": "held out (leave one workload out): each workload's search is warm-started with the other "
+           "workloads' tables as priors, never its own; strategy options are the registered defaults",
+    "none": "cold: no priors; strategy options are the registered defaults",
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,8 +77,9 @@ class RunResult:
 _WORKER: dict[str, Any] = {}
 
 
-def init_worker(paths: Sequence[str], hardware: str, noise: bool, priors: str) -> None:
-    """Load the tables once per process; keep numeric libraries to one thread each."""
+def init_worker(paths: Sequence[Sequence[str]], hardware: str, noise: bool, priors: str) -> None:
+    """Load the tables once per process (``paths``: each workload's tables); keep numeric
+    libraries to one thread each."""
     _WORKER["limits"] = quiet_worker()
     spec = load_spec(hardware)
     landscapes = {ls.name: ls for ls in (build_landscape(p, spec) for p in paths)}
@@ -112,9 +123,10 @@ def evals_to(landscape: Landscape, results: Sequence[RunResult], tolerance: floa
 
 def summarize_runs(landscape: Landscape, results: Sequence[RunResult]) -> dict[str, Any]:
     """Scores and evaluations-to-target of one strategy's runs on one workload."""
-    scores = [scoring.methodology_score(run_curve(landscape, r), landscape.random_curve, landscape.optimum_ms,
-                                        landscape.score_budget) for r in results]
-    summary: dict[str, Any] = {"score": scoring.spread(scores)}
+    window = score_window(landscape, results)
+    scores = [scoring.methodology_score(run_curve(landscape, r), landscape.random_curve, landscape.optimum_ms, window)
+              for r in results]
+    summary: dict[str, Any] = {"score": scoring.spread(scores), "score_window": window}
     for key, tolerance in TOLERANCES.items():
         counts = evals_to(landscape, results, tolerance)
         reached = sum(c <= r.spec.budget for c, r in zip(counts, results))
@@ -122,6 +134,12 @@ def summarize_runs(landscape: Landscape, results: Sequence[RunResult]) -> dict[s
     summary["seconds_per_run"] = float(np.mean([r.seconds for r in results]))
     summary["runs"] = len(results)
     return summary
+
+
+def score_window(landscape: Landscape, results: Sequence[RunResult]) -> int:
+    """The evaluations a score averages over: the methodology's budget, capped at the
+    shortest run's budget (beyond it a run was not allowed to search)."""
+    return min([landscape.score_budget, *(r.spec.budget for r in results)])
 
 
 def relative_curves(landscape: Landscape, results: Sequence[RunResult], length: int) -> np.ndarray:
@@ -144,9 +162,9 @@ def aggregate(landscapes: Sequence[Landscape], results: Sequence[RunResult], str
     for r in results:
         grouped[(r.spec.strategy, r.spec.workload)].append(r)
     report: dict[str, Any] = {
-        "space_size": max(ls.space.size for ls in landscapes),
-        # One number for all workloads: the median of their feasible counts (each is below).
-        "feasible": int(np.median([len(ls.feasible) for ls in landscapes])),
+        # Each workload's own: spaces differ (head dim 256 leaves fewer configs feasible).
+        "space_size": {ls.name: ls.space.size for ls in landscapes},
+        "feasible": {ls.name: len(ls.feasible) for ls in landscapes},
         "workloads": {ls.name: _landscape_summary(ls) for ls in landscapes},
         "strategies": {},
     }
@@ -162,7 +180,7 @@ def aggregate(landscapes: Sequence[Landscape], results: Sequence[RunResult], str
 
 def _landscape_summary(ls: Landscape) -> dict[str, Any]:
     return {
-        "table": str(ls.path),
+        "tables": [str(p) for p in ls.paths or (ls.path,)],
         "space_size": ls.space.size,
         "feasible": len(ls.feasible),
         "optimum_ms": ls.optimum_ms,
@@ -185,9 +203,15 @@ def format_table(report: dict[str, Any]) -> str:
     short = [_short(w) for w in workloads]
     width = max([12, *(len(s) for s in short)])
     lines = ["score (mean over seeds; 0 = random search, 1 = optimum at once) / evals to 2 % (median over seeds)"]
+    if report.get("evaluation"):
+        lines.append(f"evaluation: {report['evaluation']}")
     header = f"{'strategy':>10s} " + " ".join(f"{s:>{width}s}" for s in short) + f" {'overall':>{width}s}"
     lines.append(header)
+    lines.append(f"{'space':>10s} " + " ".join(f"{report['workloads'][w]['space_size']:>{width}d}" for w in workloads))
     lines.append(f"{'feasible':>10s} " + " ".join(f"{report['workloads'][w]['feasible']:>{width}d}" for w in workloads))
+    windows = [min((e["workloads"][w]["score_window"] for e in report["strategies"].values()), default=0)
+               for w in workloads]
+    lines.append(f"{'window':>10s} " + " ".join(f"{n:>{width}d}" for n in windows))
     lines.append(f"{'random E':>10s} " + " ".join(
         f"{'0.00 / ' + format(report['workloads'][w]['random_expected_evals_to_2pct'], '.0f'):>{width}s}" for w in workloads))
     for name, entry in report["strategies"].items():

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,7 +32,7 @@ class Landscape:
     """One recorded workload, ready to be searched and scored."""
 
     workload: Workload
-    path: Path
+    path: Path  # the first of ``paths``
     table: dict[Config, Measurement]
     space: SearchSpace
     feasible: list[Config]
@@ -42,6 +42,7 @@ class Landscape:
     median_ms: float
     random_curve: np.ndarray = field(repr=False)
     score_budget: int
+    paths: tuple[Path, ...] = ()  # every table merged into this one (parts of one space)
 
     @property
     def name(self) -> str:
@@ -70,14 +71,23 @@ def recorded_tunables(measurements: Iterable[Measurement]) -> dict[str, tuple]:
     return {name: tuple(sorted(vals)) for name, vals in values.items()}
 
 
-def build_landscape(path: str | Path, hardware: HardwareSpec) -> Landscape:
-    """Load one recorded table and derive its search space and baseline.
+def build_landscape(path: str | Path | Sequence[str | Path], hardware: HardwareSpec) -> Landscape:
+    """Load one workload's recorded table, or the tables that record parts of its space
+    (merged: a later row of a config replaces an earlier one), and derive its search
+    space and baseline.
 
     Raises:
         ValueError: the table is unreadable, or no feasible config ran correctly.
     """
-    path = Path(path)
-    measurements = _with_implied_knobs(load_table(path))
+    paths = [Path(path)] if isinstance(path, (str, Path)) else [Path(p) for p in path]
+    if not paths:
+        raise ValueError("build_landscape: no table given")
+    path = paths[0]
+    measurements = _with_implied_knobs([m for p in paths for m in load_table(p)])
+    workloads = {m.workload for m in measurements}
+    if len(workloads) != 1:
+        raise ValueError(f"replay tables {[str(p) for p in paths]} hold {len(workloads)} workloads; "
+                         "the tables of one landscape must be parts of one workload's space")
     workload = measurements[0].workload
     table = {m.config: m for m in measurements}
     space = SearchSpace(recorded_tunables(measurements), _constraint(table, workload, hardware))
@@ -95,8 +105,38 @@ def build_landscape(path: str | Path, hardware: HardwareSpec) -> Landscape:
     return Landscape(
         workload=workload, path=path, table=table, space=space, feasible=feasible,
         optimum_ms=optimum_ms, optimum_config=optimum_config, worst_ms=worst, median_ms=median_ms,
-        random_curve=curve, score_budget=scoring.score_budget(curve, median_ms, optimum_ms),
+        random_curve=curve, score_budget=scoring.score_budget(curve, median_ms, optimum_ms), paths=tuple(paths),
     )
+
+
+def table_files(tables: Sequence[str | Path]) -> list[Path]:
+    """``--tables``: files as given, folders as the ``*.jsonl`` files in them (sorted).
+
+    Raises:
+        FileNotFoundError: a path that does not exist.
+        ValueError: a folder with no ``*.jsonl`` file.
+    """
+    files: list[Path] = []
+    for table in map(Path, tables):
+        if table.is_dir():
+            found = sorted(table.glob("*.jsonl"))
+            if not found:
+                raise ValueError(f"--tables: folder {table} holds no *.jsonl table")
+            files += found
+        elif table.exists():
+            files.append(table)
+        else:
+            raise FileNotFoundError(f"--tables: recorded table {table} not found")
+    return list(dict.fromkeys(files))
+
+
+def group_by_workload(files: Sequence[Path]) -> list[list[Path]]:
+    """The files of each workload together (a space recorded in parts, e.g. one folder per
+    kernel variant), workloads in the order their first file comes."""
+    groups: dict[Workload, list[Path]] = {}
+    for path in files:
+        groups.setdefault(load_table(path)[0].workload, []).append(path)
+    return list(groups.values())
 
 
 def _with_implied_knobs(measurements: list[Measurement]) -> list[Measurement]:

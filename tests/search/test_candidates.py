@@ -93,3 +93,32 @@ def test_complete_fills_a_knob_with_one_value() -> None:
     assert pool.complete(Config(a=3)) is None
     assert pool.complete(Config(a=2, extra=1)) is None
     assert CandidatePool(SearchSpace({"a": (1, 2), "b": (1, 2)})).complete(Config(a=1)) is None
+
+
+def test_cover_shows_every_choice_and_both_ends() -> None:
+    space = SearchSpace({"a": (1, 2, 4, 8, 16), "mode": ("x", "y", "z"), "flag": (False, True)},
+                        lambda c: not (c["a"] == 16 and c["mode"] == "z"))
+    pool = CandidatePool(space)
+    for seed in range(5):
+        design = pool.cover_open(np.random.default_rng(seed))
+        assert {c["a"] for c in design} >= {1, 16}  # ordered: both ends, not every value
+        assert {c["mode"] for c in design} == {"x", "y", "z"} and {c["flag"] for c in design} == {False, True}
+        assert len(design) == 3 and all(pool.is_open(c) for c in design)
+
+
+def test_cover_counts_what_was_seen_and_skips_closed_configs() -> None:
+    space = SearchSpace({"a": (1, 2, 3), "mode": ("x", "y")})
+    pool = CandidatePool(space)
+    seen = [Config(a=1, mode="x")]
+    pool.close(Config(a=3, mode="y"))
+    design = pool.cover_open(np.random.default_rng(0), seen=seen)
+    # a=3 and mode=y are left to show; (3, y) is closed, so two configs show them.
+    assert Config(a=3, mode="y") not in design and seen[0] not in design
+    assert {c["a"] for c in design} >= {3} and {c["mode"] for c in design} >= {"y"} and len(design) == 2
+
+
+def test_ordered_and_unordered_tunables() -> None:
+    space = SearchSpace({"a": (1, 2, 4), "b": (1.5, 2.5), "mode": ("x", "y"), "flag": (False, True)})
+    assert space.is_ordered("a") and space.is_ordered("b")
+    assert not space.is_ordered("mode") and not space.is_ordered("flag")
+    assert space.landmarks("a") == (1, 4) and space.landmarks("mode") == ("x", "y")

@@ -12,11 +12,12 @@ from flashtune.objectives.types import SUITE
 
 
 def test_replay_study_from_the_command_line(replay_dir, stores, tmp_path) -> None:
-    """What a user types on a CPU machine: it says it replays, shows a summary, fills MLflow."""
+    """What a user types on a CPU machine (the default strategy, the portfolio): it says it replays,
+    shows a summary, fills MLflow."""
     done = run_cli(*tune_args(stores, replay_dir, "--study-name", "cli", "--trials", "8"), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert "no GPU found (nvidia-smi): replaying recorded NVIDIA H200 tables" in done.stderr
-    assert f"study cli | {WORKLOAD.name} | NVIDIA H200 | random seed 0" in done.stdout
+    assert f"study cli | {WORKLOAD.name} | NVIDIA H200 | portfolio seed 0" in done.stdout
     assert "8 trials" in done.stdout and "median ms" in done.stdout and "flashtune ui" in done.stdout
     client = MlflowClient(tracking_uri=stores["tracking_uri"])
     experiment = client.get_experiment_by_name("flashtune/NVIDIA H200")

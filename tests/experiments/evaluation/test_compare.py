@@ -29,15 +29,20 @@ def test_compare_writes_the_issue_schema_curves_and_a_table(recorded_tables, tmp
     assert rc == 0
     report = json.loads(report_path.read_text())
     assert set(report["strategies"]) == {"random", "tpe", "ga"}
-    assert isinstance(report["space_size"], int) and report["space_size"] == 120
-    assert isinstance(report["feasible"], int) and 0 < report["feasible"] <= 120
+    # Each workload's own space and feasible count (head dim 256 leaves fewer feasible than 64).
+    assert report["space_size"] == {w: 120 for w in report["workloads"]}
+    assert report["feasible"] == {w: d["feasible"] for w, d in report["workloads"].items()}
+    assert len(set(report["feasible"].values())) == 2 and max(report["feasible"].values()) == 120
+    assert report["priors"] == "loo" and report["evaluation"].startswith("held out")
     for entry in report["strategies"].values():
         assert isinstance(entry["score"], float) and math.isfinite(entry["score"])
         for key in ("evals_to_2pct", "evals_to_5pct"):
             assert 1 <= entry[key]["median"] <= 16  # budget + 1 when never reached
         assert set(entry["workloads"]) == set(report["workloads"])
-        for detail in entry["workloads"].values():
+        for name, detail in entry["workloads"].items():
             assert detail["runs"] == 3
+            # The score averages over at most the 15 evaluations a run had.
+            assert detail["score_window"] == min(15, report["workloads"][name]["score_budget"])
             assert detail["evals_to_2pct"]["median"] >= detail["evals_to_5pct"]["median"]
     assert "flashtune compare" in report["command"] and "--seeds 3" in report["command"]
     pngs = sorted(p.name for p in (tmp_path / "out").glob("*.png"))
@@ -47,7 +52,37 @@ def test_compare_writes_the_issue_schema_curves_and_a_table(recorded_tables, tmp
     assert len(runs) == 3 * 3 * len(recorded_tables)
     assert all(len(r["costs_ms"]) == 15 and r["budget"] == 15 for r in runs)
     printed = capsys.readouterr().out
-    assert all(name in printed for name in ("random", "tpe", "ga", "feasible"))
+    assert all(name in printed for name in ("random", "tpe", "ga", "feasible", "window", "held out"))
+
+
+def test_tables_in_folders_are_merged_per_workload(recorded_tables, tmp_path) -> None:
+    """A space recorded in parts (one folder per kernel variant) is one landscape per workload."""
+    halves = [tmp_path / "part1", tmp_path / "part2"]
+    for folder in halves:
+        folder.mkdir()
+    for table in recorded_tables:
+        lines = table.read_text().splitlines()
+        (halves[0] / table.name).write_text("\n".join(lines[::2]) + "\n")
+        (halves[1] / table.name).write_text("\n".join(lines[1::2]) + "\n")
+    merged = tmp_path / "merged.json"
+    whole = tmp_path / "whole.json"
+    common = ["--seeds", "2", "--budget", "10", "--strategies", "random", "--jobs", "1", "--priors", "none"]
+    assert main(["compare", "--tables", *map(str, halves), *common, "--json", str(merged)]) == 0
+    assert main(["compare", "--tables", *map(str, recorded_tables), *common, "--json", str(whole)]) == 0
+    merged_report, whole_report = json.loads(merged.read_text()), json.loads(whole.read_text())
+    assert merged_report["feasible"] == whole_report["feasible"]
+    for name, detail in merged_report["workloads"].items():
+        assert [p.rsplit("/", 2)[-2] for p in detail["tables"]] == ["part1", "part2"]
+        assert detail["optimum_ms"] == whole_report["workloads"][name]["optimum_ms"]
+    assert _without_timing(merged_report["strategies"]) == _without_timing(whole_report["strategies"])
+
+
+def test_an_empty_or_missing_table_folder_is_named(tmp_path, capsys) -> None:
+    (tmp_path / "empty").mkdir()
+    assert main(["compare", "--tables", str(tmp_path / "empty")]) == 2
+    assert "holds no *.jsonl" in capsys.readouterr().err
+    assert main(["compare", "--tables", str(tmp_path / "nowhere")]) == 2
+    assert "nowhere" in capsys.readouterr().err
 
 
 def test_random_strategy_scores_zero_on_average(recorded_tables, tmp_path) -> None:
@@ -70,11 +105,18 @@ def test_a_target_never_reached_counts_as_budget_plus_one(recorded_tables, tmp_p
     assert detail["evals_to_2pct"]["reached"] == 0.0
 
 
-def test_priors_leave_one_out(recorded_tables, tmp_path) -> None:
-    report_path = tmp_path / "priors.json"
-    assert main(["compare", "--tables", *map(str, recorded_tables), "--seeds", "2", "--budget", "10",
-                 "--strategies", "tpe", "--priors", "loo", "--jobs", "1", "--json", str(report_path)]) == 0
-    assert json.loads(report_path.read_text())["priors"] == "loo"
+def test_held_out_priors_are_the_other_workloads_even_when_one_is_selected(recorded_tables, tmp_path) -> None:
+    """Held out is the default; a workload selected alone still gets the others as priors."""
+    cold, held_out = tmp_path / "cold.json", tmp_path / "held_out.json"
+    common = ["compare", "--tables", *map(str, recorded_tables), "--seeds", "2", "--budget", "10",
+              "--strategies", "random", "--jobs", "1", "--workloads", recorded_tables[0].stem]
+    assert main([*common, "--priors", "none", "--json", str(cold)]) == 0
+    assert main([*common, "--json", str(held_out)]) == 0
+    cold_report, report = json.loads(cold.read_text()), json.loads(held_out.read_text())
+    assert report["priors"] == "loo" and "--priors loo" in report["command"]
+    assert cold_report["evaluation"].startswith("cold")
+    # The priors (the other workload's table) change what random search measures first.
+    assert _without_timing(report["strategies"]) != _without_timing(cold_report["strategies"])
 
 
 def test_worker_processes_give_the_same_report(recorded_tables, tmp_path) -> None:
@@ -111,3 +153,8 @@ def test_python_spelled_bools_are_bools() -> None:
 
     options = _parse_options(["tpe.start_center=False", "ga.start_center=true"], ["tpe", "ga"])
     assert options == {"tpe": {"start_center": False}, "ga": {"start_center": True}}
+
+
+def test_tables_of_two_workloads_are_not_one_landscape(recorded_tables) -> None:
+    with pytest.raises(ValueError, match="2 workloads"):
+        build_landscape(recorded_tables, load_spec("h200"))

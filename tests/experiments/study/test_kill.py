@@ -74,8 +74,8 @@ def test_kill_9_at_random_trials_then_resume(replay_dir, stores, tmp_path) -> No
         assert all(now[n] == m for n, m in kept.items()), f"seed {seed}: a stored trial changed or vanished"
         kept = now
 
-    final = run_cli(*tune_args(stores, replay_dir, "--study-name", name, "--trials", str(TRIALS), "--seed", "11"),
-                    cwd=tmp_path)
+    final = run_cli(*tune_args(stores, replay_dir, "--study-name", name, "--trials", str(TRIALS), "--seed", "11",
+                               "--strategy", "random"), cwd=tmp_path)
     assert final.returncode == 0, final.stderr
     assert "resuming study 'kill9'" in final.stderr
 

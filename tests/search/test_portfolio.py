@@ -1,0 +1,129 @@
+"""The portfolio strategy, the covering start design and the restart rule (issue 15)."""
+
+from __future__ import annotations
+
+import pytest
+
+from flashtune.kernels.config import Config
+from flashtune.objectives.types import Measurement, Status
+from flashtune.search import SearchSpace, make_strategy, run
+
+from needles import WORKLOAD, bowl  # tests/search is on sys.path (no __init__.py)
+
+MODEL_BASED = ["ga", "gp", "skopt", "tpe"]
+
+
+def test_every_member_is_told_every_measurement(needle_space, needle_evaluate) -> None:
+    portfolio = make_strategy("portfolio", needle_space, seed=0, members="tpe,ga,random")
+    history = run(portfolio, needle_evaluate, max_trials=24)
+    measured = {t.config for t in history.trials}
+    assert len(measured) == 24
+    tpe, ga, random = portfolio.members
+    assert set(tpe.observed) == measured and set(ga.observed) == measured
+    # No member would ask a config another one measured: each closed them all.
+    assert not any(tpe.pool.is_open(c) or ga.pool.is_open(c) for c in measured)
+    assert all(random.ask() not in measured for _ in range(10))
+    assert portfolio.turns.sum() == 24 and (portfolio.turns > 0).all()
+
+
+def test_the_first_member_runs_the_shared_start_design(needle_space, needle_evaluate) -> None:
+    portfolio = make_strategy("portfolio", needle_space, seed=1, members="tpe,ga", policy="round_robin")
+    start = portfolio.members[0].n_startup
+    history = run(portfolio, needle_evaluate, max_trials=start + 2)
+    # The start design is one member's (center, cover, Latin), not one per member.
+    assert portfolio.turns.tolist() == [start + 1, 1]
+    assert not portfolio.members[1].in_start_design  # the GA found its start measured
+
+
+def test_round_robin_takes_turns_after_the_start(needle_space, needle_evaluate) -> None:
+    portfolio = make_strategy("portfolio", needle_space, seed=0, members="tpe,random", policy="round_robin")
+    run(portfolio, needle_evaluate, max_trials=20)
+    start = portfolio.members[0].n_startup
+    assert portfolio.turns.tolist() == [start + (20 - start) // 2, (20 - start) // 2]
+
+
+def test_the_bandit_keeps_every_member_above_its_floor(needle_space, needle_evaluate) -> None:
+    portfolio = make_strategy("portfolio", needle_space, seed=2, members="tpe,ga,random", floor=0.6)
+    run(portfolio, needle_evaluate, max_trials=60)
+    assert portfolio.plays.sum() == 60 - portfolio.members[0].n_startup
+    assert (portfolio.plays >= 0.6 / 3 * portfolio.plays.sum() - 1).all()
+    assert (portfolio.wins <= portfolio.plays).all()
+
+
+def test_a_member_that_runs_out_hands_over() -> None:
+    space = SearchSpace({"a": tuple(range(6))})
+    portfolio = make_strategy("portfolio", space, seed=0, members="grid,random")
+    history = run(portfolio, bowl(space, (3,)), max_trials=50)
+    assert sorted(t.config["a"] for t in history.trials) == list(range(6))
+    assert portfolio.ask() is None
+
+
+@pytest.mark.parametrize(("options", "match"), [
+    ({"members": "tpe,portfolio"}, "members"), ({"members": "tpe,tpe"}, "members"), ({"members": "tpe,nope"}, "members"),
+    ({"members": ""}, "members"), ({"policy": "greedy"}, "policy"), ({"floor": 1.5}, "floor"),
+])
+def test_bad_portfolio_options_raise(options, match, needle_space) -> None:
+    with pytest.raises(ValueError, match=match):
+        make_strategy("portfolio", needle_space, **options)
+
+
+@pytest.mark.parametrize("name", ["tpe", "ga", "skopt"])
+def test_the_start_design_shows_every_choice_and_both_ends(name) -> None:
+    space = SearchSpace({"BLOCK_M": (32, 64, 128, 256), "num_stages": (1, 2, 3, 4, 5), "loads": ("p", "t", "w"),
+                         "grid": ("tiles", "persistent")})
+    history = run(make_strategy(name, space, seed=4), bowl(space, (2, 2, 1, 0)), max_trials=5)
+    start = [t.config for t in history.trials]
+    assert start[0] == Config(BLOCK_M=64, num_stages=3, loads="t", grid="persistent") or \
+        space.to_indices(start[0])[1] == 2  # the center comes first (ties between middles drawn)
+    for knob, wanted in [("BLOCK_M", {32, 256}), ("num_stages", {1, 5}), ("loads", {"p", "t", "w"}),
+                         ("grid", {"tiles", "persistent"})]:
+        assert wanted <= {c[knob] for c in start}, knob
+
+
+def test_a_stalled_search_restarts_with_a_fresh_design() -> None:
+    space = SearchSpace({"a": tuple(range(12)), "b": tuple(range(12))})
+    flat = {Config(a=a, b=b): 2.0 for a in range(12) for b in range(12)}
+    flat[Config(a=6, b=6)] = 1.0  # the center: the best from the first trial, nothing beats it
+
+    def evaluate(config: Config) -> Measurement:
+        ms = flat[config]
+        return Measurement(config=config, workload=WORKLOAD, status=Status.OK, median_ms=ms, p20_ms=ms, p80_ms=ms)
+
+    strategy = make_strategy("tpe", space, seed=0, n_startup=4, restart_after=5, restart_size=3)
+    restarts = []
+    original = strategy.pool.latin_open
+
+    def spy(n, rng, **kwargs):  # noqa: ANN001, ANN003, ANN202
+        restarts.append(n)
+        return original(n, rng, **kwargs)
+
+    strategy.pool.latin_open = spy
+    run(strategy, evaluate, max_trials=30)
+    # After the start (4 trials), a restart of 3 configs each time 5 trials bring no new best.
+    assert restarts.count(3) >= 4
+
+
+def test_restart_after_zero_never_restarts(needle_space, needle_evaluate) -> None:
+    strategy = make_strategy("ga", needle_space, seed=0, restart_after=0)
+    run(strategy, needle_evaluate, max_trials=40)
+    assert strategy._restart == []  # noqa: SLF001 - the rule's own state
+
+
+def test_the_trust_region_widens_with_each_restart() -> None:
+    space = SearchSpace({"a": tuple(range(12)), "b": tuple(range(12))})
+    first: list[Config] = []
+
+    def evaluate(config: Config) -> Measurement:
+        first.append(config)
+        ms = 1.0 if config == first[0] else 2.0  # the first config wins at once; nothing beats it
+        return Measurement(config=config, workload=WORKLOAD, status=Status.OK, median_ms=ms, p20_ms=ms, p80_ms=ms)
+
+    def reach(strategy) -> int:  # noqa: ANN001
+        return max(abs(c["a"] - first[0]["a"]) + abs(c["b"] - first[0]["b"]) for c in strategy.candidates(1, 1))
+
+    strategy = make_strategy("tpe", space, seed=0, n_startup=4, restart_after=4, restart_size=2)
+    history = run(strategy, evaluate, max_trials=4)
+    assert reach(strategy) == 1
+    run(strategy, evaluate, max_trials=26, history=history)
+    stalls = strategy._stalls  # noqa: SLF001 - the rule's own count
+    assert stalls >= 3 and reach(strategy) == 1 + stalls
