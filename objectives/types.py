@@ -143,6 +143,10 @@ class Measurement:
     sm_clock_mhz: float | None = None
     temperature_c: float | None = None
     error: str = ""
+    #: What the compiler printed while this config failed to build (Triton's MLIR
+    #: reproducer, LLVM or ptxas messages), clipped; "" otherwise. Kept for the trial's
+    #: artifacts: ``error`` carries its first meaningful line.
+    compiler_output: str = ""
     source: str = "measured"  # measured | replayed | prior
     versions: dict[str, str] = field(default_factory=dict)
 
