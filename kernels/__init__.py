@@ -5,13 +5,23 @@
 """
 
 from flashtune.kernels.config import Config
-from flashtune.kernels.space import SAFE_DEFAULT, TUNABLES, all_configs, validate_config
+from flashtune.kernels.space import (
+    DECODE_MAX_Q_LEN,
+    DECODE_TUNABLES,
+    SAFE_DEFAULT,
+    TUNABLES,
+    all_configs,
+    tunables_for,
+    validate_config,
+)
 
-__all__ = ["Config", "SAFE_DEFAULT", "TUNABLES", "all_configs", "flash_attention", "validate_config"]
+__all__ = ["Config", "DECODE_MAX_Q_LEN", "DECODE_TUNABLES", "SAFE_DEFAULT", "TUNABLES", "all_configs",
+           "flash_attention", "tunables_for", "validate_config"]
 
 
 def __getattr__(name: str):
     if name == "flash_attention":
+        # Lazy: importing flashtune.kernels (configs, the space) must not pull in torch and Triton.
         from flashtune.kernels.attention import flash_attention
 
         return flash_attention

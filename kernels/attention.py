@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -12,11 +11,16 @@ import triton
 
 from flashtune.kernels._flash_fwd import attention_forward_kernel
 from flashtune.kernels.config import Config, Value
-from flashtune.kernels.space import IMPLIED, SAFE_DEFAULT, validate_config
+from flashtune.kernels.dtypes import DTYPES, interpreting
+from flashtune.kernels.resources import shared_memory_bytes
+from flashtune.kernels.decode import check_cache_seqlens, default_decode_config, launch_decode
+from flashtune.kernels.launch_support import LOG2_E, device_sm_count, use_descriptor_scratch
+from flashtune.kernels.space import IMPLIED, SAFE_DEFAULT, decode_block_h, kernel_of, uses_decode_kernel, validate_config
 
 SUPPORTED_HEAD_DIMS = (32, 64, 128, 256)
-SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
-LOG2_E = 1.4426950408889634
+#: Torch dtype of each supported dtype name (``dtypes.DTYPE_BYTES``: the one table).
+TORCH_DTYPES = {name: getattr(torch, name) for name in DTYPES}
+SUPPORTED_DTYPES = tuple(TORCH_DTYPES.values())
 
 
 def check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
@@ -50,14 +54,8 @@ def check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         raise ValueError(f"q heads ({q_heads}) must be a multiple of k/v heads ({kv_heads})")
     if q.shape[2] == 0 or k.shape[2] == 0 or batch == 0 or q_heads == 0:
         raise ValueError(f"empty input: q {tuple(q.shape)}, k {tuple(k.shape)}")
-    if q.device.type == "cpu" and not _interpreting():
+    if q.device.type == "cpu" and not interpreting():
         raise ValueError("q is on the CPU: move it to a CUDA device, or set TRITON_INTERPRET=1 to run the interpreter")
-
-
-def _interpreting() -> bool:
-    import os
-
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
 def launch(
@@ -74,11 +72,13 @@ def launch(
 
     Returns Triton's compiled-kernel handle (registers, spills, shared memory), or None
     under the interpreter. Triton errors (OutOfResources, compilation) propagate: the
-    objective turns them into statuses.
+    objective turns them into statuses. A decode config runs the decode kernel
+    (``flashtune.kernels.decode.launch_decode``, a fresh split workspace).
     """
+    if kernel_of(config) == "decode":
+        return launch_decode(q, k, v, out, causal=causal, scale=scale, config=config)
     if config["loads"] != "pointer":
-        # Device-side descriptors live in a scratch buffer that Triton asks for at launch.
-        triton.set_allocator(_descriptor_scratch)
+        use_descriptor_scratch()
     if config["use_fp8"]:
         q, k, v, scales = quantize_fp8(q, k, v)
         return launch_quantized(q, k, v, scales, out, causal=causal, scale=scale, config=config)
@@ -106,7 +106,7 @@ def launch_quantized(
     if not config["use_fp8"]:
         raise ValueError("launch_quantized needs a config with use_fp8=True")
     if config["loads"] != "pointer":
-        triton.set_allocator(_descriptor_scratch)
+        use_descriptor_scratch()
     stride_v = (v8_t.stride(0), v8_t.stride(1), v8_t.stride(3), v8_t.stride(2))  # (z, h, n, d) of V^T
     return _launch_kernel(q8, k8, v8_t, out, scales, stride_v, causal=causal, scale=scale, config=config)
 
@@ -161,13 +161,7 @@ def is_persistent(config: Mapping[str, Value]) -> bool:
 def _persistent_programs(device: torch.device) -> int:
     if device.type != "cuda":
         return INTERPRETER_PROGRAMS
-    return _sm_count(device.index if device.index is not None else torch.cuda.current_device()) * PROGRAMS_PER_SM
-
-
-@functools.lru_cache(maxsize=None)
-def _sm_count(index: int) -> int:
-    # Cached: the op's dispatch overhead is measured (BENCHMARKS.md, "Runtime").
-    return torch.cuda.get_device_properties(index).multi_processor_count
+    return device_sm_count(device) * PROGRAMS_PER_SM
 
 
 #: Largest finite float8 e4m3 value.
@@ -219,10 +213,6 @@ def compile_options(config: Config, *, head_dim: int, causal: bool) -> dict[str,
     }
 
 
-def _descriptor_scratch(size: int, alignment: int, stream: int | None) -> torch.Tensor:
-    return torch.empty(size, dtype=torch.int8, device="cuda")
-
-
 def resolve_scale(scale: float | None, head_dim: int) -> float:
     if scale is None:
         return 1.0 / math.sqrt(head_dim)
@@ -239,17 +229,31 @@ def flash_attention(
     causal: bool = False,
     scale: float | None = None,
     config: Mapping[str, Value] | None = None,
+    cache_seqlens: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Scaled dot-product attention, forward, with an explicit kernel config.
 
     Args:
         q: (batch, q_heads, q_len, head_dim), float16/bfloat16 (float32 for the interpreter).
         k: (batch, kv_heads, kv_len, head_dim); q_heads must be a multiple of kv_heads.
+            With ``cache_seqlens``, kv_len is the cache's capacity.
         v: same shape as k.
-        causal: mask future keys, aligned bottom-right when q_len != kv_len.
+        causal: mask future keys, aligned bottom-right when q_len != kv_len (against
+            ``cache_seqlens[b]`` when given).
         scale: softmax scale; 1/sqrt(head_dim) when None.
-        config: the tunables (see ``flashtune.kernels.space.TUNABLES``); None uses the
-            static safe default. ``flashtune.runtime.flash_attention`` picks tuned ones.
+        config: the tunables of one kernel (``flashtune.kernels.space.TUNABLES`` for
+            ``kernel="prefill"``, the default when the config omits it;
+            ``DECODE_TUNABLES`` for ``kernel="decode"``). None picks the decode kernel
+            for q_len <= ``DECODE_MAX_Q_LEN`` or with ``cache_seqlens`` (split count from
+            the shape: ``flashtune.kernels.decode.choose_num_splits``), else the prefill
+            kernel's static safe default. ``flashtune.runtime.flash_attention`` picks
+            tuned ones.
+        cache_seqlens: optional int32 tensor (batch,) on q's device: sequence b attends to
+            its first ``cache_seqlens[b]`` keys of k/v (0 writes zeros). Decode kernel
+            only. Its values are checked on the host (one synchronization), except while
+            a CUDA graph is being captured, where a host read is illegal: there the
+            kernel clamps each length to [0, kv_len], so a bad one never reads out of
+            bounds.
 
     Returns:
         (batch, q_heads, q_len, head_dim) in q's dtype.
@@ -258,13 +262,27 @@ def flash_attention(
         TypeError, ValueError: bad inputs or config, naming the argument.
     """
     check_inputs(q, k, v)
-    cfg = SAFE_DEFAULT if config is None else validate_config(config)
+    if config is not None:
+        cfg = validate_config(config)
+    elif uses_decode_kernel(q.shape[2]) or cache_seqlens is not None:
+        cfg = default_decode_config(q, k, per_sequence_lengths=cache_seqlens is not None)
+    else:
+        cfg = SAFE_DEFAULT
     if not isinstance(causal, bool):
         raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
     scale_value = resolve_scale(scale, q.shape[-1])
-    _check_fits(cfg, q)
-    if cfg["loads"] != "pointer" and not cfg["use_fp8"]:  # fp8 copies land aligned
-        _check_descriptor_alignment(q, k, v)
+    _check_fits(cfg, q, k)
+    if cfg["loads"] != "pointer" and not cfg.get("use_fp8"):  # fp8 copies land aligned
+        check_descriptor_alignment(q, k, v)
+    if kernel_of(cfg) == "decode":
+        if cache_seqlens is not None:
+            cache_seqlens = check_cache_seqlens(cache_seqlens, q, k)
+        out = torch.empty_like(q, memory_format=torch.contiguous_format)
+        launch_decode(q, k, v, out, causal=causal, scale=scale_value, config=cfg, cache_seqlens=cache_seqlens)
+        return out
+    if cache_seqlens is not None:
+        raise ValueError("cache_seqlens needs the decode kernel: pass a config with kernel='decode' "
+                         "(any q_len) or config=None")
     if cfg["use_fp8"]:
         _check_fp8_support(q)
     out = torch.empty_like(q, memory_format=torch.contiguous_format)
@@ -272,7 +290,7 @@ def flash_attention(
     return out
 
 
-def _check_descriptor_alignment(*tensors: torch.Tensor) -> None:
+def check_descriptor_alignment(*tensors: torch.Tensor) -> None:
     """Tensor descriptors (TMA) need 16-byte aligned bases and row strides."""
     for name, t in zip("kv", tensors[1:]):
         misaligned = [s for s in t.stride()[:-1] if (s * t.element_size()) % 16]
@@ -291,16 +309,15 @@ def _check_fp8_support(q: torch.Tensor) -> None:
                          f"{torch.cuda.get_device_name(q.device)} has {torch.cuda.get_device_capability(q.device)}")
 
 
-def _check_fits(config: Config, q: torch.Tensor) -> None:
+def _check_fits(config: Config, q: torch.Tensor, k: torch.Tensor) -> None:
     """Reject a config that cannot fit this device's shared memory, before Triton does."""
     if q.device.type != "cuda":
         return
-    from flashtune.kernels.resources import shared_memory_bytes
-
     props = torch.cuda.get_device_properties(q.device)
     limit = getattr(props, "shared_memory_per_block_optin", 0) or props.shared_memory_per_block
     need = shared_memory_bytes(config, head_dim=q.shape[-1], dtype_bytes=q.element_size(),
-                               compute_capability=(props.major, props.minor))
+                               compute_capability=(props.major, props.minor),
+                               block_h=decode_block_h(q.shape[1] // k.shape[1], q.shape[2]))
     if need > limit:
         raise ValueError(
             f"config {config.to_dict()} needs about {need} bytes of shared memory; "

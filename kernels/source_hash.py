@@ -2,7 +2,7 @@
 
 A tuned config is only as good as the kernel it was timed on: a store or a prior keyed
 without the kernel source silently serves configs tuned for code that no longer exists
-(REFERENCE.md, "What goes wrong in tuners"). Pure Python: reads the file, imports nothing.
+(docs/reference.md, "What goes wrong in tuners"). Pure Python: reads the file, imports nothing.
 """
 
 from __future__ import annotations
@@ -11,9 +11,10 @@ import functools
 import hashlib
 from pathlib import Path
 
-#: The files whose bytes decide the hash: the ``@triton.jit`` kernels and their launcher
-#: (which decides the constexprs, the fp8 quantization and the grid).
-KERNEL_SOURCES = tuple(Path(__file__).with_name(name) for name in ("_flash_fwd.py", "attention.py"))
+#: The files whose bytes decide the hash: the ``@triton.jit`` kernels and their launchers
+#: (which decide the constexprs, the fp8 quantization, the grid and the decode splits).
+KERNEL_SOURCES = tuple(Path(__file__).with_name(name)
+                       for name in ("_flash_fwd.py", "attention.py", "_flash_decode.py", "decode.py"))
 
 
 @functools.lru_cache(maxsize=1)

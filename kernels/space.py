@@ -1,6 +1,11 @@
-"""The tunable space the FlashAttention kernel declares, as data, and its validation.
+"""The tunable spaces the FlashAttention kernels declare, as data, and their validation.
 
-The search space, the feasibility model, the sweep and the op all read this one table.
+Two kernels, each with its own table: ``prefill`` (``TUNABLES``: one program per block of
+queries) and ``decode`` (``DECODE_TUNABLES``: few query rows against a long KV cache, the
+keys split across programs). A config names its kernel with the ``kernel`` knob; configs
+recorded before the decode kernel existed omit it and mean ``prefill`` (``IMPLIED``).
+The search space, the feasibility model, the sweep and the op all read these tables;
+``tunables_for`` picks the one a workload is tuned in.
 
 Two knobs of the original design map onto this table (BENCHMARKS.md, "The space"):
 ``prefetch distance`` is ``num_stages`` (Triton's software pipeliner keeps
@@ -38,43 +43,114 @@ TUNABLES: Mapping[str, tuple[Value, ...]] = MappingProxyType(
         # persistent grid of one program per SM, each looping over tiles (BENCHMARKS.md,
         # "The knee": many short tiles pay a fixed cost per program that nothing overlaps).
         "grid": ("tiles", "persistent"),
+        # Last, and with one value: the enumeration order and content of the space recorded
+        # tables replay against stay what they were before the decode kernel joined.
+        "kernel": ("prefill",),
     }
 )
+
+#: The decode kernel's space (kernels/_flash_decode.py). One program reads each K/V tile
+#: once for all query rows of one KV head (kv_group heads x q_len rows, packed into a tile
+#: of ``decode_block_h`` rows); the keys of a sequence are split over ``num_splits``
+#: programs whose partial results one combine launch merges. ``num_splits`` is a runtime
+#: argument of the kernel: trying another value costs no compile.
+DECODE_TUNABLES: Mapping[str, tuple[Value, ...]] = MappingProxyType(
+    {
+        "kernel": ("decode",),
+        "BLOCK_N": (16, 32, 64, 128, 256),
+        "num_splits": (1, 2, 4, 8, 16, 32, 64, 128),
+        "num_warps": (1, 2, 4, 8),
+        "num_stages": (1, 2, 3, 4, 5),
+        # K/V tiles by pointer loads or by tensor descriptors (TMA, Hopper and newer):
+        # decode is a stream of K/V tiles, and TMA moves a tile with one instruction.
+        "loads": ("pointer", "tma"),
+    }
+)
+
+#: Every kernel's space, by the value of the ``kernel`` knob.
+KERNEL_TUNABLES: Mapping[str, Mapping[str, tuple[Value, ...]]] = MappingProxyType(
+    {"prefill": TUNABLES, "decode": DECODE_TUNABLES}
+)
+
+#: Longest query the decode kernel serves (and the default picks it for). 16 covers
+#: speculative decoding's draft lengths (1-8) and small chunks against a cache; at the
+#: usual GQA group of 4-8 its packed rows (kv_group x q_len) reach 64-128, the prefill
+#: kernel's own tile heights, so past 16 the prefill kernel's query tiles are as full and
+#: it has no split overhead.
+DECODE_MAX_Q_LEN = 16
+
+#: Most packed rows one decode program holds. A bigger group x q_len is spread over
+#: several row blocks (a third grid axis) that read the same K/V tile from L2; 64 rows of
+#: a 128-wide fp32 accumulator are 64 registers a thread at 4 warps.
+DECODE_MAX_BLOCK_H = 64
+#: Fewest rows of a decode tile: tl.dot needs 16 on every GPU Triton targets.
+DECODE_MIN_BLOCK_H = 16
 
 #: Knobs a config may omit, with the value that omission means. Knobs added to the space
 #: after configs were recorded (tables, stores, priors) go here, so old configs keep
 #: meaning the kernel they were measured on.
-IMPLIED: Mapping[str, Value] = MappingProxyType({"loads": "pointer", "use_fp8": False, "grid": "tiles"})
+IMPLIED: Mapping[str, Value] = MappingProxyType(
+    {"loads": "pointer", "use_fp8": False, "grid": "tiles", "kernel": "prefill"}
+)
 
 #: A config that compiles and fits every GPU flashtune knows at every head dim
 #: (about 50 KB of shared memory at head_dim 256); slow but safe.
 SAFE_DEFAULT = Config(BLOCK_M=64, BLOCK_N=32, num_warps=4, num_stages=2, loads="pointer", use_fp8=False,
-                      grid="tiles")
+                      grid="tiles", kernel="prefill")
+
+
+def kernel_of(config: Mapping[str, Value]) -> str:
+    """The kernel a config runs (``prefill`` when it does not say)."""
+    return str(config.get("kernel", IMPLIED["kernel"]))
+
+
+def uses_decode_kernel(q_len: int) -> bool:
+    """Whether a query of ``q_len`` rows is served by the decode kernel."""
+    return q_len <= DECODE_MAX_Q_LEN
+
+
+def tunables_for(workload) -> Mapping[str, tuple[Value, ...]]:  # noqa: ANN001 - anything with q_len
+    """The space a workload is tuned in: decode for q_len <= DECODE_MAX_Q_LEN, else prefill."""
+    return DECODE_TUNABLES if uses_decode_kernel(int(workload.q_len)) else TUNABLES
+
+
+def decode_block_h(kv_group: int, q_len: int) -> int:
+    """Rows of the decode kernel's query tile for ``kv_group`` heads x ``q_len`` queries:
+    their count rounded up to a power of two, at least 16 (tl.dot) and at most
+    ``DECODE_MAX_BLOCK_H`` (more rows take more row blocks)."""
+    rows = max(1, kv_group * q_len)
+    return min(max(DECODE_MIN_BLOCK_H, 1 << (rows - 1).bit_length()), DECODE_MAX_BLOCK_H)
 
 
 def validate_config(config: Mapping[str, Value]) -> Config:
     """Return ``config`` as a complete :class:`Config` (implied knobs filled in), or raise
-    naming what is wrong.
+    naming what is wrong. The config is checked against the space of its ``kernel``.
 
     Raises:
-        ValueError: a key is unknown or missing, or a value is not among the allowed ones.
+        ValueError: the kernel is unknown, a key is unknown or missing, or a value is not
+            among the allowed ones.
     """
-    unknown = sorted(set(config) - set(TUNABLES))
+    kernel = config.get("kernel", IMPLIED["kernel"])
+    if kernel not in KERNEL_TUNABLES:
+        raise ValueError(f"config: kernel={kernel!r} is not one of {list(KERNEL_TUNABLES)}")
+    tunables = KERNEL_TUNABLES[kernel]
+    unknown = sorted(set(config) - set(tunables))
     if unknown:
-        raise ValueError(f"config: unknown key(s) {unknown}; known keys are {list(TUNABLES)}")
-    config = {**IMPLIED, **config}
-    missing = sorted(set(TUNABLES) - set(config))
+        raise ValueError(f"config: unknown key(s) {unknown} for kernel={kernel!r}; "
+                         f"known keys are {list(tunables)}")
+    config = {**{k: v for k, v in IMPLIED.items() if k in tunables}, **config}
+    missing = sorted(set(tunables) - set(config))
     if missing:
-        raise ValueError(f"config: missing key(s) {missing}")
-    for name, allowed in TUNABLES.items():
+        raise ValueError(f"config: missing key(s) {missing} for kernel={kernel!r}")
+    for name, allowed in tunables.items():
         value = config[name]
         if type(value) is not type(allowed[0]) or value not in allowed:
             raise ValueError(f"config: {name}={value!r} is not one of {list(allowed)}")
     return Config(config)
 
 
-def all_configs() -> Iterator[Config]:
-    """Every config of the declared space, in a deterministic order."""
-    names = list(TUNABLES)
-    for values in itertools.product(*(TUNABLES[n] for n in names)):
+def all_configs(tunables: Mapping[str, tuple[Value, ...]] = TUNABLES) -> Iterator[Config]:
+    """Every config of a declared space (the prefill kernel's by default), in a deterministic order."""
+    names = list(tunables)
+    for values in itertools.product(*(tunables[n] for n in names)):
         yield Config(dict(zip(names, values)))

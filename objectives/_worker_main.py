@@ -13,6 +13,10 @@ import json
 import os
 import sys
 
+from flashtune.kernels.config import Config
+from flashtune.objectives.hardware import HardwareSpec
+from flashtune.objectives.types import Measurement, Status, Workload
+
 
 def main() -> None:
     # Keep the protocol channel private: anything else writing to fd 1 (Triton, ptxas,
@@ -21,10 +25,8 @@ def main() -> None:
     os.dup2(2, 1)
     sys.stdout = sys.stderr
 
-    from flashtune.kernels.config import Config
+    # After fd 1 is private: importing torch and Triton may print (and must not corrupt it).
     from flashtune.objectives.bench import ContextLost, measure
-    from flashtune.objectives.hardware import HardwareSpec
-    from flashtune.objectives.types import Measurement, Status, Workload
 
     import torch
 

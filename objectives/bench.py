@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from flashtune.kernels.attention import TORCH_DTYPES
 from flashtune.kernels.config import Config
 from flashtune.kernels.reference import reference_attention, relative_error
 from flashtune.objectives.compiler_output import captured_output, describe_failure
@@ -24,13 +25,12 @@ from flashtune.objectives.types import Measurement, Status, Workload
 DEFAULT_LAUNCHER = "flashtune.kernels.attention:launch"
 
 #: Relative-error budget per dtype (‖out − ref‖ / ‖ref‖ against float32). bf16 lands
-#: between 1e-3 and 1e-2 on random inputs (REFERENCE.md); fp32 is TF32 on the GPU.
+#: between 1e-3 and 1e-2 on random inputs (docs/reference.md); fp32 is TF32 on the GPU.
 TOLERANCE = {"float16": 5e-3, "bfloat16": 2e-2, "float32": 2e-3}
 #: Default budget for use_fp8 configs: e4m3 keeps 3 mantissa bits, and Q, K, V and P are
 #: each rounded once, which puts random-input errors near 4-8e-2. Users set their own.
 FP8_TOLERANCE = 0.1
 
-_TORCH_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
 
 
 class ContextLost(RuntimeError):
@@ -49,7 +49,7 @@ def device() -> torch.device:
 def make_inputs(workload: Workload, seed: int, dev: torch.device) -> tuple[torch.Tensor, ...]:
     """Fresh standard-normal q, k, v (never zeros: they hide unwritten outputs)."""
     gen = torch.Generator(device=dev).manual_seed(seed)
-    dtype = _TORCH_DTYPES[workload.dtype]
+    dtype = TORCH_DTYPES[workload.dtype]
     q_shape = (workload.batch, workload.q_heads, workload.q_len, workload.head_dim)
     kv_shape = (workload.batch, workload.kv_heads, workload.kv_len, workload.head_dim)
     return tuple(torch.randn(s, generator=gen, device=dev, dtype=torch.float32).to(dtype) for s in (q_shape, kv_shape, kv_shape))
@@ -60,7 +60,7 @@ def make_inputs(workload: Workload, seed: int, dev: torch.device) -> tuple[torch
 _COMPILER_MESSAGES = ("PassManager::run failed", "MLIR", "LLVM ERROR", "ptxas")
 
 
-def _classify(exc: BaseException) -> Status:
+def classify_error(exc: BaseException) -> Status:
     """Map a Triton/CUDA exception to a status (Triton's autotuner does the same)."""
     name = type(exc).__name__
     if name == "OutOfResources":
@@ -120,13 +120,13 @@ def measure(
         except Exception as exc:  # noqa: BLE001 - every failure becomes a status
             failure = exc
     if failure is not None:
-        status = _classify(failure)
+        status = classify_error(failure)
         message = describe_failure(failure, compiler)
         if status is Status.CRASHED and dev.type == "cuda" and not _context_usable(dev):
             raise ContextLost(message) from failure
         return Measurement.failure(config, workload, status, message, compiler_output=compiler.text)
     compile_s = time.perf_counter() - started
-    resources = _resources(handle)
+    resources = kernel_resources(handle)
 
     ref = reference_attention(q, k, v, causal=causal, scale=scale)
     err = relative_error(out, ref)
@@ -142,7 +142,7 @@ def measure(
         launch(q, k, v, out, causal=causal, scale=scale, config=config)
 
     median_ms, p20_ms, p80_ms = _time(run, dev, rep_ms)
-    clock, temp = _gpu_state()
+    clock, temp = gpu_state()
     return Measurement(
         config=config, workload=workload, status=Status.OK,
         median_ms=median_ms, p20_ms=p20_ms, p80_ms=p80_ms,
@@ -169,7 +169,7 @@ def _time(fn: Callable[[], None], dev: torch.device, rep_ms: int) -> tuple[float
     return statistics.median(samples), samples[0], samples[-1]
 
 
-def _resources(handle: Any) -> dict[str, Any]:
+def kernel_resources(handle: Any) -> dict[str, Any]:
     """Registers, spills and shared memory from Triton's compiled kernel, when there is one."""
     if handle is None:
         return {}
@@ -186,7 +186,7 @@ def _resources(handle: Any) -> dict[str, Any]:
 _NVML_HANDLE: Any = None
 
 
-def _gpu_state() -> tuple[float | None, float | None]:
+def gpu_state() -> tuple[float | None, float | None]:
     """SM clock (MHz) and temperature (C) from NVML, or (None, None) without it."""
     global _NVML_HANDLE
     if not torch.cuda.is_available():

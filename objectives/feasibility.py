@@ -10,11 +10,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from flashtune.kernels.config import Value
+from flashtune.kernels.dtypes import DTYPE_BYTES
 from flashtune.kernels.resources import registers_per_thread, shared_memory_bytes
+from flashtune.kernels.space import decode_block_h
 from flashtune.objectives.hardware import HardwareSpec
-from flashtune.objectives.types import Workload
+from flashtune.objectives.types import Status, Workload
 
-_DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
 
 
 @dataclass(frozen=True)
@@ -31,11 +32,13 @@ class Verdict:
 
 
 def check(config: Mapping[str, Value], workload: Workload, hardware: HardwareSpec) -> Verdict:
-    """Predict whether ``config`` fits ``hardware`` for ``workload``."""
-    dtype_bytes = _DTYPE_BYTES[workload.dtype]
+    """Predict whether ``config`` fits ``hardware`` for ``workload`` (either kernel: a decode
+    config's query tile is the workload's packed rows, ``decode_block_h``)."""
+    dtype_bytes = DTYPE_BYTES[workload.dtype]
+    block_h = decode_block_h(workload.q_heads // workload.kv_heads, workload.q_len)
     shared = shared_memory_bytes(config, head_dim=workload.head_dim, dtype_bytes=dtype_bytes,
-                                 compute_capability=hardware.compute_capability)
-    regs = registers_per_thread(config, head_dim=workload.head_dim, dtype_bytes=dtype_bytes)
+                                 compute_capability=hardware.compute_capability, block_h=block_h)
+    regs = registers_per_thread(config, head_dim=workload.head_dim, dtype_bytes=dtype_bytes, block_h=block_h)
     if config.get("loads", "pointer") != "pointer" and hardware.compute_capability < (9, 0):
         # Tensor descriptors and automatic warp specialization are Hopper-and-newer paths.
         return Verdict(False, shared, regs, f"loads={config['loads']!r} needs compute capability >= 9.0, "
@@ -70,7 +73,6 @@ def grade(measurements, hardware: HardwareSpec) -> Agreement:  # noqa: ANN001 - 
     Only trials that reached the launch count (compiled: ok, wrong_result,
     out_of_resources); a static ``infeasible`` or a timeout says nothing about the model.
     """
-    from flashtune.objectives.types import Status
 
     judged = {Status.OK, Status.WRONG_RESULT, Status.OUT_OF_RESOURCES}
     total = agreed = 0

@@ -1,7 +1,7 @@
 """Compile upcoming configs in a pool of processes while the GPU times the current one.
 
 Compilation is nearly all of a trial's cost (about 1 s against 0.1 s of timing,
-REFERENCE.md). Pool processes call ``JITFunction.warmup``, which compiles into Triton's
+docs/reference.md). Pool processes call ``JITFunction.warmup``, which compiles into Triton's
 disk cache without launching; the benchmark worker then finds the binary there. The
 warm-up uses the workload's real integer arguments, because Triton specializes integers
 equal to 1 and divisibility by 16: a warm-up with other values would compile a
@@ -15,56 +15,63 @@ import os
 from concurrent.futures import Future, ProcessPoolExecutor
 
 from flashtune.kernels.config import Config
+from flashtune.kernels.space import validate_config
 from flashtune.objectives.compiler_output import captured_output, describe_failure
 from flashtune.objectives.types import Workload
 
 
 def _compile(config: dict, workload: dict) -> tuple[str, float]:
     """Runs in a pool process: compile one config for one workload; (error or '', seconds)."""
-    import math
     import time
 
-    import torch
-
-    from flashtune.kernels._flash_fwd import attention_forward_kernel
-    from flashtune.kernels.attention import compile_options, fp8_v_row, kernel_arguments
-    from flashtune.kernels.space import validate_config
-    from flashtune.objectives.bench import _TORCH_DTYPES
-
-    w = Workload.from_dict(workload)
     started = time.perf_counter()
+    failure: Exception | None = None
     # What the compiler prints stays out of the terminal: the benchmark worker compiles a
     # failing config again and records its output with the trial; here its first line will do.
     with captured_output() as compiler:
         try:
-            cfg = validate_config(config)  # configs recorded before a knob existed: its implied value
-            # Tiny buffers: warm-up reads pointers' dtype and alignment and the integer values
-            # (Triton specializes strides equal to 1 or divisible by 16), not data; the strides
-            # are those of the contiguous inputs the launcher sees (fp8: quantize_fp8's layout).
-            out = torch.empty(64, device="cuda", dtype=_TORCH_DTYPES[w.dtype])
-            stride_q = (w.q_heads * w.q_len * w.head_dim, w.q_len * w.head_dim, w.head_dim)
-            stride_k = (w.kv_heads * w.kv_len * w.head_dim, w.kv_len * w.head_dim, w.head_dim)
-            if cfg["use_fp8"]:
-                qkv = torch.empty(64, device="cuda", dtype=torch.float8_e4m3fn)
-                scales = torch.empty(3, device="cuda", dtype=torch.float32)
-                row = fp8_v_row(w.kv_len)  # V^T: (batch, head, head_dim, row), read as (.., n, d)
-                stride_v = (w.kv_heads * w.head_dim * row, w.head_dim * row, 1, row)
-            else:
-                qkv = scales = out  # the launcher passes q as the (unread) scales pointer
-                stride_v = (*stride_k, 1)
-            args = kernel_arguments(qkv, qkv, qkv, out, scales, stride_q=stride_q, stride_k=stride_k,
-                                    stride_v=stride_v, stride_o=stride_q, batch=w.batch, q_heads=w.q_heads,
-                                    kv_heads=w.kv_heads, q_len=w.q_len, kv_len=w.kv_len,
-                                    scale=1 / math.sqrt(w.head_dim))
-            attention_forward_kernel.warmup(*args, **compile_options(cfg, head_dim=w.head_dim, causal=w.causal),
-                                            grid=(1,))
+            _warm_up(validate_config(config), Workload.from_dict(workload))
         except Exception as exc:  # noqa: BLE001 - reported to the parent; the worker will classify it
             failure = exc
-        else:
-            failure = None
     if failure is not None:
         return describe_failure(failure, compiler), time.perf_counter() - started
     return "", time.perf_counter() - started
+
+
+def _warm_up(cfg: Config, w: Workload) -> None:
+    """Compile ``cfg`` (complete: implied knobs filled in) for ``w`` into Triton's cache; raises what Triton raises."""
+    import math
+
+    import torch
+
+    # In the pool process only: the parent keeps torch and Triton unloaded (see module doc).
+    from flashtune.kernels.attention import TORCH_DTYPES, attention_forward_kernel, compile_options, fp8_v_row, kernel_arguments
+    from flashtune.kernels.decode import warm_up  # the pool process only, as above
+
+    if cfg["kernel"] == "decode":
+        warm_up(cfg, batch=w.batch, q_heads=w.q_heads, kv_heads=w.kv_heads, q_len=w.q_len, kv_len=w.kv_len,
+                head_dim=w.head_dim, dtype=TORCH_DTYPES[w.dtype], causal=w.causal)
+        return
+    # Tiny buffers: warm-up reads pointers' dtype and alignment and the integer values
+    # (Triton specializes strides equal to 1 or divisible by 16), not data; the strides
+    # are those of the contiguous inputs the launcher sees (fp8: quantize_fp8's layout).
+    out = torch.empty(64, device="cuda", dtype=TORCH_DTYPES[w.dtype])
+    stride_q = (w.q_heads * w.q_len * w.head_dim, w.q_len * w.head_dim, w.head_dim)
+    stride_k = (w.kv_heads * w.kv_len * w.head_dim, w.kv_len * w.head_dim, w.head_dim)
+    if cfg["use_fp8"]:
+        qkv = torch.empty(64, device="cuda", dtype=torch.float8_e4m3fn)
+        scales = torch.empty(3, device="cuda", dtype=torch.float32)
+        row = fp8_v_row(w.kv_len)  # V^T: (batch, head, head_dim, row), read as (.., n, d)
+        stride_v = (w.kv_heads * w.head_dim * row, w.head_dim * row, 1, row)
+    else:
+        qkv = scales = out  # the launcher passes q as the (unread) scales pointer
+        stride_v = (*stride_k, 1)
+    args = kernel_arguments(qkv, qkv, qkv, out, scales, stride_q=stride_q, stride_k=stride_k,
+                            stride_v=stride_v, stride_o=stride_q, batch=w.batch, q_heads=w.q_heads,
+                            kv_heads=w.kv_heads, q_len=w.q_len, kv_len=w.kv_len,
+                            scale=1 / math.sqrt(w.head_dim))
+    attention_forward_kernel.warmup(*args, **compile_options(cfg, head_dim=w.head_dim, causal=w.causal),
+                                    grid=(1,))
 
 
 class CompilePool:

@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from flashtune.kernels.config import Config
+from flashtune.kernels.dtypes import DTYPES
 from flashtune.kernels.space import SUPPORTED_HEAD_DIMS
 
-DTYPES = ("float16", "bfloat16", "float32")
 
 
 class Status(str, enum.Enum):

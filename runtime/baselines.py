@@ -3,7 +3,7 @@
 Used in two places: as priors for a study that has no data for a GPU yet (issue 5), and
 as the runtime's last fallback when the store has nothing for the GPU it runs on
 (issue 7). Every row says where it comes from; none was measured by flashtune except
-the sm90 rows marked "measured here", which come from the H200 sweep in REFERENCE.md.
+the sm90 rows marked "measured here", which come from the H200 sweep in docs/reference.md.
 
 Sources, as read from public code:
 
@@ -29,7 +29,7 @@ import math
 from dataclasses import dataclass
 
 from flashtune.kernels.config import Config
-from flashtune.kernels.space import SAFE_DEFAULT, TUNABLES, validate_config
+from flashtune.kernels.space import KERNEL_TUNABLES, SAFE_DEFAULT, kernel_of, uses_decode_kernel, validate_config
 from flashtune.objectives.feasibility import check
 from flashtune.objectives.hardware import HardwareSpec, known_specs
 from flashtune.objectives.types import Measurement, Status, Workload
@@ -51,7 +51,7 @@ ARCHES: tuple[str, ...] = tuple(ARCH_SHARED_MEMORY_BYTES)
 _TUTORIAL = "Triton fused-attention tutorial defaults"
 _TUTORIAL_HOPPER = "Triton fused-attention tutorial, Hopper branch (8 warps; 7 stages clipped to our 5)"
 _FA2 = "FlashAttention-2 forward tile"
-_MEASURED = "measured here: H200 sweep winner (REFERENCE.md)"
+_MEASURED = "measured here: H200 sweep winner (docs/reference.md)"
 
 
 @dataclass(frozen=True)
@@ -192,8 +192,11 @@ def fit(config: Config, workload: Workload, hardware: HardwareSpec) -> Config | 
     then BLOCK_M. None when even the smallest tiles do not fit.
     """
     current = config
+    tunables = KERNEL_TUNABLES[kernel_of(config)]
     for knob in ("num_stages", "BLOCK_N", "BLOCK_M"):
-        allowed = sorted(TUNABLES[knob])
+        if knob not in tunables:
+            continue  # the decode kernel has no BLOCK_M
+        allowed = sorted(tunables[knob])
         while not check(current, workload, hardware).feasible:
             smaller = [v for v in allowed if v < current[knob]]
             if not smaller:
@@ -204,13 +207,36 @@ def fit(config: Config, workload: Workload, hardware: HardwareSpec) -> Config | 
     return None
 
 
+def decode_default(hardware: HardwareSpec | None, workload: Workload) -> tuple[Config, str]:
+    """The decode kernel's default for ``workload`` on ``hardware``, and why.
+
+    The tile is the decode kernel's own default (``kernels.decode.decode_default_for``:
+    BLOCK_N 64, 32 past head_dim 128; 4 warps, 2 stages; no public tuning exists for this
+    kernel). What differs per GPU and per bucket is the split count, from the programs
+    the bucket's batch x KV heads give, its kv_len and the GPU's SM count (a GPU with more
+    SMs needs more splits to be filled by one sequence).
+    """
+    from flashtune.kernels.decode import INTERPRETER_SMS, decode_default_for  # torch: the runtime's side only
+
+    sms = hardware.sm_count if hardware is not None else INTERPRETER_SMS
+    config = validate_config(decode_default_for(batch=workload.batch, q_heads=workload.q_heads,
+                                                kv_heads=workload.kv_heads, q_len=workload.q_len,
+                                                kv_len=workload.kv_len, head_dim=workload.head_dim, sm_count=sms))
+    why = (f"num_splits {config['num_splits']} for kv_len {workload.kv_len}, batch x KV heads "
+           f"{workload.batch * workload.kv_heads}, {sms} SMs{'' if hardware is not None else ' (no GPU spec)'}")
+    return config, why
+
+
 def fallback_config(hardware: HardwareSpec | None, workload: Workload) -> Config:
     """The one config the runtime launches when it knows nothing better.
 
-    The architecture's primary baseline, shrunk to fit ``hardware``; the kernel's
+    Decode workloads (q_len <= ``DECODE_MAX_Q_LEN``) get :func:`decode_default`. Prefill:
+    the architecture's primary baseline, shrunk to fit ``hardware``; the kernel's
     ``SAFE_DEFAULT`` without a spec (CPU, interpreter) or when nothing fits (the launcher
     then reports the shared-memory problem itself).
     """
+    if uses_decode_kernel(workload.q_len):
+        return decode_default(hardware, workload)[0]
     if hardware is None:
         return SAFE_DEFAULT
     for baseline in baselines_for(arch_of(hardware), workload.head_dim, workload.causal):
@@ -231,15 +257,21 @@ def baseline_priors(hardware: HardwareSpec, workload: Workload) -> list[Measurem
     ``workload``, ``fingerprint="baseline-<arch>"`` (one prior source per architecture,
     apart from measured GPUs) and ``hardware="baseline <arch>"``. Nothing was timed:
     ``median_ms`` is a rank proxy (1.0 for the primary baseline, +0.1 per rank) so that
-    rankers such as ``search._priors.PriorBook`` order them; ``tflops`` is 0 and
+    rankers such as ``search.priors.PriorBook`` order them; ``tflops`` is 0 and
     ``versions["median_ms"]`` says so. ``versions`` also names the baseline's source and
     whether it had to be shrunk to fit. Never export these to a store (``export_best``
-    skips priors).
+    skips priors). A decode workload gets one prior, :func:`decode_default` (the rows
+    above are prefill tiles).
     """
     arch = arch_of(hardware)
     priors: list[Measurement] = []
     seen: set[Config] = set()
-    for baseline in baselines_for(arch, workload.head_dim, workload.causal):
+    if uses_decode_kernel(workload.q_len):
+        config, why = decode_default(hardware, workload)
+        rows = [Baseline(arch, workload.head_dim, None, config, "decode default: " + why)]
+    else:
+        rows = baselines_for(arch, workload.head_dim, workload.causal)
+    for baseline in rows:
         fitted = fit(baseline.config, workload, hardware)
         if fitted is None or fitted in seen:
             continue

@@ -25,9 +25,10 @@ def run(*, batch: int, seq: int, layers: int, hidden: int, heads: int, kv_heads:
     import transformers
     from triton.testing import do_bench
 
+    # GPU-only script: transformers and the runtime op load when it runs, not on import.
     from flashtune.kernels.reference import relative_error
     from flashtune.runtime.dispatch import explain
-    from flashtune.runtime.hf_attention import register
+    from flashtune.runtime.hf_attention import register, set_attention
 
     name = register()
     config = transformers.LlamaConfig(
@@ -38,19 +39,13 @@ def run(*, batch: int, seq: int, layers: int, hidden: int, heads: int, kv_heads:
     model = transformers.LlamaForCausalLM(config).to("cuda", torch.bfloat16).eval()
     ids = torch.randint(0, config.vocab_size, (batch, seq), device="cuda")
 
-    def use(impl: str) -> None:
-        if hasattr(model, "set_attn_implementation"):
-            model.set_attn_implementation(impl)
-        else:
-            model.config._attn_implementation = impl
-
     def forward() -> Any:
         with torch.no_grad():
             return model(ids, use_cache=False).logits
 
-    use("sdpa")
+    set_attention(model, "sdpa")
     ref = forward().float()
-    use(name)
+    set_attention(model, name)
     out = forward().float()
     error = relative_error(out, ref)
     head_dim = hidden // heads
@@ -61,7 +56,7 @@ def run(*, batch: int, seq: int, layers: int, hidden: int, heads: int, kv_heads:
     times: dict[str, list[float]] = {"sdpa": [], name: []}
     for _ in range(rounds):
         for impl in times:
-            use(impl)
+            set_attention(model, impl)
             times[impl].append(float(do_bench(forward, warmup=5, rep=200)))
     medians = {impl: statistics.median(v) for impl, v in times.items()}
     return {

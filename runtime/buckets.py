@@ -6,21 +6,37 @@ its shared memory). A bucket keeps what decides the best config (dtype, causal m
 head dim, grouped-query ratio) exactly and rounds the lengths up to powers of two.
 
 Query and key lengths are bucketed separately: decoding (one query, long cache) and
-prefill (square) want different tiles even at the same key length.
+prefill (square) want different tiles even at the same key length. Beyond that, a bucket
+has a class: ``decode`` when q_len <= ``kernels.space.DECODE_MAX_Q_LEN`` (served by the
+split-KV decode kernel), ``prefill`` otherwise. The classes run different kernels with
+different tunables, so they never share a config (:func:`distance` is None).
+
+``batch_kv_heads`` is batch x *KV* heads, rounded up to a power of two: the number of
+independent K/V streams. The decode kernel packs the query heads of one KV head into one
+program, so its grid is batch x KV heads x splits, and the split count that fills the SMs
+follows from this number; the prefill grid is batch x query heads x query blocks, which
+with the exact GQA ratio of the bucket is the same information. Buckets recorded before
+it existed (store format 1) carry 0: "any", served as prefill entries (see store_schema).
 
 Pure Python: the store and the search read buckets without torch.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any
 
-from flashtune.objectives.types import DTYPES, Workload
+from flashtune.kernels.space import DECODE_MAX_Q_LEN, uses_decode_kernel
+from flashtune.kernels.dtypes import DTYPE_BYTES, DTYPES
+from flashtune.objectives.types import Workload
 
-#: Bytes per element, per dtype name: buckets of dtypes of one size may share configs.
-DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
+#: The two bucket classes: which kernel (and which tunables) serves the bucket.
+KINDS = ("prefill", "decode")
+#: ``batch_kv_heads`` of a bucket recorded before the field existed: any batch x heads.
+ANY_BATCH_HEADS = 0
+
 
 # Weights of the nearest-bucket distance, in units of "one power of two of length".
 # Masking changes the work per tile more than a doubling of length does; the
@@ -28,6 +44,13 @@ DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
 _CAUSAL_WEIGHT = 1.5
 _GQA_WEIGHT = 0.5
 _DTYPE_WEIGHT = 0.25
+# Batch x heads changes how many programs fill the GPU, less than a length doubling does.
+_BATCH_HEADS_WEIGHT = 0.5
+
+
+def kind_of(q_len: int) -> str:
+    """The class of a call with ``q_len`` queries: ``decode`` or ``prefill``."""
+    return "decode" if uses_decode_kernel(q_len) else "prefill"
 
 
 def pow2_bucket(n: int) -> int:
@@ -37,7 +60,7 @@ def pow2_bucket(n: int) -> int:
 
 @dataclass(frozen=True, order=True)
 class Bucket:
-    """One cell of the store: exact dtype, mask, head dim and GQA ratio; lengths rounded up.
+    """One cell of the store: exact dtype, mask, head dim, GQA ratio and class; sizes rounded up.
 
     Attributes:
         dtype: ``float16``, ``bfloat16`` or ``float32``.
@@ -46,6 +69,9 @@ class Bucket:
         gqa: query heads per key/value head.
         q_len: query length rounded up to a power of two.
         kv_len: key/value length rounded up to a power of two.
+        kind: ``prefill`` or ``decode`` (the kernel that serves it).
+        batch_kv_heads: batch x KV heads rounded up to a power of two; 0 for "any"
+            (entries recorded before the field existed).
     """
 
     dtype: str
@@ -54,6 +80,8 @@ class Bucket:
     gqa: int
     q_len: int
     kv_len: int
+    kind: str = "prefill"
+    batch_kv_heads: int = ANY_BATCH_HEADS
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPES:
@@ -68,10 +96,24 @@ class Bucket:
             value = getattr(self, name)
             if value & (value - 1):
                 raise ValueError(f"Bucket.{name} must be a power of two, got {value}")
+        if self.kind not in KINDS:
+            raise ValueError(f"Bucket.kind must be one of {KINDS}, got {self.kind!r}")
+        if self.kind == "decode" and self.q_len > pow2_bucket(DECODE_MAX_Q_LEN):
+            raise ValueError(f"Bucket.kind 'decode' needs q_len <= {pow2_bucket(DECODE_MAX_Q_LEN)}, got q_len {self.q_len}")
+        bkh = self.batch_kv_heads
+        if not isinstance(bkh, int) or isinstance(bkh, bool) or bkh < 0 or bkh & (bkh - 1):
+            raise ValueError(f"Bucket.batch_kv_heads must be 0 (any) or a power of two, got {bkh!r}")
 
     @classmethod
-    def of(cls, workload: Workload) -> Bucket:
-        """The bucket a workload falls in."""
+    def of(cls, workload: Workload, kind: str | None = None) -> Bucket:
+        """The bucket a workload falls in.
+
+        Args:
+            workload: the shapes.
+            kind: the class; None derives it from the query length (what the runtime
+                serves). A prefill config measured at a short q_len passes ``prefill``:
+                it is recorded, and never served to decode calls.
+        """
         return cls(
             dtype=workload.dtype,
             causal=workload.causal,
@@ -79,30 +121,46 @@ class Bucket:
             gqa=workload.q_heads // workload.kv_heads,
             q_len=pow2_bucket(workload.q_len),
             kv_len=pow2_bucket(workload.kv_len),
+            kind=kind_of(workload.q_len) if kind is None else kind,
+            batch_kv_heads=pow2_bucket(workload.batch * workload.kv_heads),
         )
+
+    def any_batch_heads(self) -> Bucket:
+        """This bucket as a format-1 entry would record it (any batch x heads)."""
+        return dataclasses.replace(self, batch_kv_heads=ANY_BATCH_HEADS)
 
     @property
     def name(self) -> str:
         """A readable, stable name (metric names, log lines)."""
         mask = "causal" if self.causal else "full"
-        return f"{self.dtype}_{mask}_d{self.head_dim}_g{self.gqa}_q{self.q_len}_k{self.kv_len}"
+        name = f"{self.dtype}_{mask}_d{self.head_dim}_g{self.gqa}_q{self.q_len}_k{self.kv_len}"
+        if self.batch_kv_heads != ANY_BATCH_HEADS:
+            name += f"_bh{self.batch_kv_heads}"
+        return name + ("_decode" if self.kind == "decode" else "")
 
     def representative(self) -> Workload:
-        """A workload of this bucket (batch 1, one KV head): for feasibility and re-tuning.
+        """A workload of this bucket (one KV head per batch entry, batch = batch x KV heads,
+        1 when any): for feasibility, defaults and re-tuning.
 
         Feasibility depends only on the head dim and the dtype, so any member answers
-        for all of them.
+        for all of them; the decode default reads the lengths and batch x heads.
         """
-        return Workload(1, self.gqa, 1, self.q_len, self.kv_len, self.head_dim, self.dtype, self.causal)
+        batch = max(self.batch_kv_heads, 1)
+        return Workload(batch, self.gqa, 1, self.q_len, self.kv_len, self.head_dim, self.dtype, self.causal)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "dtype": self.dtype, "causal": self.causal, "head_dim": self.head_dim,
-            "gqa": self.gqa, "q_len": self.q_len, "kv_len": self.kv_len,
+            "gqa": self.gqa, "q_len": self.q_len, "kv_len": self.kv_len, "kind": self.kind,
         }
+        if self.batch_kv_heads != ANY_BATCH_HEADS:
+            data["batch_kv_heads"] = self.batch_kv_heads
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Bucket:
+        """Read a bucket; the fields of store format 1 alone mean a prefill bucket of any
+        batch x heads (the compatibility rule of ``store_schema``)."""
         return cls(**data)
 
 
@@ -110,12 +168,16 @@ def distance(a: Bucket, b: Bucket) -> float | None:
     """How far apart two buckets are for sharing a config; None when they must not share.
 
     Buckets of different head dims, or of dtypes of different sizes, never share: their
-    shared memory differs and the compiled kernel is another one.
+    shared memory differs and the compiled kernel is another one. Decode and prefill
+    buckets never share either: another kernel, other tunables. A bucket of any batch x
+    heads (format 1) is at no batch x heads distance from any other.
     """
-    if a.head_dim != b.head_dim or DTYPE_BYTES[a.dtype] != DTYPE_BYTES[b.dtype]:
+    if a.head_dim != b.head_dim or DTYPE_BYTES[a.dtype] != DTYPE_BYTES[b.dtype] or a.kind != b.kind:
         return None
     d = abs(math.log2(a.q_len) - math.log2(b.q_len)) + abs(math.log2(a.kv_len) - math.log2(b.kv_len))
     d += _CAUSAL_WEIGHT * (a.causal != b.causal)
     d += _GQA_WEIGHT * abs(math.log2(a.gqa) - math.log2(b.gqa))
     d += _DTYPE_WEIGHT * (a.dtype != b.dtype)
+    if ANY_BATCH_HEADS not in (a.batch_kv_heads, b.batch_kv_heads):
+        d += _BATCH_HEADS_WEIGHT * abs(math.log2(a.batch_kv_heads) - math.log2(b.batch_kv_heads))
     return d

@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 
 from flashtune.kernels.config import Config
-from flashtune.kernels.space import TUNABLES
+from flashtune.kernels.space import KERNEL_TUNABLES, kernel_of
 from flashtune.objectives.types import Workload
 from flashtune.runtime.baselines import baseline_priors
 from flashtune.runtime.dispatch import CacheKey, Dispatcher
@@ -21,9 +21,10 @@ NEAREST_PRIORS = 3
 
 
 def neighbours(config: Config) -> list[Config]:
-    """Configs one step away in one tunable (the declared order of its values)."""
+    """Configs one step away in one tunable (the declared order of its values, in the
+    space of the config's kernel)."""
     result = []
-    for name, values in TUNABLES.items():
+    for name, values in KERNEL_TUNABLES[kernel_of(config)].items():
         if name not in config or config[name] not in values:
             continue
         i = values.index(config[name])

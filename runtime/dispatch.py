@@ -2,9 +2,11 @@
 
 ``flash_attention`` here has the launcher's signature without ``config``. The first call
 of a (device, bucket) walks the fallback chain (:mod:`flashtune.runtime.resolve`) and
-caches the answer; every later call is one dictionary lookup on a tuple of the tensors'
-device, dtype and shape (see ``bench_dispatch.py`` for what that costs). Inputs are
-validated by the launcher, which names the bad argument.
+caches the answer. The first call of a *call key* (the bucket's inputs plus q's exact
+shape and strides, the scale) runs the launcher, which validates every input and names
+the bad argument, and keeps what it derived (:mod:`flashtune.runtime.prepared`); every
+later call is one dictionary lookup, the checks the key does not cover, an allocation
+and the kernel's launch (``bench_dispatch.py`` measures it against a bare launch).
 
 Where the store lives: :func:`set_store`, else ``$FLASHTUNE_STORE``, else
 ``$XDG_CACHE_HOME/flashtune/configs.json`` (``~/.cache/flashtune/configs.json``).
@@ -17,31 +19,49 @@ import threading
 import warnings
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 import torch
 
+from flashtune.kernels.attention import TORCH_DTYPES
 from flashtune.kernels.attention import flash_attention as _launcher
 from flashtune.kernels.config import Config
 from flashtune.kernels.source_hash import kernel_source_hash
-from flashtune.kernels.space import SAFE_DEFAULT
+from flashtune.kernels.decode import default_decode_config
+from flashtune.kernels.space import SAFE_DEFAULT, kernel_of, uses_decode_kernel
 from flashtune.objectives.hardware import HardwareSpec
-from flashtune.runtime.buckets import Bucket
+from flashtune.runtime.buckets import Bucket, kind_of
+from flashtune.runtime.prepared import PreparedCall, prepare as _prepare
 from flashtune.runtime.resolve import Resolution, resolve, uses_fp8
 from flashtune.runtime.store import Key, Store, triton_version
-
-if TYPE_CHECKING:
-    from flashtune.runtime.online import OnlineTuner
 
 ENV_STORE = "FLASHTUNE_STORE"
 #: Set to 1 to let the store serve fp8 configs (other numerics than the inputs' dtype).
 ENV_ALLOW_FP8 = "FLASHTUNE_ALLOW_FP8"
 
-#: The hot-path cache key: (device, dtype, causal, gqa, head_dim, q_len bucket, kv_len bucket).
-CacheKey = tuple[torch.device, torch.dtype, bool, int, int, int, int]
+#: The config cache key: (device, dtype, causal, gqa, head_dim, q_len bucket, kv_len bucket,
+#: batch x KV heads bucket); one per store bucket and device.
+CacheKey = tuple[torch.device, torch.dtype, bool, int, int, int, int, int]
+#: The prepared-call key: what fixes a call's validation, grid and compile options.
+CallKey = tuple[Any, ...]
+
+
+class CallRouter(Protocol):
+    """What the dispatcher routes its calls through when attached (``online.OnlineTuner``).
+
+    A protocol, not an import: online.py builds on this module, so importing it here would
+    close a cycle (dispatch -> online -> candidates -> dispatch).
+    """
+
+    def run(self, key: CacheKey, config: Config, call: Callable[[Config], torch.Tensor],
+            q: torch.Tensor, k: torch.Tensor) -> torch.Tensor: ...
+
+    def launch_failed(self, key: CacheKey, config: Config) -> Config | None: ...
+
+
 HardwareProvider = Callable[[torch.device], "HardwareSpec | None"]
 
-_DTYPE_NAMES = {torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float32: "float32"}
+_DTYPE_NAMES = {dtype: name for name, dtype in TORCH_DTYPES.items()}
 
 
 def default_store_path() -> Path:
@@ -61,12 +81,36 @@ def live_hardware(device: torch.device) -> HardwareSpec | None:
 
 
 def cache_key(q: torch.Tensor, k: torch.Tensor, causal: bool) -> CacheKey:
-    """The hot-path key of a call; raises (any error) on inputs that are not attention inputs."""
+    """The config-cache key of a call (its device and bucket); raises (any error) on inputs
+    that are not attention inputs."""
     shape_q, shape_k = q.shape, k.shape
     return (
         q.device, q.dtype, causal, shape_q[1] // shape_k[1], shape_q[3],
         1 << (shape_q[2] - 1).bit_length(), 1 << (shape_k[2] - 1).bit_length(),
+        1 << (shape_q[0] * shape_k[1] - 1).bit_length(),
     )
+
+
+def safe_default(q: torch.Tensor, k: torch.Tensor) -> Config:
+    """The config the launcher runs for these inputs without one (the fallback of a
+    config that failed): the decode kernel's default for short queries, else the safe
+    prefill tile."""
+    if uses_decode_kernel(q.shape[2]):
+        return default_decode_config(q, k)
+    return SAFE_DEFAULT
+
+
+def call_key(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float | None, seqlens: Any) -> CallKey:
+    """The prepared-call key; raises (any error) on inputs that are not attention inputs.
+
+    Holds everything the launcher's checks, the grid and the compile options depend on,
+    except K and V's length, strides and shape, which a growing KV cache changes on every
+    decoding step: :class:`~flashtune.runtime.prepared.PreparedCall` re-checks those
+    (the kv_len bucket is in, because it picks the config).
+    """
+    shape_k = k.shape
+    return (q.device, q.dtype, q.shape, q.stride(), k.device, k.dtype, shape_k[1], (shape_k[2] - 1).bit_length(),
+            v.device, v.dtype, causal, scale, seqlens is None)
 
 
 class Dispatcher:
@@ -98,7 +142,8 @@ class Dispatcher:
         self._specs: dict[torch.device, tuple[HardwareSpec | None, Key | None]] = {}
         self._configs: dict[CacheKey, Config] = {}
         self._resolutions: dict[CacheKey, tuple[Bucket, Resolution]] = {}
-        self._online: OnlineTuner | None = None
+        self._calls: dict[CallKey, PreparedCall] = {}
+        self._online: CallRouter | None = None
         self.set_store(store)
 
     # --- configuration --------------------------------------------------------------------
@@ -109,8 +154,13 @@ class Dispatcher:
             raise TypeError(f"store must be a Store, a path or None, got {type(store).__name__}")
         with self._lock:
             self._store = store if isinstance(store, Store) else Store(store if store is not None else default_store_path())
-            self._configs.clear()
-            self._resolutions.clear()
+            self._forget()
+
+    def _forget(self) -> None:
+        """Drop every cached config and prepared call (under the lock)."""
+        self._configs.clear()
+        self._resolutions.clear()
+        self._calls.clear()
 
     @property
     def store(self) -> Store:
@@ -127,14 +177,12 @@ class Dispatcher:
         with self._lock:
             self._hardware = hardware or live_hardware
             self._specs.clear()
-            self._configs.clear()
-            self._resolutions.clear()
+            self._forget()
 
     def reload(self) -> None:
         """Forget cached configs; the next call of each bucket re-reads the store."""
         with self._lock:
-            self._configs.clear()
-            self._resolutions.clear()
+            self._forget()
 
     # --- lookup ---------------------------------------------------------------------------
 
@@ -156,9 +204,9 @@ class Dispatcher:
 
     def bucket_of(self, key: CacheKey) -> Bucket | None:
         """The store bucket of a cache key, None for inputs no bucket describes."""
-        _, dtype, causal, gqa, head_dim, q_len, kv_len = key
+        _, dtype, causal, gqa, head_dim, q_len, kv_len, batch_kv_heads = key
         try:
-            return Bucket(_DTYPE_NAMES[dtype], causal, head_dim, gqa, q_len, kv_len)
+            return Bucket(_DTYPE_NAMES[dtype], causal, head_dim, gqa, q_len, kv_len, kind_of(q_len), batch_kv_heads)
         except (KeyError, ValueError):
             return None
 
@@ -207,37 +255,68 @@ class Dispatcher:
         with self._lock:
             old = self._configs.get(key)
             self._configs[key] = config
+            self._calls.clear()  # prepared with the old config; rebuilt on their next call
         return old
 
     # --- the op ---------------------------------------------------------------------------
 
-    def attach(self, tuner: OnlineTuner | None) -> None:
+    def attach(self, tuner: CallRouter | None) -> None:
         """Route calls through an online tuner (None detaches)."""
-        self._online = tuner
+        with self._lock:
+            self._online = tuner
+            self._calls.clear()  # prepared calls bypass the tuner; none is kept while one is attached
 
-    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False, scale: float | None = None) -> torch.Tensor:
+    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
+                 scale: float | None = None, cache_seqlens: torch.Tensor | None = None) -> torch.Tensor:
         """Attention with the tuned config; see :func:`flash_attention`."""
+        # The hot path: a prepared call of this key (none while an online tuner times calls).
+        try:
+            ckey = call_key(q, k, v, causal, scale, cache_seqlens)
+            prepared = self._calls.get(ckey)
+        except Exception:  # noqa: BLE001 - not attention inputs (or an unhashable scale): the slow path says why
+            ckey, prepared = None, None
+        if prepared is not None:
+            out = prepared(q, k, v) if cache_seqlens is None else prepared(q, k, v, cache_seqlens)
+            if out is not None:
+                return out
+        return self._call(ckey, q, k, v, causal, scale, cache_seqlens)
+
+    def _call(self, ckey: CallKey | None, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
+              scale: float | None, cache_seqlens: torch.Tensor | None) -> torch.Tensor:
+        """A call without a prepared form: resolve, run the launcher (every check), prepare."""
+        extra = {} if cache_seqlens is None else {"cache_seqlens": cache_seqlens}
         try:
             key = cache_key(q, k, causal)
         except Exception:  # noqa: BLE001 - the launcher raises the TypeError/ValueError naming the argument
-            return _launcher(q, k, v, causal=causal, scale=scale, config=None)
+            return _launcher(q, k, v, causal=causal, scale=scale, config=None, **extra)
         config = self._configs.get(key)
         if config is None:
             config = self._miss(key)
+        if extra and kernel_of(config) != "decode":
+            # Per-sequence lengths with a long query (a prefill bucket): only the decode
+            # kernel takes them; the launcher's decode default serves.
+            return _launcher(q, k, v, causal=causal, scale=scale, config=None, **extra)
         online = self._online
-        if online is None:
-            return self._launch(key, config, q, k, v, causal, scale)
-        return online.run(key, config, lambda c: self._launch(key, c, q, k, v, causal, scale), q, k)
+        if online is not None:
+            return online.run(key, config, lambda c: self._launch(key, c, q, k, v, causal, scale, extra), q, k)
+        out = self._launch(key, config, q, k, v, causal, scale, extra)
+        if ckey is not None and self._configs.get(key) == config:  # not replaced by a recovery
+            prepared = _prepare(q, k, causal=causal, scale=scale, config=config, **extra)
+            if prepared is not None:
+                self._calls[ckey] = prepared
+        return out
 
-    def _launch(self, key: CacheKey, config: Config, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float | None) -> torch.Tensor:
+    def _launch(self, key: CacheKey, config: Config, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                causal: bool, scale: float | None, extra: dict[str, Any]) -> torch.Tensor:
         try:
-            return _launcher(q, k, v, causal=causal, scale=scale, config=config)
+            return _launcher(q, k, v, causal=causal, scale=scale, config=config, **extra)
         except Exception as exc:
-            if config == SAFE_DEFAULT:
+            if config == safe_default(q, k):
                 raise
-            return self._recover(key, config, exc, q, k, v, causal, scale)
+            return self._recover(key, config, exc, q, k, v, causal, scale, extra)
 
-    def _recover(self, key: CacheKey, config: Config, exc: Exception, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float | None) -> torch.Tensor:
+    def _recover(self, key: CacheKey, config: Config, exc: Exception, q: torch.Tensor, k: torch.Tensor,
+                 v: torch.Tensor, causal: bool, scale: float | None, extra: dict[str, Any]) -> torch.Tensor:
         """A served config failed to launch: if the safe default runs, serve that instead.
 
         The store and the feasibility model can be wrong about a GPU (a static model's
@@ -246,14 +325,14 @@ class Dispatcher:
         model's forward pass. When the safe default fails too, the inputs are at fault and
         its error (naming the argument) propagates.
         """
-        out = _launcher(q, k, v, causal=causal, scale=scale, config=None)
+        out = _launcher(q, k, v, causal=causal, scale=scale, config=None, **extra)
         online = self._online
-        replacement = online.launch_failed(key, config) if online is not None else None
-        self.swap(key, replacement or SAFE_DEFAULT)
+        replacement = (online.launch_failed(key, config) if online is not None else None) or safe_default(q, k)
+        self.swap(key, replacement)
         bucket = self.bucket_of(key)
         warnings.warn(
             f"flashtune: config {config.key()} failed for {bucket.name if bucket else key} "
-            f"({type(exc).__name__}: {str(exc)[:200]}); serving {(replacement or SAFE_DEFAULT).key()} instead",
+            f"({type(exc).__name__}: {str(exc)[:200]}); serving {replacement.key()} instead",
             RuntimeWarning, stacklevel=4,
         )
         return out
@@ -288,7 +367,8 @@ def reload_store() -> None:
     get_dispatcher().reload()
 
 
-def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False, scale: float | None = None) -> torch.Tensor:
+def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False, scale: float | None = None,
+                    cache_seqlens: torch.Tensor | None = None) -> torch.Tensor:
     """Scaled dot-product attention, forward, with the tuned config for this GPU and shape.
 
     Args:
@@ -297,6 +377,8 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal
         v: same shape as k.
         causal: mask future keys, aligned bottom-right when q_len != kv_len.
         scale: softmax scale; 1/sqrt(head_dim) when None.
+        cache_seqlens: optional int32 (batch,) tensor on q's device: the number of cached
+            keys of each sequence (<= kv_len); None when every sequence uses all kv_len.
 
     Returns:
         (batch, q_heads, q_len, head_dim) in q's dtype.
@@ -305,7 +387,7 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal
         TypeError, ValueError: bad inputs, naming the argument (never for a bad store:
             that is one warning and the fallback).
     """
-    return get_dispatcher()(q, k, v, causal=causal, scale=scale)
+    return get_dispatcher()(q, k, v, causal=causal, scale=scale, cache_seqlens=cache_seqlens)
 
 
 def explain(q: torch.Tensor, k: torch.Tensor, *, causal: bool = False) -> Resolution:

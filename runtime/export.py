@@ -11,6 +11,7 @@ import os
 from collections.abc import Iterable
 
 from flashtune.kernels.source_hash import kernel_source_hash
+from flashtune.kernels.space import kernel_of
 from flashtune.objectives.types import Measurement
 from flashtune.runtime.buckets import Bucket
 from flashtune.runtime.resolve import uses_fp8
@@ -41,7 +42,7 @@ def entry_of(measurement: Measurement, *, include_fp8: bool = False) -> StoreEnt
         fingerprint=m.fingerprint,
         kernel_hash=kernel_hash,
         triton=versions.get(TRITON_KEY) or triton_version(),
-        bucket=Bucket.of(m.workload),
+        bucket=Bucket.of(m.workload, kind=kernel_of(m.config)),
         config=m.config,
         hardware=m.hardware,
         median_ms=m.median_ms,

@@ -17,7 +17,6 @@ transformers is imported only inside :func:`register`.
 
 from __future__ import annotations
 
-import os
 import warnings
 from typing import Any
 
@@ -26,6 +25,8 @@ import torch.nn.functional as F
 
 import flashtune.runtime.torch_op  # noqa: F401 - registers torch.ops.flashtune.flash_attention
 from flashtune.kernels.attention import SUPPORTED_DTYPES, SUPPORTED_HEAD_DIMS
+from flashtune.kernels.dtypes import interpreting
+from flashtune.runtime.dispatch import flash_attention as _tuned
 
 #: Not "flashtune": transformers (5.x) treats every implementation name containing
 #: "flash" as a FlashAttention build and tries to load it (from the hub for unknown names),
@@ -54,7 +55,7 @@ def _fallback_reason(query: torch.Tensor, key: torch.Tensor, attention_mask: Any
         return f"head_dim {query.shape[-1]} / dtype {query.dtype}"
     if query.shape[-1] != key.shape[-1] or query.shape[1] % key.shape[1]:
         return "head shapes the kernel does not take"
-    if query.device.type == "cpu" and os.environ.get("TRITON_INTERPRET", "0") in ("", "0"):
+    if query.device.type == "cpu" and not interpreting():
         return "CPU tensors without the Triton interpreter"
     return None
 
@@ -105,8 +106,23 @@ def attention_forward(
             warnings.warn(f"flashtune attention: {reason} is not supported by the kernel; using SDPA", RuntimeWarning, stacklevel=2)
         out = _sdpa(query, key, value, attention_mask, scaling, dropout, is_causal)
     else:
-        out = torch.ops.flashtune.flash_attention(query, key, value, bool(is_causal), None if scaling is None else float(scaling))
+        scale = None if scaling is None else float(scaling)
+        if torch.compiler.is_compiling():
+            # One opaque node for torch.compile (its fake implementation gives the shapes).
+            out = torch.ops.flashtune.flash_attention(query, key, value, bool(is_causal), scale)
+        else:
+            # Eager: the runtime op directly. The torch.library dispatcher would add its own
+            # per-call host time, which a decoding step (one query a layer) pays in full.
+            out = _tuned(query, key, value, causal=bool(is_causal), scale=scale)
     return out.transpose(1, 2).contiguous(), None
+
+
+def set_attention(model: torch.nn.Module, name: str) -> None:
+    """Switch a transformers model's attention implementation (``sdpa``, ``eager``, ``name``)."""
+    if hasattr(model, "set_attn_implementation"):
+        model.set_attn_implementation(name)
+    else:  # transformers before set_attn_implementation read the config at forward time
+        model.config._attn_implementation = name
 
 
 def register(name: str = NAME) -> str:

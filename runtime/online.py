@@ -42,6 +42,7 @@ from typing import Any
 import torch
 
 from flashtune.kernels.config import Config
+from flashtune.kernels.dtypes import interpreting
 from flashtune.kernels.space import SAFE_DEFAULT, validate_config
 from flashtune.objectives.feasibility import check
 from flashtune.objectives.types import Measurement, Workload
@@ -50,6 +51,7 @@ from flashtune.runtime.dispatch import CacheKey, Dispatcher, get_dispatcher
 from flashtune.runtime.monitor import LatencyMonitor
 from flashtune.runtime.online_options import OnlineOptions
 from flashtune.runtime.store import StoreEntry
+from flashtune.runtime.worker import WorkerBenchmark
 from flashtune.runtime.timing import CudaEventTiming, HostTiming, Reader, TimingSource
 
 Benchmark = Callable[[Config, Workload], Measurement]
@@ -391,11 +393,7 @@ class OnlineTuner:
             return self._benchmark
         bench = self._own_benchmarks.get(device)
         if bench is None:
-            import os
-
-            from flashtune.runtime.worker import WorkerBenchmark
-
-            interpret = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+            interpret = interpreting()
             bench = self._own_benchmarks[device] = WorkerBenchmark(
                 device.index if device.type == "cuda" else None,
                 env={"TRITON_INTERPRET": "1"} if interpret else None,

@@ -1,7 +1,9 @@
 """The fallback chain: which config serves a bucket on a GPU, and why.
 
 exact bucket in the store -> nearest bucket in the store -> the architecture's baseline
-(-> the kernel's safe default without a GPU spec). Every step re-checks feasibility on
+(-> the kernel's safe default without a GPU spec). Decode buckets (q_len <=
+``DECODE_MAX_Q_LEN``) only ever get decode configs: the store never shares across classes
+and the baseline is the decode default, so q_len 1 never runs a prefill tile. Every step re-checks feasibility on
 the live GPU's spec, so a store written on another card of the same fingerprint family,
 or edited by hand, can never launch a config that does not fit.
 
@@ -17,8 +19,8 @@ from flashtune.kernels.config import Config
 from flashtune.kernels.space import SAFE_DEFAULT
 from flashtune.objectives.feasibility import check
 from flashtune.objectives.hardware import HardwareSpec
-from flashtune.runtime.baselines import arch_of, fallback_config
-from flashtune.runtime.buckets import Bucket
+from flashtune.runtime.baselines import arch_of, decode_default, fallback_config
+from flashtune.runtime.buckets import DECODE_MAX_Q_LEN, Bucket, distance
 from flashtune.runtime.store import Key, Snapshot, warn_once
 
 
@@ -29,12 +31,16 @@ class Resolution:
     Attributes:
         config: the config to launch.
         origin: ``exact``, ``nearest``, ``baseline`` or ``default`` (no GPU spec).
-        detail: a sentence for people (which bucket, which baseline, what was skipped).
+        detail: a sentence for people: the bucket and its class, and why this config
+            (exact store hit, nearest bucket at distance d, arch default and its
+            reasons, safe default), with what was skipped.
+        bucket: the workload's bucket (None for a resolution built by hand).
     """
 
     config: Config
     origin: str
     detail: str = ""
+    bucket: Bucket | None = None
 
 
 def uses_fp8(config: Config) -> bool:
@@ -63,9 +69,13 @@ def resolve(
     Returns:
         The resolution; never raises for any bucket.
     """
-    if hardware is None:
-        return Resolution(SAFE_DEFAULT, "default", "no GPU spec (CPU or interpreter): the kernel's safe default")
     workload = bucket.representative()
+    where = f"bucket {bucket.name} ({_class_reason(bucket)})"
+    if hardware is None:
+        if bucket.kind == "decode":
+            config, why = decode_default(None, workload)
+            return Resolution(config, "default", f"{where}: no GPU spec (CPU or interpreter): decode default, {why}", bucket)
+        return Resolution(SAFE_DEFAULT, "default", f"{where}: no GPU spec (CPU or interpreter): the kernel's safe default", bucket)
     skipped = []
     if snapshot is not None and key is not None:
         entry = snapshot.exact(key, bucket)
@@ -74,14 +84,17 @@ def resolve(
             if accept is not None and not accept(entry.config):
                 skipped.append("exact entry not accepted (fp8 needs an opt-in)")
             elif verdict.feasible:
-                return Resolution(entry.config, "exact", f"store entry for {bucket.name}")
+                recorded = "" if entry.bucket == bucket else " (recorded for any batch x heads)"
+                return Resolution(entry.config, "exact", f"{where}: exact store hit{recorded}", bucket)
             else:
                 skipped.append(f"exact entry infeasible here ({verdict.reason})")
         for entry in snapshot.nearest(key, bucket):
             if accept is not None and not accept(entry.config):
                 continue
             if check(entry.config, workload, hardware).feasible:
-                return Resolution(entry.config, "nearest", f"store entry for {entry.bucket.name}, nearest to {bucket.name}")
+                d = distance(bucket, entry.bucket)
+                return Resolution(entry.config, "nearest",
+                                  f"{where}: nearest store bucket {entry.bucket.name} at distance {d:g}", bucket)
         stale = snapshot.stale_count(key)
         if stale:
             warn_once(
@@ -90,6 +103,18 @@ def resolve(
                 "or Triton version and are ignored (re-tune and re-export)",
             )
     arch = arch_of(hardware)
-    config = fallback_config(hardware, workload)
-    note = "; ".join([f"{arch} baseline", *skipped])
-    return Resolution(config, "baseline", note)
+    if bucket.kind == "decode":
+        config, why = decode_default(hardware, workload)
+        note = f"{arch} decode default, {why}"
+    else:
+        config = fallback_config(hardware, workload)
+        note = f"{arch} baseline"
+    return Resolution(config, "baseline", "; ".join([f"{where}: no store entry: {note}", *skipped]), bucket)
+
+
+def _class_reason(bucket: Bucket) -> str:
+    if bucket.kind == "decode":
+        return f"decode: q_len {bucket.q_len} <= {DECODE_MAX_Q_LEN}"
+    if bucket.q_len <= DECODE_MAX_Q_LEN:
+        return f"prefill: recorded with the prefill kernel at q_len {bucket.q_len}"
+    return f"prefill: q_len {bucket.q_len} > {DECODE_MAX_Q_LEN}"

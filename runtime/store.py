@@ -1,7 +1,7 @@
 """The tuned-config store: a versioned JSON file of the best config per GPU, kernel and bucket.
 
 Keyed by hardware fingerprint, kernel source hash, Triton version and workload bucket
-(REFERENCE.md: a config cache keyed only on the config is a bug). Reading never raises
+(docs/reference.md: a config cache keyed only on the config is a bug). Reading never raises
 and never runs code: the file is JSON (never pickle), bounded in size, validated by a
 schema; a missing file is an empty store, and a corrupt, truncated, stale or hostile one
 is an empty store plus one :class:`StoreWarning` per file state. Writing is atomic
@@ -39,8 +39,8 @@ import jsonschema
 from flashtune.kernels.config import Config
 from flashtune.kernels.source_hash import kernel_source_hash
 from flashtune.kernels.space import validate_config
-from flashtune.runtime.buckets import Bucket, distance
-from flashtune.runtime.store_schema import ENTRY_SCHEMA, FILE_SCHEMA, FORMAT, MAX_ENTRIES, VERSION
+from flashtune.runtime.buckets import ANY_BATCH_HEADS, Bucket, distance
+from flashtune.runtime.store_schema import ENTRY_SCHEMA, FILE_SCHEMA, FORMAT, MAX_ENTRIES, READABLE_VERSIONS, VERSION
 
 #: A store file larger than this is refused unread (a hostile file must not exhaust memory).
 MAX_STORE_BYTES = 32 * 2**20
@@ -165,11 +165,14 @@ class Snapshot:
             except (KeyError, TypeError):
                 key = None
             try:
-                place = _BUCKET_FIELDS(raw["bucket"])
+                bucket = raw["bucket"]
+                # Format 1 wrote no kind and no batch x heads: a prefill bucket of any.
+                place = (*_BUCKET_FIELDS(bucket), bucket.get("kind", "prefill"),
+                         bucket.get("batch_kv_heads", ANY_BATCH_HEADS))
                 hash(place)
                 if None in place:  # a null field
                     place = None
-            except (KeyError, TypeError):
+            except (KeyError, TypeError, AttributeError):  # not an object, or a field missing
                 place = None
             group = self._places.get(key)
             if group is None:
@@ -227,17 +230,28 @@ class Snapshot:
                     yield entry
 
     def exact(self, key: Key, bucket: Bucket) -> StoreEntry | None:
-        """The entry for exactly this GPU, kernel, Triton and bucket."""
-        place = _place_of(bucket)
-        return self._at(key, place) if place in self._group(key) else None
+        """The entry for exactly this GPU, kernel, Triton and bucket.
+
+        An entry recorded for any batch x heads (store format 1) of the same bucket
+        otherwise is an exact hit too, after one of this very batch x heads.
+        """
+        places = self._group(key)
+        for candidate in (bucket, bucket.any_batch_heads()):
+            place = _place_of(candidate)
+            found = self._at(key, place) if place in places else None
+            if found is not None:
+                return found
+        return None
 
     def nearest(self, key: Key, bucket: Bucket) -> Iterator[StoreEntry]:
         """Entries of this GPU, kernel and Triton that may serve ``bucket``, nearest first.
 
-        Excludes ``bucket`` itself and buckets of another head dim or dtype size. Lazy:
-        buckets are ranked as written, and each entry is validated when it is reached.
+        Excludes ``bucket`` itself (and its any-batch-x-heads form, an exact hit) and
+        buckets of another head dim, dtype size or class. Lazy: buckets are ranked as
+        written, and each entry is validated when it is reached.
         """
         ranked = []
+        own = (bucket, bucket.any_batch_heads())
         for place in list(self._group(key)):
             if place is None or place[2] != bucket.head_dim:  # distance() would say None
                 continue
@@ -247,7 +261,7 @@ class Snapshot:
                 self._at(key, place)  # unusable: reported by the schema, served never
                 continue
             d = distance(bucket, other)
-            if d is not None and other != bucket:
+            if d is not None and other not in own:
                 ranked.append((d, other, place))
         ranked.sort(key=lambda item: (item[0], item[1]))
         for _, _, place in ranked:
@@ -268,7 +282,8 @@ _KEY_FIELDS = operator.itemgetter("fingerprint", "kernel_hash", "triton")
 
 
 def _place_of(bucket: Bucket) -> _Place:
-    return (bucket.dtype, bucket.causal, bucket.head_dim, bucket.gqa, bucket.q_len, bucket.kv_len)
+    return (bucket.dtype, bucket.causal, bucket.head_dim, bucket.gqa, bucket.q_len, bucket.kv_len,
+            bucket.kind, bucket.batch_kv_heads)
 
 
 # --- warnings, once per file state -------------------------------------------------------
@@ -334,8 +349,8 @@ def _parse(data: bytes) -> dict[str, Any]:
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise _Invalid(f"not a flashtune store (expected an object with format {FORMAT!r})")
     version = doc.get("version")
-    if version != VERSION:
-        raise _Invalid(f"stale format version {version!r} (this flashtune reads version {VERSION})")
+    if version not in READABLE_VERSIONS:
+        raise _Invalid(f"stale format version {version!r} (this flashtune reads versions {list(READABLE_VERSIONS)})")
     entries = doc.get("entries")
     if isinstance(entries, list):
         # The schema checks the top level; the entries are counted and type-checked here,

@@ -1,4 +1,4 @@
-"""The JSON schema of the tuned-config store file (format version 1).
+"""The JSON schema of the tuned-config store file (format version 2; reads 1 and 2).
 
 Strict on structure and types, bounded in size (a hostile file must not make validation
 slow), loose on the config's keys: a config is checked against the kernel's declared
@@ -13,7 +13,14 @@ from typing import Any
 from flashtune.objectives.types import DTYPES
 
 FORMAT = "flashtune.configs"
-VERSION = 1
+#: The version written. Version 2 added the bucket's ``kind`` (``prefill``/``decode``) and
+#: ``batch_kv_heads`` (batch x KV heads, a power of two).
+VERSION = 2
+#: Versions read. Compatibility rule: a bucket without ``kind`` is a prefill bucket, and
+#: one without ``batch_kv_heads`` serves any batch x heads (an exact hit for its bucket
+#: when no entry of the very batch x heads exists). Every version-1 entry is therefore
+#: still served, to prefill calls only; a write rewrites the file as version 2.
+READABLE_VERSIONS = (1, 2)
 
 #: Entries one file may hold; a store of every bucket of a few GPUs holds thousands.
 MAX_ENTRIES = 100_000
@@ -34,6 +41,8 @@ BUCKET_SCHEMA: dict[str, Any] = {
         "gqa": _POSITIVE_INT,
         "q_len": _POSITIVE_INT,
         "kv_len": _POSITIVE_INT,
+        "kind": {"enum": ["prefill", "decode"]},
+        "batch_kv_heads": _POSITIVE_INT,
     },
 }
 

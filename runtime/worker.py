@@ -2,7 +2,7 @@
 
 A candidate is compiled, checked against the reference and timed in a separate process
 (``flashtune.objectives.worker.BenchmarkWorker``): an illegal address poisons the CUDA
-context of the process it happens in, and a ptxas hang must be killable (REFERENCE.md),
+context of the process it happens in, and a ptxas hang must be killable (docs/reference.md),
 so neither may happen in the process that serves the model. A timeout or a crash comes
 back as a status and costs one candidate.
 """

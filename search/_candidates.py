@@ -178,3 +178,13 @@ class CandidatePool:
             chosen.append(config)
             taken.add(config)
         return chosen
+
+
+def take_unseen(queue: list[Config], seen: set[Config], *, index: int = 0) -> Config | None:
+    """Pop configs from ``queue`` (at ``index``) until one is not in ``seen``; mark it seen."""
+    while queue:
+        config = queue.pop(index)
+        if config not in seen:
+            seen.add(config)
+            return config
+    return None

@@ -3,7 +3,7 @@
 Each tunable is one Optuna parameter. ``encoding="ordinal"`` (the default) makes it the
 index of its value (``IntDistribution``), so the sampler sees that BLOCK_M 128 lies
 between 64 and 256; ``"categorical"`` hides that order (Optuna's usual way with
-choices, and what REFERENCE.md found no better than random).
+choices, and what docs/reference.md found no better than random).
 
 Optuna's own trials follow the configs measured, not the ones proposed: a proposal that
 ``CandidatePool`` had to move is closed as FAIL (samplers skip failed trials) and the

@@ -1,6 +1,6 @@
 """The ask/tell plumbing every model-based adapter shares (Optuna, DEAP, scikit-optimize).
 
-REFERENCE.md measured out-of-the-box TPE and GP at random search's level on this
+docs/reference.md records (measured) out-of-the-box TPE and GP at random search's level on this
 kernel's needle landscape. What earns a model its keep is done here, once:
 
 - never ask a config the feasibility model rejects, nor one already asked or told: a
@@ -28,13 +28,10 @@ import numpy as np
 
 from flashtune.kernels.config import Config
 from flashtune.objectives.types import Measurement
-from flashtune.search._base import Strategy, cost_ms
 from flashtune.search._candidates import CandidatePool
-from flashtune.search._priors import PriorBook, PriorGuide
+from flashtune.search.priors import PriorGuide
 from flashtune.search.space import SearchSpace
-
-#: ``Measurement.source`` of a prior: knowledge from elsewhere, not a trial of this study.
-PRIOR_SOURCE = "prior"
+from flashtune.search.strategy import Strategy, check_int_option, cost_ms
 
 #: Start designs after the first config: ``latin`` (every value of every tunable about
 #: equally often), ``spread`` (greedy maximin: corners first) or ``random``.
@@ -57,13 +54,12 @@ class PooledStrategy(Strategy):
 
     def __init__(self, space: SearchSpace, *, seed: int = 0, **options: Any) -> None:
         super().__init__(space, seed=seed, **options)
-        _check_int(self, "n_startup", minimum=0)
-        _check_int(self, "prior_trials", minimum=0)
+        check_int_option(self, "n_startup", minimum=0)
+        check_int_option(self, "prior_trials", minimum=0)
         if self.options["startup"] not in STARTUP_DESIGNS:
             raise ValueError(f"{self.name}: startup must be one of {STARTUP_DESIGNS}, got {self.options['startup']!r}")
         self.rng = np.random.default_rng(seed)
         self.pool = CandidatePool(space)
-        self.priors = PriorBook()
         self.guide = PriorGuide(self.priors, self.pool.complete)
         self._guided_turn = False  # after the start, every other ask may follow the priors
         self.observed: dict[Config, float] = {}
@@ -99,9 +95,6 @@ class PooledStrategy(Strategy):
         return config
 
     def tell(self, config: Config, measurement: Measurement) -> None:
-        if measurement.source == PRIOR_SOURCE:
-            self.priors.add(measurement)
-            return
         if config in self.observed or config not in self.space:
             # The loop re-tells a repeated ask; a config outside the space teaches no model.
             return
@@ -190,8 +183,3 @@ class PooledStrategy(Strategy):
     def _rejected(self, proposal: Config) -> None:  # noqa: B027 - optional hook
         """The proposal was infeasible or known and was moved; adapters may close its trial."""
 
-
-def _check_int(strategy: Strategy, name: str, *, minimum: int) -> None:
-    value = strategy.options[name]
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        raise ValueError(f"{strategy.name}: option {name} must be an int >= {minimum}, got {value!r}")

@@ -1,7 +1,7 @@
 """SearchSpace: the kernel's declared tunables plus a feasibility constraint.
 
 Strategies see only this: names, allowed values, and whether a config can run on the
-target GPU. Built from ``flashtune.kernels.TUNABLES`` and a ``HardwareSpec`` by
+target GPU. Built from the kernel's declared tunables (``flashtune.kernels.space``) and a ``HardwareSpec`` by
 ``SearchSpace.for_workload``; any mapping and predicate work (tests use synthetic ones).
 """
 
@@ -11,6 +11,8 @@ import itertools
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
 from flashtune.kernels.config import Config, Value
+from flashtune.kernels.space import tunables_for
+from flashtune.objectives.feasibility import check
 
 Constraint = Callable[[Config], bool]
 
@@ -30,11 +32,11 @@ class SearchSpace:
 
     @classmethod
     def for_workload(cls, workload, hardware) -> SearchSpace:  # noqa: ANN001 - objectives types
-        """The kernel's space, constrained by the static feasibility model on ``hardware``."""
-        from flashtune.kernels.space import TUNABLES
-        from flashtune.objectives.feasibility import check
+        """The space of the kernel that serves ``workload`` (``kernels.space.tunables_for``:
+        decode for short queries, else prefill), constrained by the static feasibility
+        model on ``hardware``."""
 
-        return cls(TUNABLES, lambda config: check(config, workload, hardware).feasible)
+        return cls(tunables_for(workload), lambda config: check(config, workload, hardware).feasible)
 
     @property
     def names(self) -> tuple[str, ...]:

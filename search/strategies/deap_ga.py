@@ -25,9 +25,9 @@ from typing import Any, ClassVar
 from deap import algorithms, base, tools
 
 from flashtune.kernels.config import Config
-from flashtune.search._base import register
-from flashtune.search._pooled import PooledStrategy, _check_int
+from flashtune.search._pooled import PooledStrategy
 from flashtune.search.space import SearchSpace
+from flashtune.search.strategy import check_int_option
 
 
 class _Fitness(base.Fitness):
@@ -54,7 +54,6 @@ def _own_random(generator: random.Random) -> Iterator[None]:
         random.setstate(saved)
 
 
-@register
 class DeapGA(PooledStrategy):
     """Elitist genetic algorithm over index vectors.
 
@@ -81,8 +80,8 @@ class DeapGA(PooledStrategy):
 
     def __init__(self, space: SearchSpace, *, seed: int = 0, **options: Any) -> None:
         super().__init__(space, seed=seed, **options)
-        _check_int(self, "population", minimum=2)
-        _check_int(self, "offspring", minimum=1)
+        check_int_option(self, "population", minimum=2)
+        check_int_option(self, "offspring", minimum=1)
         for name in ("cxpb", "mutpb", "indpb"):
             value = self.options[name]
             if not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:

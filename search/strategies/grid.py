@@ -9,13 +9,11 @@ from __future__ import annotations
 
 from flashtune.kernels.config import Config
 from flashtune.objectives.types import Measurement
-from flashtune.search._base import Strategy, cost_ms, register
-from flashtune.search._candidates import CandidatePool
-from flashtune.search._pooled import PRIOR_SOURCE
-from flashtune.search._priors import PriorBook, PriorGuide
+from flashtune.search._candidates import CandidatePool, take_unseen
+from flashtune.search.priors import PriorGuide
+from flashtune.search.strategy import Strategy, cost_ms
 
 
-@register
 class GridSearch(Strategy):
     name = "grid"
 
@@ -24,26 +22,16 @@ class GridSearch(Strategy):
         self._pool = CandidatePool(space)  # the feasible configs, in grid order
         self._pending = list(self._pool.configs)
         self._seen: set[Config] = set()
-        self._priors = PriorBook()
-        self._guide = PriorGuide(self._priors, self._pool.complete)
+        self._guide = PriorGuide(self.priors, self._pool.complete)
 
     def ask(self) -> Config | None:
         guided = self._guide.next_open(self._is_open)
         if guided is not None:
             self._seen.add(guided)
             return guided
-        while self._pending:
-            config = self._pending.pop(0)
-            if config not in self._seen:
-                self._seen.add(config)
-                return config
-        return None
+        return take_unseen(self._pending, self._seen)
 
     def tell(self, config: Config, measurement: Measurement) -> None:
-        if measurement.source == PRIOR_SOURCE:
-            # A prior is a hint about the order, not a trial: its config is still to measure.
-            self._priors.add(measurement)
-            return
         self._seen.add(config)
         self._guide.observe(config, cost_ms(measurement))
 

@@ -28,10 +28,9 @@ import numpy as np
 import optuna
 from optuna.samplers import BaseSampler
 
-from flashtune.search._base import register
 from flashtune.search._optuna import OptunaStrategy
-from flashtune.search._pooled import _check_int
 from flashtune.search.space import SearchSpace
+from flashtune.search.strategy import check_int_option
 
 ACQUISITION_OPTIMIZERS = ("candidates", "optuna")
 
@@ -59,7 +58,6 @@ class _CandidateGPSampler(optuna.samplers.GPSampler):
         return points[int(self._rng.rng.choice(best))]
 
 
-@register
 class OptunaGP(OptunaStrategy):
     """GP-based Bayesian optimisation (log expected improvement) with the shared plumbing.
 
@@ -86,8 +84,8 @@ class OptunaGP(OptunaStrategy):
         if acquisition not in ACQUISITION_OPTIMIZERS:
             raise ValueError(f"{self.name}: acquisition must be one of {ACQUISITION_OPTIMIZERS}, got {acquisition!r}")
         super().__init__(space, seed=seed, **options)
-        _check_int(self, "trust_steps", minimum=0)
-        _check_int(self, "trust_best", minimum=1)
+        check_int_option(self, "trust_steps", minimum=0)
+        check_int_option(self, "trust_best", minimum=1)
 
     def _make_sampler(self, seed: int) -> BaseSampler:
         common = {

@@ -7,11 +7,9 @@ from typing import Any, ClassVar
 import optuna
 from optuna.samplers import BaseSampler
 
-from flashtune.search._base import register
 from flashtune.search._optuna import OptunaStrategy
 
 
-@register
 class OptunaTPE(OptunaStrategy):
     """TPE with the shared start design, repair and priors (``flashtune.search._pooled``).
 

@@ -12,13 +12,11 @@ import numpy as np
 
 from flashtune.kernels.config import Config
 from flashtune.objectives.types import Measurement
-from flashtune.search._base import Strategy, register
-from flashtune.search._candidates import CandidatePool
-from flashtune.search._pooled import PRIOR_SOURCE, _check_int
-from flashtune.search._priors import PriorBook, PriorGuide
+from flashtune.search._candidates import CandidatePool, take_unseen
+from flashtune.search.priors import PriorGuide
+from flashtune.search.strategy import Strategy, check_int_option
 
 
-@register
 class RandomSearch(Strategy):
     """Options:
         prior_trials: how many of the priors' best configs to measure before drawing.
@@ -29,33 +27,20 @@ class RandomSearch(Strategy):
 
     def __init__(self, space, *, seed: int = 0, **options) -> None:  # noqa: ANN001
         super().__init__(space, seed=seed, **options)
-        _check_int(self, "prior_trials", minimum=0)
+        check_int_option(self, "prior_trials", minimum=0)
         self._pool = CandidatePool(space)
         order = np.random.default_rng(seed).permutation(len(self._pool.configs))
         self._pending = [self._pool.configs[i] for i in order]
         self._seen: set[Config] = set()
-        self._priors = PriorBook()
         self._first: list[Config] | None = None  # the priors' best, fixed at the first ask
 
     def ask(self) -> Config | None:
         if self._first is None:
-            ranking = PriorGuide(self._priors, self._pool.complete).ranking()
+            ranking = PriorGuide(self.priors, self._pool.complete).ranking()
             feasible = [c for c in ranking if self._pool.is_open(c)]
             self._first = feasible[: int(self.options["prior_trials"])]
-        while self._first:
-            config = self._first.pop(0)
-            if config not in self._seen:
-                self._seen.add(config)
-                return config
-        while self._pending:
-            config = self._pending.pop()
-            if config not in self._seen:
-                self._seen.add(config)
-                return config
-        return None
+        config = take_unseen(self._first, self._seen)
+        return config if config is not None else take_unseen(self._pending, self._seen, index=-1)
 
     def tell(self, config: Config, measurement: Measurement) -> None:
-        if measurement.source == PRIOR_SOURCE:
-            self._priors.add(measurement)  # a hint about what to draw first, not a trial
-            return
         self._seen.add(config)

@@ -23,14 +23,13 @@ from skopt.space import Integer
 from skopt.utils import cook_estimator
 
 from flashtune.kernels.config import Config
-from flashtune.search._base import register
-from flashtune.search._pooled import PooledStrategy, _check_int
+from flashtune.search._pooled import PooledStrategy
 from flashtune.search.space import SearchSpace
+from flashtune.search.strategy import check_int_option
 
 ACQUISITIONS = ("EI", "LCB", "PI")
 
 
-@register
 class SkoptBO(PooledStrategy):
     """GP-based BO on index vectors, acquisition scored over the open feasible configs.
 
@@ -60,9 +59,9 @@ class SkoptBO(PooledStrategy):
         super().__init__(space, seed=seed, **options)
         if self.options["acq_func"] not in ACQUISITIONS:
             raise ValueError(f"{self.name}: acq_func must be one of {ACQUISITIONS}, got {self.options['acq_func']!r}")
-        _check_int(self, "n_restarts", minimum=0)
-        _check_int(self, "trust_steps", minimum=0)
-        _check_int(self, "trust_best", minimum=1)
+        check_int_option(self, "n_restarts", minimum=0)
+        check_int_option(self, "trust_steps", minimum=0)
+        check_int_option(self, "trust_best", minimum=1)
         # A tunable with one value carries no information and skopt rejects an empty range.
         self._modelled = [i for i, name in enumerate(space.names) if len(space.values(name)) > 1]
         self._optimizer: Optimizer | None = None

@@ -68,7 +68,7 @@ def h100_replay_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def empty_mlflow_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """An MLflow database with its schema made once: MLflow's migrations take seconds."""
-    from flashtune.experiments.tracking import mlflow_client
+    from flashtune.experiments.tracking.tracker import mlflow_client
 
     path = tmp_path_factory.mktemp("template") / "mlflow.db"
     mlflow_client(f"sqlite:///{path}").search_experiments(max_results=1)

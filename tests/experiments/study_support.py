@@ -68,7 +68,7 @@ def write_tables(folder: Path, hardware: HardwareSpec, workloads: Sequence[Workl
 
 def flashtune_command(*args: str) -> list[str]:
     """The CLI, run by this interpreter (the venv's), as a user would run ``flashtune``."""
-    return [sys.executable, "-m", "flashtune.experiments.cli", *args]
+    return [sys.executable, "-m", "flashtune.experiments.cli.main", *args]
 
 
 def cli_env() -> dict[str, str]:

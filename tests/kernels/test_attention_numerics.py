@@ -1,7 +1,7 @@
 """Kernel numerics against the float32 reference: odd shapes, GQA, q_len != kv_len, causal.
 
 On the CPU this runs Triton's interpreter in fp16/fp32 (its bf16 dot is broken,
-REFERENCE.md); bf16 is covered on the GPU (tests/gpu).
+docs/reference.md); bf16 is covered on the GPU (tests/gpu).
 """
 
 import itertools

@@ -76,5 +76,6 @@ def test_causal_must_be_bool():
 
 def test_validate_config_returns_config():
     cfg = validate_config({"BLOCK_M": 64, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2})
-    complete = Config(BLOCK_M=64, BLOCK_N=32, num_warps=4, num_stages=2, loads="pointer", use_fp8=False, grid="tiles")
+    complete = Config(BLOCK_M=64, BLOCK_N=32, num_warps=4, num_stages=2, loads="pointer", use_fp8=False, grid="tiles",
+                      kernel="prefill")
     assert isinstance(cfg, Config) and hash(cfg) == hash(complete)

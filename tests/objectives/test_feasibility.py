@@ -11,7 +11,7 @@ from flashtune.objectives.feasibility import check
 
 
 def test_model_matches_the_requirement_measured_on_the_h200():
-    # REFERENCE.md: 64/128/stages 4 at head_dim 128 needed exactly 278,528 B.
+    # docs/reference.md: 64/128/stages 4 at head_dim 128 needed exactly 278,528 B.
     cfg = Config(BLOCK_M=64, BLOCK_N=128, num_warps=4, num_stages=4)
     assert shared_memory_bytes(cfg, head_dim=128) == 278_528
 
@@ -57,3 +57,56 @@ def test_model_agrees_with_triton_on_the_recorded_h200_space():
     for m in measurements:
         if m.shared_bytes is not None and m.status.value != "infeasible":
             assert shared_memory_bytes(m.config, head_dim=m.workload.head_dim) == m.shared_bytes, m.config
+
+
+DECODE_W = Workload(1, 32, 8, 1, 32768, 128)
+
+
+def test_decode_configs_are_modelled_with_their_packed_query_tile():
+    cfg = Config(kernel="decode", BLOCK_N=64, num_splits=16, num_warps=4, num_stages=3)
+    # 16 packed rows (4 heads x 1 query, padded for tl.dot), mma.sync: 2 K/V buffers + P tile
+    # (71,680 B: Triton's own figure on the H200).
+    assert shared_memory_bytes(cfg, head_dim=128, block_h=16) == 16 * 128 * 2 + 2 * 2 * 64 * 128 * 2 + 2 * 16 * 64
+    assert shared_memory_bytes(cfg, head_dim=128, block_h=16) == 71_680
+    # 64 packed rows on Hopper take wgmma: one buffer per stage.
+    assert shared_memory_bytes(cfg, head_dim=128, block_h=64) == 64 * 128 * 2 + 3 * 2 * 64 * 128 * 2
+    mqa = Workload(1, 32, 1, 4, 4096, 128)  # 32 heads x 4 queries: rows capped at 64
+    assert check(cfg, mqa, known_specs()["h200"]).shared_bytes == shared_memory_bytes(cfg, head_dim=128, block_h=64)
+
+
+def test_decode_space_on_the_h200():
+    from flashtune.kernels.space import DECODE_TUNABLES
+    from flashtune.search.space import SearchSpace
+
+    h200 = known_specs()["h200"]
+    space = SearchSpace.for_workload(DECODE_W, h200)
+    assert space.tunables == dict(DECODE_TUNABLES)
+    feasible = space.feasible_configs()
+    assert 0 < len(feasible) < space.size
+    deep = Config(kernel="decode", BLOCK_N=256, num_splits=1, num_warps=8, num_stages=5)
+    verdict = check(deep, DECODE_W, h200)
+    assert not verdict.feasible and "shared memory" in verdict.reason
+    # The split count changes no resource: the verdict is the same for every value.
+    for c in feasible[:20]:
+        assert all(space.is_feasible(c.replace(num_splits=s)) for s in DECODE_TUNABLES["num_splits"])
+    tma = Config(kernel="decode", BLOCK_N=64, num_splits=8, num_warps=4, num_stages=3, loads="tma")
+    assert check(tma, DECODE_W, h200).feasible
+    assert not check(tma, DECODE_W, known_specs()["a100"]).feasible  # TMA is Hopper-and-newer
+    prefill = SearchSpace.for_workload(Workload(1, 32, 8, 17, 4096, 128), h200)
+    assert "BLOCK_M" in prefill.names and "num_splits" not in prefill.names
+
+
+DECODE_RECORDED = sorted((Path(__file__).parents[2] / "experiments" / "data" / "h200_decode").glob("*.jsonl"))
+
+
+@pytest.mark.skipif(not DECODE_RECORDED, reason="no recorded H200 decode tables")
+def test_decode_model_predicts_triton_shared_memory_on_the_recorded_sweep():
+    from flashtune.kernels.space import decode_block_h
+    from flashtune.objectives.replay import load_table
+
+    measured = [m for path in DECODE_RECORDED for m in load_table(path) if m.shared_bytes is not None]
+    assert len(measured) >= 1000
+    for m in measured:
+        w = m.workload
+        block_h = decode_block_h(w.q_heads // w.kv_heads, w.q_len)
+        assert shared_memory_bytes(m.config, head_dim=w.head_dim, block_h=block_h) == m.shared_bytes, m.config

@@ -27,6 +27,7 @@ def recorder(monkeypatch: pytest.MonkeyPatch) -> Recorder:
 
     rec = Recorder()
     monkeypatch.setattr(dispatch, "_launcher", rec)
+    monkeypatch.setattr(dispatch, "_prepare", lambda *a, **kw: None)  # every call reaches the recorder
     return rec
 
 

@@ -81,7 +81,7 @@ def test_priors_are_feasible_prior_measurements_without_duplicates():
 
 
 def test_priors_rank_first_in_the_search_prior_book(h200):
-    book_module = pytest.importorskip("flashtune.search._priors")
+    book_module = pytest.importorskip("flashtune.search.priors")
     workload = SUITE[1]
     priors = baseline_priors(h200, workload)
     book = book_module.PriorBook()

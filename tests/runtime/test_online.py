@@ -9,7 +9,7 @@ import torch
 from runtime_helpers import cfg
 
 from flashtune.kernels.config import Config
-from flashtune.kernels.space import SAFE_DEFAULT, TUNABLES
+from flashtune.kernels.space import SAFE_DEFAULT, TUNABLES, validate_config
 from flashtune.objectives.feasibility import check
 from flashtune.objectives.types import Measurement, Status, Workload
 from flashtune.runtime.dispatch import Dispatcher
@@ -221,6 +221,9 @@ def test_bad_tuner_arguments(setup):
 def test_neighbours_differ_in_one_knob():
     for n in neighbours(SAFE_DEFAULT):
         assert sum(n[name] != SAFE_DEFAULT[name] for name in TUNABLES) == 1
+    decode = validate_config(Config(kernel="decode", BLOCK_N=64, num_splits=4, num_warps=4, num_stages=2))
+    near = neighbours(decode)
+    assert near and all(validate_config(n) == n and sum(n[k] != decode[k] for k in decode) == 1 for n in near)
 
 
 def test_default_candidates_are_feasible_priors_and_neighbours(setup, h200):

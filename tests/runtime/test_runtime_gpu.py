@@ -101,7 +101,7 @@ def test_online_tuner_times_with_cuda_events(store_path):
 
 def test_small_llama_matches_sdpa():
     transformers = pytest.importorskip("transformers")
-    from flashtune.runtime.hf_attention import register
+    from flashtune.runtime.hf_attention import register, set_attention
 
     name = register()
     config = transformers.LlamaConfig(
@@ -113,9 +113,9 @@ def test_small_llama_matches_sdpa():
     ids = torch.randint(0, 1000, (2, 256), device="cuda")
     with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        _set_attention(model, "sdpa")
+        set_attention(model, "sdpa")
         ref = model(ids).logits.float()
-        _set_attention(model, name)
+        set_attention(model, name)
         out = model(ids).logits.float()
     fallbacks = [str(w.message) for w in caught if "flashtune attention" in str(w.message)]
     assert not fallbacks, fallbacks  # our kernel ran, not the SDPA fallback
@@ -123,8 +123,56 @@ def test_small_llama_matches_sdpa():
     assert relative_error(out, ref) < 5e-2
 
 
-def _set_attention(model: torch.nn.Module, name: str) -> None:
-    if hasattr(model, "set_attn_implementation"):
-        model.set_attn_implementation(name)
-    else:  # transformers before set_attn_implementation read the config at forward time
-        model.config._attn_implementation = name
+@pytest.mark.parametrize("q_len, heads, kv_heads", [(1, 32, 8), (4, 32, 8), (1, 16, 1)])
+def test_decode_class_runs_the_decode_kernel_through_the_runtime(store_path, q_len, heads, kv_heads):
+    d = Dispatcher(store_path)
+    q, k, v = _qkv(batch=2, heads=heads, kv_heads=kv_heads, q_len=q_len, kv_len=4097)
+    for seed in (1, 2):  # the first call takes the launcher, the second the prepared launch
+        q, _, _ = _qkv(batch=2, heads=heads, kv_heads=kv_heads, q_len=q_len, kv_len=4097, seed=seed)
+        out = d(q, k, v, causal=True)
+        assert relative_error(out, reference_attention(q, k, v, causal=True)) < 2e-2
+    resolution = d.explain(q, k, causal=True)
+    assert resolution.config["kernel"] == "decode" and resolution.bucket.kind == "decode"
+    assert "decode default" in resolution.detail and len(d._calls) == 1
+
+
+def test_cuda_graph_captures_a_whole_decode_step_and_replays_new_inputs(store_path):
+    """Several layers' attention with fixed buffers and per-sequence lengths on the device,
+    captured once, replayed after the inputs (queries, new cache rows, lengths) change in place."""
+    d = Dispatcher(store_path)
+    layers, batch, heads, kv_heads, capacity, head_dim = 3, 4, 16, 4, 2048, 128
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    rand = lambda *shape: torch.randn(*shape, generator=gen, device="cuda").to(torch.bfloat16)  # noqa: E731
+    qs = [rand(batch, heads, 1, head_dim) for _ in range(layers)]
+    ks = [rand(batch, kv_heads, capacity, head_dim) for _ in range(layers)]
+    vs = [rand(batch, kv_heads, capacity, head_dim) for _ in range(layers)]
+    seqlens = torch.tensor([1000, 17, 1, 2048], dtype=torch.int32, device="cuda")
+
+    def step() -> list[torch.Tensor]:
+        return [d(qs[i], ks[i], vs[i], causal=True, cache_seqlens=seqlens) for i in range(layers)]
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):  # warm-up: compile, resolve, prepare
+            step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        outs = step()
+    for lengths in ([1001, 18, 2, 2048], [5, 1500, 0, 64]):
+        for i in range(layers):
+            qs[i].copy_(rand(batch, heads, 1, head_dim))
+            ks[i][:, :, 1000:1001].copy_(rand(batch, kv_heads, 1, head_dim))  # a decoding step's new row
+            vs[i][:, :, 1000:1001].copy_(rand(batch, kv_heads, 1, head_dim))
+        seqlens.copy_(torch.tensor(lengths, dtype=torch.int32))
+        graph.replay()
+        torch.cuda.synchronize()
+        for i in range(layers):
+            for b, n in enumerate(lengths):
+                if n == 0:
+                    assert outs[i][b].abs().max() == 0
+                    continue
+                ref = reference_attention(qs[i][b:b + 1], ks[i][b:b + 1, :, :n], vs[i][b:b + 1, :, :n], causal=True)
+                assert relative_error(outs[i][b:b + 1], ref) < 2e-2, (lengths, i, b)
+    assert all(d.explain(qs[0], ks[0], causal=True).config["kernel"] == "decode" for _ in range(1))

@@ -35,7 +35,7 @@ def test_written_file_is_sorted_json_and_leaves_no_temporaries(store_path, h200)
     store = Store(store_path)
     store.merge([entry(h200, B2, cfg(128, 64, 8, 3)), entry(h200, B1, cfg(128, 64, 8, 3))])
     doc = json.loads(store_path.read_text())
-    assert doc["format"] == "flashtune.configs" and doc["version"] == 1
+    assert doc["format"] == "flashtune.configs" and doc["version"] == 2
     assert [e["bucket"]["causal"] for e in doc["entries"]] == [False, True]
     leftovers = {p.name for p in store_path.parent.iterdir()} - {"configs.json", "configs.json.lock"}
     assert not leftovers
@@ -48,8 +48,8 @@ def test_writer_moves_a_corrupt_file_aside_and_refuses_a_newer_format(store_path
     assert len(caught) == 1
     assert len(read_snapshot(store_path)) == 1
     assert any(p.name.startswith("configs.json.corrupt.") for p in store_path.parent.iterdir())
-    store_path.write_text(json.dumps({"format": "flashtune.configs", "version": 2, "entries": []}))
-    with pytest.raises(ValueError, match="format version 2"):
+    store_path.write_text(json.dumps({"format": "flashtune.configs", "version": 3, "entries": []}))
+    with pytest.raises(ValueError, match="format version 3"):
         Store(store_path).merge([entry(h200, B1, cfg(128, 64, 8, 3))])
 
 
@@ -79,7 +79,7 @@ def _m(config, workload, ms, **kw) -> Measurement:
 
 def test_export_best_keeps_the_fastest_success_per_bucket(store_path):
     w4k = Workload(4, 32, 32, 4096, 4096, 128, "bfloat16", False)
-    w3k = Workload(2, 32, 32, 3000, 3000, 128, "bfloat16", False)  # same bucket as 4k
+    w3k = Workload(4, 32, 32, 3000, 3000, 128, "bfloat16", False)  # same bucket as 4k (and batch x heads)
     w1k = Workload(4, 32, 32, 1024, 1024, 128, "bfloat16", False)
     measurements = [
         _m(cfg(128, 64, 8, 3), w4k, 2.0),
@@ -150,3 +150,19 @@ def test_entries_are_validated_per_gpu_when_first_looked_up(store_path, h200):
     with store_warnings() as caught:
         assert len(snap) == 1  # validating everything finds the broken one: one warning
     assert len(caught) == 1 and "entries/1" in str(caught[0].message) and "BLOCK_M" in str(caught[0].message)
+
+
+def test_format_1_file_is_served_as_prefill_and_rewritten_as_format_2(store_path, h200):
+    old = entry(h200, Bucket("bfloat16", True, 128, 4, 1, 4096), cfg(128, 64, 8, 3)).to_dict()
+    old["bucket"].pop("kind")  # what a format-1 writer wrote
+    store_path.write_text(json.dumps({"format": "flashtune.configs", "version": 1, "entries": [old]}))
+    key = (h200.fingerprint, kernel_source_hash(), triton_version())
+    snap = read_snapshot(store_path)
+    prefill_any = Bucket("bfloat16", True, 128, 4, 1, 4096, "prefill", 8)
+    assert snap.exact(key, prefill_any).config == cfg(128, 64, 8, 3)  # any batch x heads: an exact hit
+    assert snap.exact(key, Bucket("bfloat16", True, 128, 4, 1, 4096, "decode", 8)) is None
+    assert snap.nearest(key, Bucket("bfloat16", True, 128, 4, 1, 2048, "decode", 8)) == []
+    Store(store_path).merge([entry(h200, B1, cfg(256, 64, 8, 3))])
+    doc = json.loads(store_path.read_text())
+    assert doc["version"] == 2 and len(doc["entries"]) == 2
+    assert {e["bucket"]["kind"] for e in doc["entries"]} == {"prefill"}

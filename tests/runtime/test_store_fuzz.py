@@ -98,7 +98,7 @@ def _set(doc: dict, path: tuple, value) -> dict:
 WRONG = [
     (("format",), "pickle"),
     (("version",), "1"),
-    (("version",), 2),  # stale: a newer format
+    (("version",), 3),  # stale: a newer format
     (("entries",), {"a": 1}),
     (("entries", 0), "entry"),
     (("entries", 0, "fingerprint"), 123),

@@ -12,7 +12,7 @@ import pytest
 from flashtune.kernels.config import Config
 from flashtune.objectives.types import Measurement, Status
 from flashtune.search import make_strategy, run, strategy_names
-from flashtune.search._priors import MIN_CHECKS, PriorBook, PriorGuide, spearman
+from flashtune.search.priors import MIN_CHECKS, PriorBook, PriorGuide, spearman
 
 from conftest import WORKLOAD  # noqa: E402 - tests/search is on sys.path
 
@@ -175,3 +175,26 @@ def test_a_misleading_prior_costs_a_few_trials(name, needle_space, needle_evalua
     # The priors' best are measured first whatever they are; after MIN_CHECKS measurements
     # the guide stops following them. What is left is a model that saw the worst corner.
     assert np.median(misled) <= np.median(cold) + 3 + MIN_CHECKS
+
+
+# -- priors through the strategy's API, not a field value --------------------------------------
+
+
+@pytest.mark.parametrize("name", ["grid", "random", "tpe"])
+def test_warm_start_orders_the_first_asks(name: str, needle_space, needle_measurements) -> None:
+    """Priors handed to ``warm_start`` come first; their ``source`` field plays no part."""
+    priors = [dataclasses.replace(m, source="measured", fingerprint="other-gpu") for m in needle_measurements]
+    best = _ranked(priors, needle_space)[0]
+    strategy = make_strategy(name, needle_space, seed=0)
+    strategy.warm_start(priors)
+    assert strategy.ask() == best
+
+
+def test_a_prior_told_as_a_trial_is_a_trial(needle_space, needle_measurements) -> None:
+    """``tell`` records a measurement of this study whatever its ``source`` says: no magic value."""
+    ok = sorted((m for m in needle_measurements if m.ok and needle_space.is_feasible(m.config)),
+                key=lambda m: m.median_ms)
+    strategy = make_strategy("grid", needle_space, seed=0)
+    strategy.tell(ok[0].config, dataclasses.replace(ok[0], source="prior"))
+    asked = [strategy.ask() for _ in range(5)]
+    assert ok[0].config not in asked, "a told config is measured: asking it again would repeat a trial"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from flashtune.kernels.config import Config
 from flashtune.objectives.types import Measurement, Status, Workload
-from flashtune.search._priors import PriorBook
+from flashtune.search.priors import PriorBook
 
 SMALL = Workload(1, 8, 8, 1024, 1024, 64)
 LARGE = Workload(8, 32, 32, 8192, 8192, 128)

@@ -1,0 +1,147 @@
+"""fp8 kernel-only timing: e4m3 inputs quantized once, outside the timed region.
+
+Why: the recorded fp8 rows (experiments/data/h200_variants/run4_fp8_*) time
+``launch``, which quantizes Q, K, V on every call, so they mix two costs. Here each case
+is timed as (a) our best bf16 config, (b) the best fp8 configs on pre-quantized inputs
+(``launch_quantized``), (c) the best fp8 config with quantization in the call, (d)
+``quantize_fp8`` alone, and (e) SDPA cuDNN, interleaved (A B C ... A B C) so all figures
+of a case come from the same minutes of the card. Configs come from the recorded tables
+(best_configs). Usage on the GPU::
+
+    python -m flashtune.experiments.benchmarks.bench_fp8 --json fp8.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+from pathlib import Path
+
+from flashtune.experiments.evaluation.best_configs import best_configs
+from flashtune.kernels.attention import launch, launch_quantized, quantize_fp8
+from flashtune.kernels.reference import relative_error
+from flashtune.objectives.bench import make_inputs
+from flashtune.objectives.types import Workload
+
+#: (workload timed, table whose ranking picks its configs): head_dim 128 and 256, long sequences.
+CASES: tuple[tuple[Workload, str], ...] = (
+    (Workload(2, 32, 32, 8192, 8192, 128, "bfloat16", False), "b4_h32_n4096_d128_full_bfloat16"),
+    (Workload(2, 16, 16, 8192, 8192, 256, "bfloat16", False), "b2_h16_n8192_d256_full_bfloat16"),
+)
+
+
+def summarize(samples_ms: dict[str, list[float]], flops: float) -> dict[str, dict[str, float]]:
+    """Median ms and TFLOP/s of each timed variant (inf/NaN samples mean 'did not run')."""
+    out = {}
+    for name, values in samples_ms.items():
+        finite = [v for v in values if math.isfinite(v)]
+        med = statistics.median(finite) if finite else math.nan
+        out[name] = {"ms": med, "tflops": flops / (med * 1e-3) / 1e12 if finite else 0.0}
+    return out
+
+
+def ratios(result: dict[str, dict[str, float]]) -> dict[str, float]:
+    """fp8 kernel-only and with-quantization against our bf16 and cuDNN (0 when missing)."""
+    def best(prefix: str) -> float:
+        return max((v["tflops"] for k, v in result.items() if k.startswith(prefix)), default=0.0)
+
+    bf16, cudnn = best("bf16"), best("sdpa_cudnn")
+    fp8, fp8q = best("fp8_kernel"), best("fp8_with_quant")
+
+    def div(a: float, b: float) -> float:
+        return a / b if a and b else 0.0
+
+    return {"fp8_kernel/bf16": div(fp8, bf16), "fp8_kernel/cudnn": div(fp8, cudnn),
+            "fp8_with_quant/bf16": div(fp8q, bf16), "bf16/cudnn": div(bf16, cudnn)}
+
+
+def run_case(workload: Workload, table: str, *, rounds: int, top_fp8: int) -> dict:
+    """Time one case on the GPU; every variant that fails is reported, the rest still run."""
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from triton.testing import do_bench
+
+
+    q, k, v = make_inputs(workload, seed=99, dev=torch.device("cuda"))
+    scale = 1.0 / math.sqrt(workload.head_dim)
+    qz = quantize_fp8(q, k, v)
+    bf16 = [c for c, _ in best_configs(table, fp8=False, top=1)]
+    fp8 = [c for c, _ in best_configs(table, fp8=True, top=top_fp8, distinct=("BLOCK_M", "BLOCK_N", "num_warps", "loads"))]
+    outs = {}
+
+    def ours(name, fn, config):
+        outs[name] = torch.empty_like(q)
+        return lambda: fn(config, outs[name])
+
+    fns = {}
+    for i, c in enumerate(bf16):
+        fns[f"bf16#{i}"] = ours(f"bf16#{i}", lambda c, o: launch(q, k, v, o, causal=False, scale=scale, config=c), c)
+    for i, c in enumerate(fp8):
+        fns[f"fp8_kernel#{i}"] = ours(f"fp8_kernel#{i}", lambda c, o: launch_quantized(*qz, o, causal=False, scale=scale, config=c), c)
+    if fp8:
+        fns["fp8_with_quant#0"] = ours("fp8_with_quant#0", lambda c, o: launch(q, k, v, o, causal=False, scale=scale, config=c), fp8[0])
+    fns["quantize_only"] = lambda: quantize_fp8(q, k, v)
+
+    def cudnn():
+        with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+            return F.scaled_dot_product_attention(q, k, v)
+
+    fns["sdpa_cudnn"] = cudnn
+    errors: dict[str, str] = {}
+    samples: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            if name in errors:
+                continue
+            try:
+                samples[name].append(float(do_bench(fn, warmup=10, rep=60, return_mode="median")))
+            except Exception as exc:  # a config that does not compile here: say so, keep going
+                errors[name] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+                samples[name].append(math.inf)
+    result = summarize(samples, workload.flops)
+    result["quantize_only"]["tflops"] = 0.0  # not attention: its ms is the figure
+    ref = F.scaled_dot_product_attention(q, k, v).float()  # whichever backend torch picks
+    rel = {name: relative_error(o.float(), ref) for name, o in outs.items() if name not in errors}
+    return {
+        "workload": workload.name, "config_table": table,
+        "configs": {"bf16": [c.to_dict() for c in bf16], "fp8": [c.to_dict() for c in fp8]},
+        "timings": result, "ratios": ratios(result), "rel_error_vs_sdpa": rel, "errors": errors,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--top-fp8", type=int, default=3, help="fp8 configs per case (by the recorded ranking)")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args(argv)
+    import torch
+
+    results = []
+    for workload, table in CASES:
+        results.append(run_case(workload, table, rounds=args.rounds, top_fp8=args.top_fp8))
+        if args.json:  # after each case: a killed run keeps what it measured
+            args.json.write_text(json.dumps({"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
+                                             "cases": results}, indent=2) + "\n")
+    print(f"\n{torch.cuda.get_device_name()}: fp8 kernel-only (pre-quantized) vs bf16 and cuDNN, TFLOP/s")
+    print("| workload | bf16 | fp8 kernel | fp8 + quant | cuDNN | fp8k/bf16 | fp8k/cuDNN | quantize ms |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in results:
+        t, x = r["timings"], r["ratios"]
+
+        def best(p):
+            return max((v["tflops"] for k, v in t.items() if k.startswith(p)), default=0.0)
+
+        print(f"| {r['workload']} | {best('bf16'):.0f} | {best('fp8_kernel'):.0f} | {best('fp8_with_quant'):.0f} | "
+              f"{best('sdpa_cudnn'):.0f} | {x['fp8_kernel/bf16']:.2f}x | {x['fp8_kernel/cudnn']:.2f}x | "
+              f"{t['quantize_only']['ms']:.3f} |")
+        if r["errors"]:
+            print(f"|   errors: {r['errors']} |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

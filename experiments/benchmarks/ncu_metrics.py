@@ -1,0 +1,218 @@
+"""Nsight Compute metrics of the best configs: where the kernel's time goes.
+
+Why: the tuner's objective is time; when the best config misses a target (cuDNN, the fp8
+target), the counters say which resource limits it: DRAM bandwidth, the tensor pipe,
+the issue slots, or occupancy (registers, shared memory). Three parts:
+
+- ``target``: the program ncu profiles; it launches each named workload's best recorded
+  config once (the GPU side).
+- ``metrics``: the ``--metrics`` list, filtered by what this ncu knows (a name it does not
+  know aborts the whole profile), from ``ncu --query-metrics`` output.
+- ``parse``: ncu's raw CSV page -> JSON, one record per kernel, with the headline figures
+  named (CPU). ``log_to_mlflow`` puts those figures onto a trial's MLflow run.
+- ``log``: each record onto the MLflow trial runs that measured its workload and config
+  (``attach_to_trials``), so the counters sit with the trial in the UI.
+
+    ncu --clock-control none -k regex:attention_forward --section SpeedOfLight ... \\
+        --metrics $(python -m flashtune.experiments.benchmarks.ncu_metrics metrics q.txt) -o rep \\
+        python -m flashtune.experiments.benchmarks.ncu_metrics target NAME...
+    ncu --import rep.ncu-rep --csv --page raw > raw.csv
+    python -m flashtune.experiments.benchmarks.ncu_metrics parse raw.csv --json ncu.json NAME...
+    python -m flashtune.experiments.benchmarks.ncu_metrics log ncu.json --experiment h200 [--tracking-uri URI]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import sys
+from pathlib import Path
+from flashtune.experiments.evaluation.best_configs import best_configs
+from flashtune.experiments.evaluation.prior_mlflow import RUN_ID_KEY, trial_measurements_of_experiment
+from flashtune.experiments.tracking.tracker import DEFAULT_TRACKING_URI
+from flashtune.kernels.attention import launch
+from flashtune.kernels.space import validate_config
+from flashtune.objectives.bench import make_inputs
+from flashtune.objectives.types import SUITE
+
+#: Headline figures: (name in our JSON, ncu raw metric). Alternatives for one figure are
+#: listed in order; the first present wins (metric names moved between ncu versions).
+HEADLINES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("duration", ("gpu__time_duration.sum",)),
+    ("dram_bandwidth", ("dram__bytes.sum.per_second",)),
+    ("dram_throughput_pct", ("dram__throughput.avg.pct_of_peak_sustained_elapsed",)),
+    ("l2_bandwidth", ("lts__t_bytes.sum.per_second",)),
+    ("sm_throughput_pct", ("sm__throughput.avg.pct_of_peak_sustained_elapsed",)),
+    ("tensor_pipe_pct", ("sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active",
+                         "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active",
+                         "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active")),
+    ("tensor_pipe_hmma_pct", ("sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active",)),
+    ("xu_pipe_pct", ("sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active",)),
+    ("fma_pipe_pct", ("sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active",)),
+    ("alu_pipe_pct", ("sm__pipe_alu_cycles_active.avg.pct_of_peak_sustained_active",)),
+    ("issue_active_pct", ("smsp__issue_active.avg.pct_of_peak_sustained_active",)),
+    ("achieved_occupancy_pct", ("sm__warps_active.avg.pct_of_peak_sustained_active",)),
+    ("theoretical_occupancy_pct", ("sm__maximum_warps_per_active_cycle_pct",)),
+    ("registers_per_thread", ("launch__registers_per_thread",)),
+    ("shared_mem_per_block", ("launch__shared_mem_per_block_dynamic", "launch__shared_mem_per_block")),
+    ("block_size", ("launch__block_size",)),
+    ("grid_size", ("launch__grid_size",)),
+)
+
+#: Sections every profile takes (their metrics exist on every ncu that has the section).
+SECTIONS = ("SpeedOfLight", "LaunchStats", "Occupancy", "ComputeWorkloadAnalysis", "MemoryWorkloadAnalysis", "WarpStateStats")
+
+
+def metrics_arg(query_output: str) -> str:
+    """Comma list of the headline metrics whose base name ``ncu --query-metrics`` lists."""
+    known = {line.split()[0] for line in query_output.splitlines() if line.strip() and "__" in line.split()[0]}
+    wanted = [m for _, alts in HEADLINES for m in alts if not m.startswith("launch__")]
+    return ",".join(dict.fromkeys(m for m in wanted if m.split(".")[0] in known))
+
+
+def _number(text: str) -> float | str:
+    try:
+        return float(text.replace(",", ""))
+    except ValueError:
+        return text
+
+
+def parse(raw_csv: str, labels: list[str] | None = None) -> list[dict]:
+    """ncu's ``--page raw --csv`` (a header row, a units row, one row per kernel) -> records."""
+    rows = [r for r in csv.reader(io.StringIO(raw_csv)) if r and not r[0].startswith("==")]
+    if len(rows) < 2:
+        return []
+    header, units, data = rows[0], rows[1], rows[2:]
+    records = []
+    for i, row in enumerate(data):
+        values = dict(zip(header, row))
+        unit = dict(zip(header, units))
+        rec: dict = {"label": labels[i] if labels and i < len(labels) else f"kernel{i}",
+                     "kernel": values.get("Kernel Name", ""), "metrics": {}, "units": {}}
+        for name, alts in HEADLINES:
+            for metric in alts:
+                if values.get(metric, "") not in ("", "n/a"):
+                    rec["metrics"][name] = _number(values[metric])
+                    rec["units"][name] = unit.get(metric, "")
+                    break
+        # Warp stall reasons: ncu 2025's raw page names them ..._per_issue_active.ratio (warps
+        # stalled for that reason per issued instruction); older ones ..._per_warp_active.pct.
+        stalls = {k: _number(v) for k, v in values.items()
+                  if "issue_stalled" in k and not k.split("issue_stalled_")[1].startswith("selected")
+                  and k.endswith(("per_warp_active.pct", "per_issue_active.ratio")) and v not in ("", "n/a")}
+        rec["stalls"] = dict(sorted(((k, v) for k, v in stalls.items() if isinstance(v, float)),
+                                        key=lambda kv: -kv[1])[:8])
+        records.append(rec)
+    return records
+
+
+def stall_reason(metric: str) -> str:
+    """'smsp__..._issue_stalled_long_scoreboard_per_issue_active.ratio' -> 'long_scoreboard'."""
+    reason = metric.split("issue_stalled_")[1]
+    for suffix in ("_per_warp_active.pct", "_per_issue_active.ratio"):
+        reason = reason.removesuffix(suffix)
+    return reason
+
+
+def log_to_mlflow(record: dict, run_id: str | None = None, *, tracking_uri: str | None = None) -> None:
+    """Log a parsed record's numeric figures as ``ncu.<name>`` metrics on an MLflow run
+    (the active run, or ``run_id`` in ``tracking_uri``): the counters then sit next to the
+    trial they explain."""
+    import mlflow
+
+    numeric = {f"ncu.{k}": float(v) for k, v in record["metrics"].items() if isinstance(v, (int, float))}
+    numeric |= {f"ncu.stall.{stall_reason(k)}": float(v) for k, v in record.get("stalls", {}).items()}
+    if run_id is None:
+        mlflow.log_metrics(numeric)
+    else:
+        mlflow.tracking.MlflowClient(tracking_uri=tracking_uri).log_batch(
+            run_id, metrics=[mlflow.entities.Metric(k, v, 0, 0) for k, v in numeric.items()])
+
+
+def attach_to_trials(records: list[dict], tracking_uri: str, experiment: str) -> list[tuple[str, str]]:
+    """Log each record onto every trial run of a GPU model's MLflow experiment that measured
+    the record's workload (its label, a ``Workload.name``) with the record's config.
+
+    Returns:
+        (label, run id) for each run written; a record no trial matches is left out.
+
+    Raises:
+        ValueError: no such experiment, or a record has no label or config.
+    """
+
+    trials = trial_measurements_of_experiment(tracking_uri, experiment)
+    written = []
+    for number, record in enumerate(records):
+        if not record.get("label") or not record.get("config"):
+            raise ValueError(f"ncu record {number} has no label or config: run `parse` with workload names")
+        config = validate_config(record["config"])  # fills implied knobs, as trials store them
+        for m in trials:
+            if m.workload.name == record["label"] and m.config == config and m.versions.get(RUN_ID_KEY):
+                log_to_mlflow(record, m.versions[RUN_ID_KEY], tracking_uri=tracking_uri)
+                written.append((record["label"], m.versions[RUN_ID_KEY]))
+    return written
+
+
+def target(names: list[str]) -> None:
+    """Launch each workload's best recorded bf16 config once (compiling first), then sync."""
+    import math
+
+    import torch
+
+
+    by_name = {w.name: w for w in SUITE}
+    for name in names:
+        w = by_name[name]
+        (config, tflops), = best_configs(name, top=1)
+        q, k, v = make_inputs(w, seed=5, dev=torch.device("cuda"))
+        out = torch.empty_like(q)
+        launch(q, k, v, out, causal=w.causal, scale=1 / math.sqrt(w.head_dim), config=config)
+        torch.cuda.synchronize()
+        print(f"{name}: {config.to_dict()} (recorded {tflops:.0f} TFLOP/s)", flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    t = sub.add_parser("target")
+    t.add_argument("names", nargs="+")
+    m = sub.add_parser("metrics")
+    m.add_argument("query_output", type=Path)
+    p = sub.add_parser("parse")
+    p.add_argument("raw_csv", type=Path)
+    p.add_argument("names", nargs="*")
+    p.add_argument("--json", type=Path, required=True)
+    g = sub.add_parser("log", help="put a parsed JSON's figures onto the MLflow trials that measured them")
+    g.add_argument("ncu_json", type=Path)
+    g.add_argument("--experiment", required=True, help="GPU model: h200, 'NVIDIA H200' or 'flashtune/NVIDIA H200'")
+    g.add_argument("--tracking-uri", default=None, help="default: flashtune tune's")
+    args = parser.parse_args(argv)
+    if args.cmd == "target":
+        target(args.names)
+    elif args.cmd == "log":
+
+        records = json.loads(args.ncu_json.read_text())
+        written = attach_to_trials(records, args.tracking_uri or DEFAULT_TRACKING_URI, args.experiment)
+        for label, run_id in written:
+            print(f"{label}: ncu figures logged on trial run {run_id}")
+        if not written:
+            print("no trial in the experiment measured these workloads and configs", file=sys.stderr)
+            return 1
+    elif args.cmd == "metrics":
+        print(metrics_arg(args.query_output.read_text(errors="replace")))
+    else:
+
+        records = parse(args.raw_csv.read_text(errors="replace"), args.names)
+        for rec in records:
+            if rec["label"] in args.names:
+                rec["config"] = best_configs(rec["label"], top=1)[0][0].to_dict()
+        args.json.write_text(json.dumps(records, indent=2) + "\n")
+        for rec in records:
+            print(rec["label"], json.dumps(rec["metrics"]))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

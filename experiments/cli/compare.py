@@ -1,0 +1,182 @@
+"""``flashtune compare``: search strategies x seeds x workloads on recorded spaces (replay); the report and curves."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import json
+import shlex
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from flashtune.experiments.evaluation.compare import DEFAULT_TABLES, PRIOR_MODES, RunResult, RunSpec, aggregate, format_table, init_worker, run_one
+from flashtune.experiments.evaluation.compare_plot import plot_curves
+from flashtune.experiments.evaluation.landscape import Landscape, build_landscape
+from flashtune.experiments.evaluation.replay_batch import job_count, run_all, select_strategies, write_report
+from flashtune.objectives.hardware import load_spec
+from flashtune.search import check_options, option_defaults, option_value
+
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("compare", help="compare search strategies on recorded spaces (replay)")
+    p.add_argument("--tables", nargs="+", type=Path, default=None,
+                   help=f"recorded tables (default: every *.jsonl in {DEFAULT_TABLES})")
+    p.add_argument("--workloads", default="", help="comma-separated workload names (default: every table)")
+    p.add_argument("--strategies", default="", help="comma-separated strategy names (default: every registered one)")
+    p.add_argument("--seeds", type=int, default=20, help="seeds per strategy and workload (default: 20)")
+    p.add_argument("--budget", type=int, default=None,
+                   help="trials per run (default: the workload's feasible configs, the whole space)")
+    p.add_argument("--priors", choices=PRIOR_MODES, default="none",
+                   help="loo: tell each search the other workloads' tables as priors")
+    p.add_argument("--noise", action="store_true", help="draw replayed times from the recorded 20/80 %% quantiles")
+    p.add_argument("--option", action="append", default=[], metavar="STRATEGY.NAME=VALUE",
+                   help="a strategy option (VALUE is JSON, else a string); repeatable")
+    p.add_argument("--hardware", default="h200", help="spec for the feasibility model (default: h200)")
+    p.add_argument("--jobs", type=int, default=None, help="worker processes (default: CPU count)")
+    p.add_argument("--out", type=Path, default=None,
+                   help="folder for the curves (PNG), report.json and runs.jsonl (every run's trial costs)")
+    p.add_argument("--json", type=Path, default=None, help="write the report as JSON to this file")
+    p.set_defaults(func=run_compare)
+
+
+def run_compare(args: argparse.Namespace) -> int:
+    if args.seeds < 1:
+        raise ValueError(f"--seeds must be >= 1, got {args.seeds}")
+    if args.budget is not None and args.budget < 1:
+        raise ValueError(f"--budget must be >= 1, got {args.budget}")
+    paths = _table_paths(args.tables)
+    spec = load_spec(args.hardware)
+    landscapes = [build_landscape(p, spec) for p in paths]
+    landscapes = _select_workloads(landscapes, args.workloads)
+    strategies = select_strategies(args.strategies)
+    options = _parse_options(args.option, strategies)
+    runs = [RunSpec(name, tuple(sorted(options.get(name, {}).items())), ls.name, seed,
+                    args.budget if args.budget is not None else len(ls.feasible))
+            for ls in landscapes for name in strategies for seed in range(args.seeds)]
+    results = _execute(runs, [str(ls.path) for ls in landscapes], args)
+    report = aggregate(landscapes, results, strategies)
+    report.update(
+        date=datetime.date.today().isoformat(),
+        command=_command_line(args, strategies, landscapes),
+        seeds=args.seeds, budget=args.budget if args.budget is not None else "feasible",
+        priors=args.priors, noise=args.noise, hardware=args.hardware, options=options,
+    )
+    if args.out is not None:
+        args.out.mkdir(parents=True, exist_ok=True)
+        for path in plot_curves(landscapes, results, strategies, args.out):
+            print(f"wrote {path}", file=sys.stderr)
+        write_report(args.out / "report.json", report)
+        _write_runs(args.out / "runs.jsonl", results)
+    if args.json is not None:
+        write_report(args.json, report)
+    print(format_table(report))
+    return 0
+
+
+def _execute(runs: Sequence[RunSpec], paths: Sequence[str], args: argparse.Namespace) -> list[RunResult]:
+    """Run everything, in worker processes, printing progress per strategy and workload."""
+    jobs = job_count(args.jobs)
+    started = time.perf_counter()
+    groups: dict[tuple[str, str], int] = defaultdict(int)
+    for spec in runs:
+        groups[(spec.strategy, spec.workload)] += 1
+    done: dict[tuple[str, str], list[RunResult]] = defaultdict(list)
+    results: list[RunResult] = []
+    print(f"compare: {len(runs)} runs ({len(groups)} strategy x workload pairs) on {jobs} process(es)", file=sys.stderr)
+
+    def record(result: RunResult) -> None:
+        results.append(result)
+        key = (result.spec.strategy, result.spec.workload)
+        done[key].append(result)
+        if len(done[key]) == groups[key]:
+            elapsed = time.perf_counter() - started
+            eta = elapsed / len(results) * (len(runs) - len(results))
+            print(f"  [{len(results):5d}/{len(runs)}] {key[0]:>8s} on {key[1]}: {groups[key]} runs, "
+                  f"{np.mean([r.seconds for r in done[key]]):.2f} s/run; {elapsed:.0f} s elapsed, ~{eta:.0f} s left",
+                  file=sys.stderr, flush=True)
+
+    run_all(runs, run_one, jobs=jobs, initializer=init_worker,
+            initargs=(list(paths), args.hardware, args.noise, args.priors), record=record)
+    return results
+
+
+def _table_paths(tables: Sequence[Path] | None) -> list[Path]:
+    paths = sorted(tables) if tables else sorted(DEFAULT_TABLES.glob("*.jsonl"))
+    if not paths:
+        raise ValueError(f"no recorded tables in {DEFAULT_TABLES}; record some with `flashtune sweep` or give --tables")
+    missing = [str(p) for p in paths if not p.exists()]
+    if missing:
+        raise FileNotFoundError(f"recorded table(s) not found: {missing}")
+    return paths
+
+
+def _select_workloads(landscapes: list[Landscape], text: str) -> list[Landscape]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if not names:
+        return landscapes
+    by_name = {ls.name: ls for ls in landscapes} | {ls.path.stem: ls for ls in landscapes}
+    unknown = [n for n in names if n not in by_name]
+    if unknown:
+        raise ValueError(f"--workloads: unknown {unknown}; recorded: {sorted(ls.name for ls in landscapes)}")
+    return list(dict.fromkeys(by_name[n] for n in names))
+
+
+def _parse_options(items: Sequence[str], strategies: Sequence[str]) -> dict[str, dict[str, Any]]:
+    options: dict[str, dict[str, Any]] = defaultdict(dict)
+    for item in items:
+        key, sep, text = item.partition("=")
+        strategy, dot, name = key.partition(".")
+        if not sep or not dot or not name:
+            raise ValueError(f"--option {item!r}: expected STRATEGY.NAME=VALUE")
+        if strategy not in strategies:
+            raise ValueError(f"--option {item!r}: strategy {strategy!r} is not compared ({list(strategies)})")
+        options[strategy][name] = option_value(text)
+    for strategy, values in options.items():
+        # Fail now, naming the option, rather than in a worker process.
+        try:
+            check_options(strategy, option_defaults(strategy), values)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"--option: {exc}") from None
+    return dict(options)
+
+
+def _write_runs(path: Path, results: Sequence[RunResult]) -> None:
+    """Every run's trial costs (ms, null for a failure), to re-plot or re-score without re-running."""
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    with tmp.open("w") as fh:
+        for r in sorted(results, key=lambda r: (r.spec.workload, r.spec.strategy, r.spec.seed)):
+            record = {**dataclasses.asdict(r.spec), "options": dict(r.spec.options), "seconds": r.seconds,
+                      "costs_ms": [c if np.isfinite(c) else None for c in r.costs]}
+            fh.write(json.dumps(record, sort_keys=True) + "\n")
+    tmp.replace(path)
+    print(f"wrote {path}", file=sys.stderr)
+
+
+def _command_line(args: argparse.Namespace, strategies: Sequence[str], landscapes: Sequence[Landscape]) -> str:
+    """The command that reproduces this report (explicit where a default was used)."""
+    parts = ["flashtune", "compare", "--seeds", str(args.seeds)]
+    if args.tables:
+        parts += ["--tables", *map(str, args.tables)]
+    if args.workloads:
+        parts += ["--workloads", ",".join(ls.name for ls in landscapes)]
+    if args.strategies:
+        parts += ["--strategies", ",".join(strategies)]
+    if args.budget is not None:
+        parts += ["--budget", str(args.budget)]
+    if args.priors != "none":
+        parts += ["--priors", args.priors]
+    if args.noise:
+        parts.append("--noise")
+    for item in args.option:
+        parts += ["--option", item]
+    if args.hardware != "h200":
+        parts += ["--hardware", args.hardware]
+    return " ".join(shlex.quote(p) for p in parts)

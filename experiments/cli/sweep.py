@@ -1,0 +1,138 @@
+"""``flashtune sweep``: measure every config of the space for workloads, write recorded tables.
+
+One JSON-lines table per workload (``<out>/<workload.name>.jsonl``), the raw material of
+the replay objective. Measurements are appended to ``<table>.partial`` as they come, so
+a killed sweep resumes where it stopped; the finished table is written atomically.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import json
+import time
+from collections import Counter
+from pathlib import Path
+
+from tqdm import tqdm
+
+from flashtune.kernels.config import Config
+from flashtune.kernels.space import KERNEL_TUNABLES, all_configs, tunables_for, validate_config
+from flashtune.objectives.hardware import HardwareSpec, load_spec
+from flashtune.objectives.objective import Objective
+from flashtune.objectives.replay import write_table
+from flashtune.objectives.types import SUITE, Measurement, Status, Workload
+
+
+def sweep_workload(
+    objective: Objective,
+    workload: Workload,
+    out_dir: Path,
+    *,
+    progress: bool = True,
+    limit: int | None = None,
+    where: dict[str, set[str]] | None = None,
+) -> list[Measurement]:
+    """Measure every config of the space (or those ``where`` selects, the first ``limit``) on
+    ``workload``; resume from a partial table."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    table = out_dir / f"{workload.name}.jsonl"
+    partial = table.with_suffix(".jsonl.partial")
+    done: dict = {}
+    if partial.exists():
+        for line in partial.read_text().splitlines():
+            try:
+                m = Measurement.from_dict(json.loads(line))
+                m = dataclasses.replace(m, config=validate_config(m.config))  # knobs added since
+            except (ValueError, KeyError, TypeError):
+                continue  # a line cut short by a kill: measure that config again
+            done[m.config] = m
+    configs = _select(where or {}, limit, tunables_for(workload))
+    todo = [c for c in configs if c not in done]
+    objective.prefetch(todo, workload)
+    with partial.open("a") as fh:
+        for config in tqdm(todo, desc=workload.name, disable=not progress, unit="cfg"):
+            m = objective.evaluate(config, workload)
+            done[config] = m
+            fh.write(json.dumps(m.to_dict()) + "\n")
+            fh.flush()
+    measurements = [done[c] for c in configs]
+    write_table(table, measurements)
+    partial.unlink()
+    return measurements
+
+
+def _parse_where(items: list[str]) -> dict[str, set[str]]:
+    where = {}
+    for item in items:
+        knob, sep, values = item.partition("=")
+        knobs = sorted({name for tunables in KERNEL_TUNABLES.values() for name in tunables})
+        if not sep or knob not in knobs:
+            raise ValueError(f"--where {item!r}: expected KNOB=V1,V2 with KNOB one of {knobs}")
+        where[knob] = set(values.split(","))
+    return where
+
+
+def _select(where: dict[str, set[str]], limit: int | None, tunables) -> list[Config]:  # noqa: ANN001
+    """The configs of the workload's kernel's space that ``where`` selects (knobs the kernel
+    lacks select nothing away: one --where serves a sweep of prefill and decode workloads)."""
+    where = {k: vals for k, vals in where.items() if k in tunables}
+    configs = [c for c in all_configs(tunables) if all(str(c[k]) in vals for k, vals in where.items())]
+    return configs[:limit]
+
+
+def summarize(workload: Workload, measurements: list[Measurement]) -> str:
+    counts = Counter(m.status.value for m in measurements)
+    ok = [m for m in measurements if m.status is Status.OK]
+    best = min(ok, key=lambda m: m.median_ms) if ok else None
+    best_text = f"{best.tflops:7.1f} TFLOP/s {best.median_ms:8.3f} ms {best.config.to_dict()}" if best else "no config ran"
+    status_text = " ".join(f"{k}={v}" for k, v in sorted(counts.items()))
+    return f"{workload.name:40s} {best_text}  [{status_text}]"
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("sweep", help="measure every config of the space for workloads (recorded tables)")
+    p.add_argument("--workload", action="append", default=[], help="B,H[/HKV],N[/NK],D[,causal][,dtype]; repeatable")
+    p.add_argument("--suite", action="store_true", help="sweep the foundation issue's workload suite")
+    p.add_argument("--out", type=Path, default=Path("sweeps"), help="folder for the tables (default: sweeps)")
+    p.add_argument("--precompile", type=int, default=None, help="compile pool size (default: CPU count; 0 disables)")
+    p.add_argument("--timeout", type=float, default=120.0, help="per-config seconds before the worker is killed")
+    p.add_argument("--hardware", default=None, help="simulate a shipped spec or JSON file (needed without a GPU)")
+    p.add_argument("--no-static-check", action="store_true",
+                   help="compile configs the feasibility model rejects too (grades the model)")
+    p.add_argument("--where", action="append", default=[], metavar="KNOB=V1,V2",
+                   help="only configs whose KNOB is one of the values (repeatable), e.g. loads=tma,tma_ws")
+    p.add_argument("--limit", type=int, default=None, help="only the first N configs of the space (throughput runs)")
+    p.add_argument("--interpret", action="store_true", help="run the kernel in Triton's CPU interpreter")
+    p.set_defaults(func=run_sweep)
+
+
+def run_sweep(args: argparse.Namespace) -> int:
+    workloads = [Workload.parse(text) for text in args.workload]
+    if args.suite:
+        workloads.extend(SUITE)
+    if not workloads:
+        raise ValueError("give --workload (repeatable) or --suite")
+    hardware: HardwareSpec | None = load_spec(args.hardware) if args.hardware else None
+    env = {"TRITON_INTERPRET": "1"} if args.interpret else None
+    # The interpreter compiles nothing, so a pool would only cost start-up time.
+    precompile = 0 if args.interpret else (_default_pool_size() if args.precompile is None else args.precompile)
+    lines = []
+    started = time.perf_counter()
+    with Objective(hardware=hardware, timeout_s=args.timeout, env=env, precompile=precompile,
+                   static_check=not args.no_static_check) as objective:
+        for workload in workloads:
+            measurements = sweep_workload(objective, workload, args.out, limit=args.limit,
+                                          where=_parse_where(args.where))
+            lines.append(summarize(workload, measurements))
+    elapsed = time.perf_counter() - started
+    total = sum(len(_select(_parse_where(args.where), args.limit, tunables_for(w))) for w in workloads)
+    print(f"\n{total} trials in {elapsed:.1f} s ({total / elapsed * 60:.1f} trials/min); tables in {args.out}/")
+    print("\n".join(lines))
+    return 0
+
+
+def _default_pool_size() -> int:
+    return max(1, min(16, (os.cpu_count() or 2) - 1))
+

@@ -1,0 +1,113 @@
+"""``flashtune transfer``: what priors from another workload or GPU buy, measured on recorded spaces (replay)."""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import shlex
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+
+from flashtune.experiments.evaluation.landscape import build_landscape
+from flashtune.experiments.evaluation.replay_batch import job_count, run_all, select_strategies, write_report
+from flashtune.experiments.evaluation.transfer import DEFAULT_PAIRS, DEFAULT_TABLES, Pair, RunResult, RunSpec, SMALLER_SHARED_BYTES, TARGET_RATIO, TOLERANCES, WORST_RATIO, format_table, init_worker, run_one, smaller_spec, summarize
+from flashtune.experiments.evaluation.transfer_plot import plot_transfer
+from flashtune.objectives.hardware import load_spec
+
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("transfer", help="measure what priors from another workload or GPU buy (replay)")
+    p.add_argument("--tables", type=Path, default=DEFAULT_TABLES,
+                   help=f"folder of recorded tables <workload>.jsonl (default: {DEFAULT_TABLES})")
+    p.add_argument("--pairs", default="", help="comma-separated pair numbers (1-based, in the listed order; "
+                                               "default: all; --list-pairs shows them)")
+    p.add_argument("--list-pairs", action="store_true", help="print the pairs and exit")
+    p.add_argument("--strategies", default="", help="comma-separated strategy names (default: every registered one)")
+    p.add_argument("--seeds", type=int, default=20, help="seeds per pair, strategy and arm (default: 20)")
+    p.add_argument("--smaller-shared-bytes", type=int, default=SMALLER_SHARED_BYTES,
+                   help=f"shared memory per block of the simulated smaller GPU (default: {SMALLER_SHARED_BYTES})")
+    p.add_argument("--jobs", type=int, default=None, help="worker processes (default: CPU count)")
+    p.add_argument("--out", type=Path, default=None, help="folder for transfer.json and transfer.png")
+    p.add_argument("--json", type=Path, default=None, help="write the report as JSON to this file")
+    p.set_defaults(func=run_transfer)
+
+
+def run_transfer(args: argparse.Namespace) -> int:
+    if args.seeds < 1:
+        raise ValueError(f"--seeds must be >= 1, got {args.seeds}")
+    if args.list_pairs:
+        for i, pair in enumerate(DEFAULT_PAIRS, 1):
+            print(f"{i:2d}  {pair.kind:<22s} {pair.name}")
+        return 0
+    pairs = _select_pairs(args.pairs)
+    strategies = select_strategies(args.strategies)
+    tables = Path(args.tables)
+    missing = sorted({f"{w}.jsonl" for p in pairs for w in (p.source, p.target)
+                      if not (tables / f"{w}.jsonl").exists()})
+    if missing:
+        raise FileNotFoundError(f"--tables {tables}: no recorded table(s) {missing}")
+    specs = {False: load_spec("h200"), True: smaller_spec(args.smaller_shared_bytes)}
+    landscapes = {(p.target, p.smaller): build_landscape(tables / f"{p.target}.jsonl", specs[p.smaller])
+                  for p in pairs}
+    runs = [RunSpec(pair, name, seed, priors) for pair in pairs for name in strategies
+            for seed in range(args.seeds) for priors in (False, True)]
+    results = _execute(runs, args)
+    report = summarize(results, pairs, strategies, landscapes)
+    report.update(date=datetime.date.today().isoformat(), command=_command_line(args), seeds=args.seeds,
+                  strategies=strategies, smaller_gpu=specs[True].to_dict(), tolerances=TOLERANCES,
+                  target_ratio=TARGET_RATIO, worst_ratio=WORST_RATIO)
+    if args.out is not None:
+        args.out.mkdir(parents=True, exist_ok=True)
+        print(f"wrote {plot_transfer(report, args.out / 'transfer.png')}", file=sys.stderr)
+        write_report(args.out / "transfer.json", report)
+    if args.json is not None:
+        write_report(args.json, report)
+    print(format_table(report))
+    return 0
+
+
+def _execute(runs: Sequence[RunSpec], args: argparse.Namespace) -> list[RunResult]:
+    jobs = job_count(args.jobs)
+    print(f"transfer: {len(runs)} runs on {jobs} process(es)", file=sys.stderr)
+    started = time.perf_counter()
+    results: list[RunResult] = []
+
+    def record(result: RunResult) -> None:
+        results.append(result)
+        if len(results) % max(len(runs) // 20, 1) == 0 or len(results) == len(runs):
+            elapsed = time.perf_counter() - started
+            print(f"  [{len(results):5d}/{len(runs)}] {elapsed:.0f} s elapsed, "
+                  f"~{elapsed / len(results) * (len(runs) - len(results)):.0f} s left", file=sys.stderr, flush=True)
+
+    run_all(runs, run_one, jobs=jobs, initializer=init_worker,
+            initargs=(str(args.tables), args.smaller_shared_bytes), record=record)
+    return results
+
+
+def _select_pairs(text: str) -> list[Pair]:
+    items = [t.strip() for t in text.split(",") if t.strip()]
+    if not items:
+        return list(DEFAULT_PAIRS)
+    chosen = []
+    for item in items:
+        if not item.isdigit() or not 1 <= int(item) <= len(DEFAULT_PAIRS):
+            raise ValueError(f"--pairs: {item!r} is not a pair number 1..{len(DEFAULT_PAIRS)} (see --list-pairs)")
+        chosen.append(DEFAULT_PAIRS[int(item) - 1])
+    return list(dict.fromkeys(chosen))
+
+
+def _command_line(args: argparse.Namespace) -> str:
+    parts = ["flashtune", "transfer", "--seeds", str(args.seeds)]
+    if Path(args.tables) != DEFAULT_TABLES:
+        parts += ["--tables", str(args.tables)]
+    if args.pairs:
+        parts += ["--pairs", args.pairs]
+    if args.strategies:
+        parts += ["--strategies", args.strategies]
+    if args.smaller_shared_bytes != SMALLER_SHARED_BYTES:
+        parts += ["--smaller-shared-bytes", str(args.smaller_shared_bytes)]
+    return " ".join(shlex.quote(p) for p in parts)

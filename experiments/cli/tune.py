@@ -1,0 +1,279 @@
+"""``flashtune tune``: run or resume a study per workload, tracked in MLflow.
+
+    flashtune tune --strategy random --trials 50 --study-name rnd-1 --seed 1 \\
+        --workload 4,32,4096,128,causal
+
+Without a GPU (nothing visible to ``nvidia-smi``) the study replays the recorded H200
+tables and says so. The same ``--study-name`` resumes: trials live in Optuna storage.
+``flashtune study GPU`` (``cli/study.py``) runs the same with a GPU's study file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import signal
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from flashtune.experiments.evaluation import priors
+from flashtune.experiments.study import measurers, workers
+from flashtune.experiments.study.progress import ProgressBar
+from flashtune.experiments.study.runner import StudyInterrupted, StudyResult, check_study_name, run_study, studies_for
+from flashtune.experiments.study.storage import DEFAULT_STORAGE, close_storage, is_shared_storage, open_storage
+from flashtune.experiments.tracking import report
+from flashtune.experiments.tracking.tracker import DEFAULT_TRACKING_URI, check_tracking_uri
+from flashtune.objectives.hardware import HardwareSpec, load_spec
+from flashtune.objectives.types import SUITE, Workload
+from flashtune.search import make_strategy, option_value, strategy_names
+from flashtune.search.space import SearchSpace
+
+#: The replayed GPU when none is named and none is here (the tables shipped are H200's).
+DEFAULT_REPLAY_HARDWARE = "h200"
+#: Exit codes of a study stopped by a signal (the shell's 128 + signal number).
+_EXIT_SIGTERM, _EXIT_SIGINT = 128 + signal.SIGTERM, 128 + signal.SIGINT
+
+
+def add_arguments(parser: argparse.ArgumentParser, *, hardware: str | None = None,
+                  workloads: Sequence[Workload] = ()) -> None:
+    """The options of ``flashtune tune`` (also used by the per-GPU study scripts)."""
+
+    default_workloads = ", ".join(w.name for w in workloads) or f"{SUITE[0].name}"
+    parser.add_argument("--strategy", default="random", help="search strategy (default: random)")
+    parser.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                        help="strategy option, VALUE as JSON or text; repeatable")
+    parser.add_argument("--trials", type=int, default=50,
+                        help="budget per workload, earlier runs of the study included (default: 50)")
+    parser.add_argument("--max-seconds", type=float, default=None, help="wall-time budget of this run per workload")
+    parser.add_argument("--study-name", default=None,
+                        help="the same name resumes (default: <strategy>-seed<seed>, prefixed by the GPU in scripts)")
+    parser.add_argument("--seed", type=int, default=0, help="seeds the strategy (default: 0)")
+    parser.add_argument("--workload", action="append", default=[], metavar="B,H[/HKV],N[/NK],D[,causal][,dtype]",
+                        help=f"repeatable; one study each (default: {default_workloads})")
+    parser.add_argument("--hardware", default=hardware,
+                        help="GPU model: shipped spec name (h200, h100, a100, l40s, rtx4090) or JSON file "
+                             f"(default: this machine's GPU; {DEFAULT_REPLAY_HARDWARE} when replaying)")
+    parser.add_argument("--objective", choices=("auto", "live", "replay"), default="auto",
+                        help="live GPU, recorded tables, or auto: live where a GPU is visible (default)")
+    parser.add_argument("--replay-dir", type=Path, default=None,
+                        help="folder of recorded tables <workload>.jsonl (default: experiments/data/<gpu>)")
+    parser.add_argument("--replay-noise", action="store_true", help="draw replayed times from the recorded spread")
+    parser.add_argument("--timeout", type=float, default=120.0, help="live: per-config seconds (default: 120)")
+    parser.add_argument("--precompile", type=int, default=0, help="live: compile pool processes (default: 0)")
+    parser.add_argument("--tracking-uri", default=DEFAULT_TRACKING_URI,
+                        help=f"MLflow tracking URI (default: {DEFAULT_TRACKING_URI})")
+    parser.add_argument("--storage", default=DEFAULT_STORAGE,
+                        help=f"Optuna storage URL or journal:PATH (default: {DEFAULT_STORAGE})")
+    parser.add_argument("--workers", type=int, default=1,
+                        help="worker processes on the study, one GPU each (needs a shared --storage: "
+                             "postgresql://... or journal:PATH; default: 1)")
+    parser.add_argument("--worker-index", type=int, default=None,
+                        help="this worker's index on a shared study: seeds its strategy apart "
+                             "(default: $FLASHTUNE_WORKER_INDEX, else from the process id)")
+    parser.add_argument("--heartbeat", type=float, default=None,
+                        help="shared PostgreSQL study: seconds between Optuna heartbeats; a dead "
+                             "worker's trial is failed after 3 (default: 10)")
+    parser.add_argument("--prior-from", action="append", default=[], metavar="SOURCE",
+                        help="priors told to each study first, re-checked on its GPU; repeatable: mlflow:RUN_ID, "
+                             "mlflow-experiment:NAME, store:PATH, table:PATH or baselines")
+    parser.add_argument("--prior-tracking-uri", default=None,
+                        help="MLflow tracking URI of mlflow: priors (default: --tracking-uri)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.set_defaults(func=run_tune, default_workloads=tuple(workloads), name_prefix=hardware or "")
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("tune", help="run or resume a tuning study (MLflow-tracked, resumable)",
+                                   description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_arguments(parser)
+
+
+def parse_options(items: Sequence[str]) -> dict[str, Any]:
+    """``KEY=VALUE`` pairs; VALUE read by ``search.option_value`` (JSON, True/False, or text)."""
+
+    options: dict[str, Any] = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"--option {item!r}: expected KEY=VALUE")
+        options[key.strip()] = option_value(text)
+    return options
+
+
+def run_tune(args: argparse.Namespace) -> int:
+    """Validate everything, open the objective, run the studies one after another."""
+
+    # Cheap checks first, so a typo costs no objective start-up and writes nothing.
+    if args.strategy not in strategy_names():
+        raise ValueError(f"unknown strategy {args.strategy!r}; registered: {strategy_names()}")
+    options = parse_options(args.option)
+    if args.trials < 1:
+        raise ValueError(f"--trials: trials must be a positive int, got {args.trials}")
+    workloads = [Workload.parse(text) for text in args.workload] or list(args.default_workloads) or [SUITE[0]]
+    kind = measurers.resolve_kind(args.objective)
+    expected: HardwareSpec | None = load_spec(args.hardware) if args.hardware else None
+    name = args.study_name or "-".join(p for p in (args.name_prefix, args.strategy, f"seed{args.seed}") if p)
+    check_study_name(name)
+    # Built once on a stand-in space so that a mistyped option fails before anything starts.
+    stand_in = expected or load_spec(DEFAULT_REPLAY_HARDWARE)
+    make_strategy(args.strategy, SearchSpace.for_workload(workloads[0], stand_in), seed=args.seed, **options)
+    tracking_uri, storage_url = _check_stores(args.tracking_uri, args.storage)
+    prior_specs, raw_priors = _read_priors(args, tracking_uri)
+    if args.workers != 1:
+        return _launch_workers(args, kind, storage_url)
+
+    if kind == "live":
+        measurer = measurers.open_live(expected, timeout_s=args.timeout, precompile=args.precompile, seed=args.seed)
+    else:
+        hardware = expected or load_spec(DEFAULT_REPLAY_HARDWARE)
+        if not args.workload:
+            workloads = _recorded_or_all(workloads, args.replay_dir or measurers.default_replay_dir(hardware))
+        measurer = measurers.open_replay(hardware, workloads, args.replay_dir, noise=args.replay_noise, seed=args.seed)
+    note = "" if args.objective == "replay" or kind == "live" else "no GPU found (nvidia-smi): "
+    print(f"flashtune tune: {note}{measurer.description}", file=sys.stderr)
+
+    studies = studies_for(name, workloads, hardware=measurer.hardware, strategy=args.strategy,
+                          strategy_options=options, trials=args.trials, seed=args.seed, objective=kind,
+                          max_seconds=args.max_seconds)
+    results = []
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        for study in studies:
+            priors = _study_priors(study, prior_specs, raw_priors)
+            results.append(_run_one(study, measurer, tracking_uri, storage_url, progress=not args.no_progress,
+                                    worker=_worker_index(args), heartbeat_s=args.heartbeat, priors=priors))
+    except BaseException as exc:
+
+        if isinstance(exc, (StudyInterrupted, KeyboardInterrupt)):
+            why = "SIGTERM" if isinstance(exc, StudyInterrupted) else "Ctrl-C"
+            print(f"flashtune tune: stopped by {why}; the study's MLflow run ended KILLED. "
+                  "Run the same command again to resume.", file=sys.stderr)
+            return _EXIT_SIGTERM if isinstance(exc, StudyInterrupted) else _EXIT_SIGINT
+        raise
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        measurer.close()
+    _print_overview(results, tracking_uri)
+    return 0
+
+
+def _recorded_or_all(workloads: list[Workload], folder: Path) -> list[Workload]:
+    """A script's default workloads, replayed: those with a recorded table, saying which are
+    skipped (all of them when none is recorded: then the replay names what is missing)."""
+
+    recorded = set(measurers.recorded_workloads(folder))
+    kept = [w for w in workloads if w.name in recorded]
+    skipped = [w.name for w in workloads if w.name not in recorded]
+    if kept and skipped:
+        print(f"flashtune tune: no recorded table in {folder} for {', '.join(skipped)}: skipped", file=sys.stderr)
+    return kept or workloads
+
+
+def _launch_workers(args: argparse.Namespace, kind: str, storage_url: str) -> int:
+
+    if args.workers < 1:
+        raise ValueError(f"--workers must be a positive int, got {args.workers}")
+    if not is_shared_storage(storage_url):
+        raise ValueError(f"--workers {args.workers}: SQLite storage ({storage_url}) takes one process at a time; "
+                         "use --storage postgresql://... (many hosts) or journal:PATH (one host)")
+    return workers.launch(args.workers, kind)
+
+
+def _worker_index(args: argparse.Namespace) -> int | None:
+    import os
+
+    if args.worker_index is not None:
+        return args.worker_index
+    text = os.environ.get("FLASHTUNE_WORKER_INDEX", "")
+    return int(text) if text.isdigit() else None
+
+
+def _read_priors(args: argparse.Namespace, tracking_uri: str) -> tuple[list[Any], dict[Any, Any]]:
+    """Parse and read every ``--prior-from`` source once (a bad one fails before any study)."""
+
+    specs = list(dict.fromkeys(priors.parse_source(text) for text in getattr(args, "prior_from", [])))
+    uri = getattr(args, "prior_tracking_uri", None) or tracking_uri
+    return specs, {spec: priors.read(spec, tracking_uri=uri) for spec in specs}
+
+
+def _study_priors(study: Any, specs: Sequence[Any], raw: dict[Any, Any]) -> tuple[Any, ...]:
+    """The priors of one study: re-checked on its workload and GPU, summarised on stderr."""
+
+    if not specs:
+        return ()
+    prior_set = priors.load_for(specs, raw, study.workload, study.hardware)
+    print(f"flashtune tune: study {study.name}: {prior_set.summary()}", file=sys.stderr)
+    return prior_set.told
+
+
+def _check_stores(tracking_uri: str, storage_url: str) -> tuple[str, str]:
+
+    check_tracking_uri(tracking_uri)
+    close_storage(open_storage(storage_url))
+    return tracking_uri, storage_url
+
+
+def _run_one(study: Any, measurer: Any, tracking_uri: str, storage_url: str, *, progress: bool,
+             worker: int | None = None, heartbeat_s: float | None = None, priors: Sequence[Any] = ()) -> Any:
+
+    bars: list[ProgressBar] = []
+
+    def on_start(result: StudyResult) -> None:
+        best = result.best
+        if result.resumed_trials:
+            print(f"flashtune tune: resuming study {study.name!r} at trial {result.resumed_trials}", file=sys.stderr)
+        bars.append(ProgressBar(study.trials, initial=len(result.trials), description=study.name,
+                                best_ms=best.cost_ms if best else math.inf,
+                                best_tflops=best.measurement.tflops if best else 0.0,
+                                disable=True if not progress else None))
+
+    def forward(trial: Any, trials: Any) -> None:
+        bars[0](trial, trials)
+
+    try:
+        result = run_study(study, measurer.evaluator(study.workload), tracking_uri=tracking_uri,
+                           storage_url=storage_url, fingerprint=measurer.fingerprint, versions=measurer.versions,
+                           callbacks=[forward], on_start=on_start, constraint=measurer.constraint(study.workload),
+                           worker=worker, priors=priors,
+                           **({} if heartbeat_s is None else {"heartbeat_s": heartbeat_s}))
+    finally:
+        for bar in bars:
+            bar.close()
+    title = f"study {study.name} | {study.workload.name} | {study.hardware.name} | {study.strategy} seed {study.seed}"
+    print(report.summary_text(result.trials, title=title))
+    if len(result.trials) < study.trials and study.max_seconds is None:
+        print(f"note: the strategy ran out of configs after {len(result.trials)} of {study.trials} trials "
+              "(the feasible space is smaller than the budget)")
+    print()
+    return result
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+
+    raise StudyInterrupted(f"signal {signum}")
+
+
+def _print_overview(results: Sequence[Any], tracking_uri: str) -> None:
+    """One line per study, then where to look in MLflow."""
+    if len(results) > 1:
+        width = max(len("study"), *(len(r.study.name) for r in results))
+        print(f"{'study':{width}s} {'trials':>6s} {'best ms':>10s} {'TFLOP/s':>8s}  config")
+        for r in results:
+            best = r.best
+            if best is None:
+                print(f"{r.study.name:{width}s} {len(r.trials):6d} {'-':>10s} {'-':>8s}  no config ran")
+            else:
+                print(f"{r.study.name:{width}s} {len(r.trials):6d} {best.cost_ms:10.4f} "
+                      f"{best.measurement.tflops:8.1f}  {best.config.to_dict()}")
+        print()
+    experiments = sorted({r.experiment_id for r in results})
+    ui = "flashtune ui" + ("" if tracking_uri == _default_uri() else f" --tracking-uri '{tracking_uri}'")
+    print(f"MLflow: {tracking_uri}, experiment id {', '.join(experiments)}; compare runs with `{ui}`")
+
+
+def _default_uri() -> str:
+
+    return DEFAULT_TRACKING_URI

@@ -1,0 +1,1 @@
+"""Evaluation on recorded spaces: replay batches, strategy comparison, transfer, scoring, priors, plots."""

@@ -1,0 +1,205 @@
+"""``flashtune compare``: search strategies x seeds x workloads on recorded spaces.
+
+Every run is the real thing, replayed: ``make_strategy`` + the run loop +
+``ReplayObjective``, exactly as a study would run on the GPU, only the measurements come
+from the table (Kernel Tuner's simulation mode). With no arguments it compares every
+registered strategy on every table in ``experiments/data/h200``.
+
+Reported per strategy and workload, over seeds:
+
+- score: Kernel Tuner's methodology (``flashtune.experiments.evaluation.scoring``), the mean over
+  seeds (the score of the mean curve, as Kernel Tuner averages repeats; random search's
+  is then exactly 0 in expectation, where its median over seeds is not: one unlucky
+  run costs more than a lucky one gains). The median and quartiles are reported too.
+  A strategy's ``score`` is the mean of its per-workload scores.
+- evals_to_2pct / evals_to_5pct: evaluations until the best so far is within 2 % / 5 %
+  of the exhaustive optimum. A run that never gets there counts as budget + 1 (so
+  medians stay finite); ``reached`` says which fraction of the runs got there.
+
+Priors (``--priors loo``): each workload's search is told the other recorded workloads'
+tables as ``source="prior"`` measurements before its first ask (leave one out).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from flashtune.experiments import DATA_DIR
+from flashtune.experiments.evaluation import scoring
+from flashtune.experiments.evaluation.landscape import Landscape, build_landscape
+from flashtune.objectives.hardware import load_spec
+from flashtune.objectives.replay import ReplayObjective
+from flashtune.objectives.types import Measurement
+from flashtune.experiments.evaluation.replay_batch import quiet_worker
+from flashtune.search import make_strategy, run
+
+DEFAULT_TABLES = DATA_DIR / "h200"
+TOLERANCES = {"evals_to_2pct": 0.02, "evals_to_5pct": 0.05}
+PRIOR_MODES = ("none", "loo")
+
+
+@dataclasses.dataclass(frozen=True)
+class RunSpec:
+    """One run: a strategy with its options, on one workload, with one seed."""
+
+    strategy: str
+    options: tuple[tuple[str, Any], ...]
+    workload: str
+    seed: int
+    budget: int
+
+
+@dataclasses.dataclass(frozen=True)
+class RunResult:
+    spec: RunSpec
+    costs: tuple[float, ...]  # ms per trial in order, inf for failures
+    seconds: float
+
+
+# -- the runs, in worker processes ----------------------------------------------------
+
+_WORKER: dict[str, Any] = {}
+
+
+def init_worker(paths: Sequence[str], hardware: str, noise: bool, priors: str) -> None:
+    """Load the tables once per process; keep numeric libraries to one thread each."""
+    _WORKER["limits"] = quiet_worker()
+    spec = load_spec(hardware)
+    landscapes = {ls.name: ls for ls in (build_landscape(p, spec) for p in paths)}
+    _WORKER.update(landscapes=landscapes, noise=noise, priors=priors)
+
+
+def run_one(spec: RunSpec) -> RunResult:
+    landscapes: dict[str, Landscape] = _WORKER["landscapes"]
+    landscape = landscapes[spec.workload]
+    objective = ReplayObjective(landscape.table.values(), noise=_WORKER["noise"], seed=spec.seed)
+    priors: list[Measurement] = []
+    if _WORKER["priors"] == "loo":
+        priors = [dataclasses.replace(m, source="prior")
+                  for other in landscapes.values() if other.name != landscape.name for m in other.table.values()]
+    strategy = make_strategy(spec.strategy, landscape.space, seed=spec.seed, **dict(spec.options))
+    started = time.perf_counter()
+    history = run(strategy, lambda config: objective.evaluate(config, landscape.workload),
+                  max_trials=spec.budget, priors=priors)
+    seconds = time.perf_counter() - started
+    return RunResult(spec, tuple(t.cost_ms for t in history.trials), seconds)
+
+
+# -- aggregation ------------------------------------------------------------------------
+
+
+def run_curve(landscape: Landscape, result: RunResult) -> np.ndarray:
+    """A run's best-so-far curve in ms (a run without trials: the space's worst)."""
+    if not result.costs:
+        return np.array([landscape.worst_ms])
+    return scoring.best_so_far(result.costs, landscape.worst_ms)
+
+
+def evals_to(landscape: Landscape, results: Sequence[RunResult], tolerance: float) -> list[int]:
+    """Evaluations each run needed to come within ``tolerance``; budget + 1 if it never did."""
+    counts = []
+    for r in results:
+        hit = scoring.evals_to_within(run_curve(landscape, r), landscape.optimum_ms, tolerance)
+        counts.append(r.spec.budget + 1 if hit is None else hit)
+    return counts
+
+
+def summarize_runs(landscape: Landscape, results: Sequence[RunResult]) -> dict[str, Any]:
+    """Scores and evaluations-to-target of one strategy's runs on one workload."""
+    scores = [scoring.methodology_score(run_curve(landscape, r), landscape.random_curve, landscape.optimum_ms,
+                                        landscape.score_budget) for r in results]
+    summary: dict[str, Any] = {"score": scoring.spread(scores)}
+    for key, tolerance in TOLERANCES.items():
+        counts = evals_to(landscape, results, tolerance)
+        reached = sum(c <= r.spec.budget for c, r in zip(counts, results))
+        summary[key] = {**scoring.spread(counts), "reached": reached / len(results)}
+    summary["seconds_per_run"] = float(np.mean([r.seconds for r in results]))
+    summary["runs"] = len(results)
+    return summary
+
+
+def relative_curves(landscape: Landscape, results: Sequence[RunResult], length: int) -> np.ndarray:
+    """Best so far / optimum for each run (rows), padded with the last value to ``length``."""
+    rows = []
+    for r in results:
+        curve = run_curve(landscape, r)
+        curve = np.concatenate([curve[:length], np.full(max(length - len(curve), 0), curve[-1])])
+        rows.append(curve / landscape.optimum_ms)
+    return np.array(rows)
+
+
+def aggregate(landscapes: Sequence[Landscape], results: Sequence[RunResult], strategies: Sequence[str]) -> dict[str, Any]:
+    """The JSON report: the schema of issue 3, plus per-workload detail.
+
+    A strategy's ``score`` is the mean of its per-workload scores; its ``evals_to_*``
+    spread pools the runs of every workload.
+    """
+    grouped: dict[tuple[str, str], list[RunResult]] = defaultdict(list)
+    for r in results:
+        grouped[(r.spec.strategy, r.spec.workload)].append(r)
+    report: dict[str, Any] = {
+        "space_size": max(ls.space.size for ls in landscapes),
+        # One number for all workloads: the median of their feasible counts (each is below).
+        "feasible": int(np.median([len(ls.feasible) for ls in landscapes])),
+        "workloads": {ls.name: _landscape_summary(ls) for ls in landscapes},
+        "strategies": {},
+    }
+    for name in strategies:
+        per_workload = {ls.name: summarize_runs(ls, grouped[(name, ls.name)]) for ls in landscapes}
+        entry: dict[str, Any] = {"score": float(np.mean([w["score"]["mean"] for w in per_workload.values()]))}
+        for key, tolerance in TOLERANCES.items():
+            entry[key] = scoring.spread([c for ls in landscapes for c in evals_to(ls, grouped[(name, ls.name)], tolerance)])
+        entry["workloads"] = per_workload
+        report["strategies"][name] = entry
+    return report
+
+
+def _landscape_summary(ls: Landscape) -> dict[str, Any]:
+    return {
+        "table": str(ls.path),
+        "space_size": ls.space.size,
+        "feasible": len(ls.feasible),
+        "optimum_ms": ls.optimum_ms,
+        "optimum_config": ls.optimum_config.to_dict(),
+        "median_ms": ls.median_ms,
+        "within_2pct": ls.within(0.02),
+        "within_5pct": ls.within(0.05),
+        "score_budget": ls.score_budget,
+        "random_expected_evals_to_2pct": ls.random_evals_to_within(0.02),
+        "random_expected_evals_to_5pct": ls.random_evals_to_within(0.05),
+    }
+
+
+# -- command line -----------------------------------------------------------------------
+
+
+def format_table(report: dict[str, Any]) -> str:
+    """Score (median over seeds) and median evaluations to 2 % per strategy and workload."""
+    workloads = list(report["workloads"])
+    short = [_short(w) for w in workloads]
+    width = max([12, *(len(s) for s in short)])
+    lines = ["score (mean over seeds; 0 = random search, 1 = optimum at once) / evals to 2 % (median over seeds)"]
+    header = f"{'strategy':>10s} " + " ".join(f"{s:>{width}s}" for s in short) + f" {'overall':>{width}s}"
+    lines.append(header)
+    lines.append(f"{'feasible':>10s} " + " ".join(f"{report['workloads'][w]['feasible']:>{width}d}" for w in workloads))
+    lines.append(f"{'random E':>10s} " + " ".join(
+        f"{'0.00 / ' + format(report['workloads'][w]['random_expected_evals_to_2pct'], '.0f'):>{width}s}" for w in workloads))
+    for name, entry in report["strategies"].items():
+        cells = []
+        for w in workloads:
+            detail = entry["workloads"][w]
+            cells.append(f"{detail['score']['mean']:+.2f} / {detail['evals_to_2pct']['median']:.0f}")
+        overall = f"{entry['score']:+.2f} / {entry['evals_to_2pct']['median']:.0f}"
+        lines.append(f"{name:>10s} " + " ".join(f"{c:>{width}s}" for c in cells) + f" {overall:>{width}s}")
+    return "\n".join(lines)
+
+
+def _short(name: str) -> str:
+    """``b4_h32_n4096_d128_causal_bfloat16`` -> ``b4_h32_n4096_d128_causal`` (dtype is bf16 throughout)."""
+    return name.removesuffix("_bfloat16")

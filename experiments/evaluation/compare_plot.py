@@ -1,0 +1,78 @@
+"""Performance curves of a comparison: best so far relative to the optimum, per evaluation.
+
+One PNG per workload and one overview with every workload: for each strategy the median
+over seeds (line) and the 25-75 % band, against random search's exact expectation
+(dashed), with the 2 % and 5 % marks. Drawn with matplotlib's Agg backend (no display).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+import numpy as np
+
+from flashtune.experiments.evaluation.compare import RunResult, relative_curves
+from flashtune.experiments.evaluation.landscape import Landscape
+
+
+def plot_curves(landscapes: Sequence[Landscape], results: Sequence[RunResult], strategies: Sequence[str],
+                out_dir: Path) -> list[Path]:
+    """Write ``curves_<workload>.png`` for each workload and ``curves.png``; return the paths."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    grouped: dict[tuple[str, str], list[RunResult]] = defaultdict(list)
+    for r in results:
+        grouped[(r.spec.strategy, r.spec.workload)].append(r)
+    colors = {name: plt.get_cmap("tab10")(i % 10) for i, name in enumerate(strategies)}
+    paths = []
+    columns = min(3, len(landscapes))
+    rows = -(-len(landscapes) // columns)
+    overview, axes = plt.subplots(rows, columns, figsize=(5.5 * columns, 4.0 * rows), squeeze=False)
+    for i, ls in enumerate(landscapes):
+        figure, ax = plt.subplots(figsize=(7, 4.5))
+        for target in (ax, axes[i // columns][i % columns]):
+            _draw(target, ls, grouped, strategies, colors)
+        ax.legend(fontsize=8, loc="upper right")
+        figure.tight_layout()
+        path = out_dir / f"curves_{ls.name}.png"
+        figure.savefig(path, dpi=110)
+        plt.close(figure)
+        paths.append(path)
+    for j in range(len(landscapes), rows * columns):
+        axes[j // columns][j % columns].set_visible(False)
+    axes[0][0].legend(fontsize=7, loc="upper right")
+    overview.tight_layout()
+    path = out_dir / "curves.png"
+    overview.savefig(path, dpi=90)
+    plt.close(overview)
+    paths.append(path)
+    return paths
+
+
+def _draw(ax, ls: Landscape, grouped, strategies: Sequence[str], colors) -> None:  # noqa: ANN001
+    # Up to the runs' budget (beyond it a run has no data, only its last value).
+    budgets = [r.spec.budget for rs in grouped.values() for r in rs if r.spec.workload == ls.name]
+    length = min(max(budgets), len(ls.random_curve)) if budgets else len(ls.random_curve)
+    x = np.arange(1, length + 1)
+    ax.plot(x, (ls.random_curve[:length] / ls.optimum_ms - 1) * 100, "k--", lw=1.2, label="random (expected)")
+    for name in strategies:
+        runs = grouped.get((name, ls.name), [])
+        if not runs:
+            continue
+        curves = (relative_curves(ls, runs, length) - 1) * 100
+        p25, median, p75 = np.percentile(curves, [25, 50, 75], axis=0)
+        ax.plot(x, median, color=colors[name], lw=1.5, label=name)
+        ax.fill_between(x, p25, p75, color=colors[name], alpha=0.15, lw=0)
+    for level in (2, 5):
+        ax.axhline(level, color="grey", lw=0.6, ls=":")
+    ax.axvline(ls.score_budget, color="grey", lw=0.6, ls="-.")
+    ax.set_yscale("symlog", linthresh=1.0)
+    ax.set_ylim(bottom=0)
+    ax.set_xlim(1, length)
+    ax.set_xlabel("evaluations")
+    ax.set_ylabel("best so far above optimum (%)")
+    ax.set_title(f"{ls.name} ({len(ls.feasible)} feasible)", fontsize=9)

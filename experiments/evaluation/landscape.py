@@ -1,0 +1,117 @@
+"""A recorded space as a comparison sees it: the search space, the optimum, random's baseline.
+
+The search space of a recorded workload is the table's tunables, constrained by the
+static feasibility model on the recording GPU (what a live study would search) and by
+membership of the table. Every quantity a comparison scores against is computed over
+the feasible configs, the ones a strategy may ask, with failures counted as the worst
+successful time (``flashtune.experiments.evaluation.scoring``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from flashtune.experiments.evaluation import scoring
+from flashtune.kernels.config import Config
+from flashtune.kernels.space import IMPLIED
+from flashtune.objectives.feasibility import check
+from flashtune.objectives.hardware import HardwareSpec
+from flashtune.objectives.replay import load_table
+from flashtune.objectives.types import Measurement, Workload
+from flashtune.search.space import SearchSpace
+
+
+@dataclass
+class Landscape:
+    """One recorded workload, ready to be searched and scored."""
+
+    workload: Workload
+    path: Path
+    table: dict[Config, Measurement]
+    space: SearchSpace
+    feasible: list[Config]
+    optimum_ms: float
+    optimum_config: Config
+    worst_ms: float
+    median_ms: float
+    random_curve: np.ndarray = field(repr=False)
+    score_budget: int
+
+    @property
+    def name(self) -> str:
+        return self.workload.name
+
+    def cost(self, config: Config) -> float:
+        """Recorded median ms, or inf for a failure or a config outside the table."""
+        m = self.table.get(config)
+        return m.median_ms if m is not None and m.ok and math.isfinite(m.median_ms) else math.inf
+
+    def within(self, tolerance: float) -> int:
+        """How many feasible configs lie within ``tolerance`` of the optimum."""
+        return sum(self.cost(c) <= self.optimum_ms * (1 + tolerance) for c in self.feasible)
+
+    def random_evals_to_within(self, tolerance: float) -> float:
+        """Random search's expected evaluations to a config within ``tolerance``: (N+1)/(k+1)."""
+        return (len(self.feasible) + 1) / (self.within(tolerance) + 1)
+
+
+def recorded_tunables(measurements: Iterable[Measurement]) -> dict[str, tuple]:
+    """Each tunable of a table and its values, sorted (so indices follow the order of values)."""
+    values: dict[str, set] = {}
+    for m in measurements:
+        for name, value in m.config.items():
+            values.setdefault(name, set()).add(value)
+    return {name: tuple(sorted(vals)) for name, vals in values.items()}
+
+
+def build_landscape(path: str | Path, hardware: HardwareSpec) -> Landscape:
+    """Load one recorded table and derive its search space and baseline.
+
+    Raises:
+        ValueError: the table is unreadable, or no feasible config ran correctly.
+    """
+    path = Path(path)
+    measurements = _with_implied_knobs(load_table(path))
+    workload = measurements[0].workload
+    table = {m.config: m for m in measurements}
+    space = SearchSpace(recorded_tunables(measurements), _constraint(table, workload, hardware))
+    feasible = space.feasible_configs()
+    costs = [table[c].median_ms if table[c].ok else math.inf for c in feasible]
+    ok = [c for c in costs if math.isfinite(c)]
+    if not ok:
+        raise ValueError(f"replay table {path}: no feasible config ran correctly; nothing to search for")
+    worst = max(ok)
+    values = scoring.fill_failures(costs, worst)
+    optimum_ms = min(ok)
+    optimum_config = feasible[costs.index(optimum_ms)]
+    median_ms = float(np.median(values))
+    curve = scoring.random_search_curve(values)
+    return Landscape(
+        workload=workload, path=path, table=table, space=space, feasible=feasible,
+        optimum_ms=optimum_ms, optimum_config=optimum_config, worst_ms=worst, median_ms=median_ms,
+        random_curve=curve, score_budget=scoring.score_budget(curve, median_ms, optimum_ms),
+    )
+
+
+def _with_implied_knobs(measurements: list[Measurement]) -> list[Measurement]:
+    """Rows recorded before a knob joined the kernel's space omit it, which means its implied
+    value (kernels.space.IMPLIED). Where other rows of the table name the knob (a table
+    extended by a later sweep), fill it in, so that every row lies in one space."""
+
+    named = set().union(*(m.config for m in measurements))
+    fill = {knob: value for knob, value in IMPLIED.items() if knob in named}
+    return [m if fill.keys() <= m.config.keys() else dataclasses.replace(m, config=Config({**fill, **m.config}))
+            for m in measurements]
+
+
+def _constraint(table: Mapping[Config, Measurement], workload: Workload, hardware: HardwareSpec):  # noqa: ANN202
+    def feasible(config: Config) -> bool:
+        return config in table and check(config, workload, hardware).feasible
+
+    return feasible

@@ -1,0 +1,275 @@
+"""``flashtune transfer``: what priors from another workload or GPU buy, on recorded spaces.
+
+For each pair (a source table, a target table, the target's GPU) and each strategy, the
+same seeds run twice on the target's recorded space: cold (no priors) and told the
+source's table as priors, exactly as ``flashtune tune --prior-from table:SOURCE`` would
+(``flashtune.experiments.evaluation.priors``: read, re-checked on the target's spec and workload,
+told before the first ask). Reported: evaluations until the best so far is within 2 %
+(and 5 %) of the target's optimum, median over seeds, with and without priors, their
+ratio, and every case of negative transfer (priors slower than cold start).
+
+The smaller GPU is simulated: the H200's spec with less shared memory per block
+(``--smaller-shared-bytes``, default 101,376 B: what an RTX 4090, L40S or A10 allows).
+Its recorded space is the H200 table restricted by that spec's feasibility model, so
+the source's best configs that no longer fit are dropped from the priors, and the
+times of the configs that do fit are the H200's (no smaller GPU was measured).
+
+A run stops at the first config within 2 % (nothing after it changes either count), or
+when the space is exhausted; a run that never gets there counts as budget + 1.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from flashtune.experiments import DATA_DIR
+from flashtune.experiments.evaluation import priors as prior_sources, scoring
+from flashtune.experiments.evaluation.landscape import Landscape, build_landscape
+from flashtune.experiments.evaluation.replay_batch import quiet_worker
+from flashtune.objectives.hardware import HardwareSpec, load_spec
+from flashtune.objectives.replay import ReplayObjective
+from flashtune.search import History, make_strategy, run
+
+DEFAULT_TABLES = DATA_DIR / "h200"
+#: Shared memory per block of the simulated smaller GPU: sm86/sm89's 99 KB (RTX 4090, L40S, A10).
+SMALLER_SHARED_BYTES = 101376
+TOLERANCES = {"evals_to_2pct": 0.02, "evals_to_5pct": 0.05}
+#: The issue's targets: priors need at most this fraction of cold start's evaluations on
+#: most pairs, and no pair may need more than cold start times ``WORST_RATIO``.
+TARGET_RATIO, WORST_RATIO = 1 / 3, 1.2
+
+
+@dataclass(frozen=True)
+class Pair:
+    """One transfer: the source's table told as priors to a search of the target's space.
+
+    Attributes:
+        kind: what changes (``tokens``, ``head_dim``, ``mask``, ``smaller GPU``).
+        source: workload name of the source table (recorded on the H200).
+        target: workload name of the target table.
+        smaller: the target runs on the simulated smaller GPU (else the H200).
+    """
+
+    kind: str
+    source: str
+    target: str
+    smaller: bool = False
+
+    @property
+    def name(self) -> str:
+        gpu = " (smaller GPU)" if self.smaller else ""
+        return f"{_short(self.source)} -> {_short(self.target)}{gpu}"
+
+
+def _both_ways(kind: str, a: str, b: str) -> list[Pair]:
+    return [Pair(kind, a, b), Pair(kind, b, a)]
+
+
+_D128C, _D128F = "b4_h32_n4096_d128_causal_bfloat16", "b4_h32_n4096_d128_full_bfloat16"
+_N16K = "b1_h32_n16384_d128_causal_bfloat16"
+_D64C, _D64F = "b8_h16_n2048_d64_causal_bfloat16", "b16_h16_n1024_d64_full_bfloat16"
+_D256 = "b2_h16_n8192_d256_full_bfloat16"
+
+#: The issue's pairs: 4k <-> 16k tokens, head_dim 128 <-> 64 (causal and full),
+#: causal <-> full, and H200 -> a smaller GPU (same workload, and with a workload change).
+DEFAULT_PAIRS: tuple[Pair, ...] = (
+    *_both_ways("tokens", _D128C, _N16K),
+    *_both_ways("head_dim", _D128C, _D64C),
+    *_both_ways("head_dim", _D128F, _D64F),
+    *_both_ways("mask", _D128C, _D128F),
+    Pair("smaller GPU", _D128C, _D128C, True),
+    Pair("smaller GPU", _D128F, _D128F, True),
+    Pair("smaller GPU", _D256, _D256, True),
+    Pair("smaller GPU", _D64C, _D64C, True),
+    Pair("smaller GPU + tokens", _D128C, _N16K, True),
+    Pair("smaller GPU + mask", _D128C, _D128F, True),
+)
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    pair: Pair
+    strategy: str
+    seed: int
+    priors: bool
+
+
+@dataclass(frozen=True)
+class RunResult:
+    spec: RunSpec
+    evals: dict[str, int]  # tolerance key -> evaluations (budget + 1: never)
+    told: int  # priors told (after the feasibility re-check)
+    dropped: int  # priors dropped as infeasible on the target
+    seconds: float
+
+
+# -- the runs, in worker processes ------------------------------------------------------------
+
+_WORKER: dict[str, Any] = {}
+
+
+def smaller_spec(shared_bytes: int = SMALLER_SHARED_BYTES) -> HardwareSpec:
+    """The H200's spec with less shared memory per block: a simulated smaller GPU."""
+    h200 = load_spec("h200")
+    return dataclasses.replace(h200, name=f"{h200.name} (simulated {shared_bytes} B shared memory)",
+                               shared_memory_per_block_bytes=shared_bytes,
+                               source=f"simulated: {h200.name} with {shared_bytes} B of shared memory per block")
+
+
+def init_worker(tables: str, shared_bytes: int) -> None:
+    _WORKER["limits"] = quiet_worker()
+    _WORKER.update(tables=Path(tables), specs={False: load_spec("h200"), True: smaller_spec(shared_bytes)},
+                   landscapes={})
+
+
+def _landscape(workload: str, smaller: bool) -> Landscape:
+    key = (workload, smaller)
+    cache: dict[tuple[str, bool], Landscape] = _WORKER["landscapes"]
+    if key not in cache:
+        cache[key] = build_landscape(_WORKER["tables"] / f"{workload}.jsonl", _WORKER["specs"][smaller])
+    return cache[key]
+
+
+class _Reached(Exception):
+    """Raised by the run's callback at the first config within the tightest tolerance."""
+
+
+def run_one(spec: RunSpec) -> RunResult:
+
+    target = _landscape(spec.pair.target, spec.pair.smaller)
+    told: tuple = ()
+    dropped: tuple = ()
+    if spec.priors:
+        # The path `flashtune tune --prior-from table:SOURCE` takes: read, then re-check on the target.
+        source = prior_sources.PriorSpec("table", str(_WORKER["tables"] / f"{spec.pair.source}.jsonl"))
+        checked = prior_sources.recheck(prior_sources.read(source), target.workload,
+                                        _WORKER["specs"][spec.pair.smaller])
+        told, dropped = checked.told, checked.dropped
+    objective = ReplayObjective(target.table.values())
+    goal = target.optimum_ms * (1.0 + min(TOLERANCES.values()))
+
+    def stop_when_reached(trial: Any, trials: Any) -> None:
+        if trial.cost_ms <= goal:
+            raise _Reached
+
+    strategy = make_strategy(spec.strategy, target.space, seed=spec.seed)
+    history = History()
+    budget = len(target.feasible)
+    started = time.perf_counter()
+    try:
+        run(strategy, lambda config: objective.evaluate(config, target.workload), max_trials=budget,
+            priors=told, history=history, callbacks=[stop_when_reached])
+    except _Reached:
+        pass
+    seconds = time.perf_counter() - started
+    curve = scoring.best_so_far([t.cost_ms for t in history.trials], target.worst_ms)
+    evals = {}
+    for key, tolerance in TOLERANCES.items():
+        hit = scoring.evals_to_within(curve, target.optimum_ms, tolerance) if len(curve) else None
+        evals[key] = budget + 1 if hit is None else hit
+    return RunResult(spec, evals, len(told), len(dropped), seconds)
+
+
+# -- aggregation ------------------------------------------------------------------------------
+
+
+def summarize(results: Sequence[RunResult], pairs: Sequence[Pair], strategies: Sequence[str],
+              landscapes: dict[tuple[str, bool], Landscape]) -> dict[str, Any]:
+    """The JSON report: per pair and strategy, cold and prior evaluations and their ratio."""
+    grouped: dict[tuple[Pair, str, bool], list[RunResult]] = defaultdict(list)
+    for r in results:
+        grouped[(r.spec.pair, r.spec.strategy, r.spec.priors)].append(r)
+    report: dict[str, Any] = {"pairs": [], "negative_transfer": []}
+    met = total = 0
+    for pair in pairs:
+        target = landscapes[(pair.target, pair.smaller)]
+        entry: dict[str, Any] = {
+            "name": pair.name, "kind": pair.kind, "source": pair.source, "target": pair.target,
+            "target_gpu": "smaller" if pair.smaller else "h200", "target_feasible": len(target.feasible),
+            "target_optimum_ms": target.optimum_ms, "target_optimum_config": target.optimum_config.to_dict(),
+            "target_within_2pct": target.within(0.02),
+            "random_expected_evals_to_2pct": target.random_evals_to_within(0.02), "strategies": {},
+        }
+        for name in strategies:
+            cold, warm = grouped[(pair, name, False)], grouped[(pair, name, True)]
+            cell = _cell(cold, warm)
+            entry["strategies"][name] = cell
+            total += 1
+            met += cell["target_met"]
+            if cell["negative"]:
+                report["negative_transfer"].append({"pair": pair.name, "strategy": name, **{
+                    k: cell[k] for k in ("cold_median", "prior_median", "ratio", "seeds_worse")}})
+        report["pairs"].append(entry)
+    report["target"] = {"cells": total, "met": met, "worse_than_20pct": sum(
+        1 for p in report["pairs"] for c in p["strategies"].values() if c["ratio"] > WORST_RATIO)}
+    return report
+
+
+def _cell(cold: Sequence[RunResult], warm: Sequence[RunResult]) -> dict[str, Any]:
+    key = "evals_to_2pct"
+    by_seed = {r.spec.seed: r for r in cold}
+    cold_median = float(np.median([r.evals[key] for r in cold]))
+    prior_median = float(np.median([r.evals[key] for r in warm]))
+    ratio = prior_median / cold_median
+    paired = [(r.evals[key], by_seed[r.spec.seed].evals[key]) for r in warm if r.spec.seed in by_seed]
+    return {
+        "cold": {k: scoring.spread([r.evals[k] for r in cold]) for k in TOLERANCES},
+        "prior": {k: scoring.spread([r.evals[k] for r in warm]) for k in TOLERANCES},
+        "cold_median": cold_median, "prior_median": prior_median, "ratio": ratio,
+        "target_met": ratio <= TARGET_RATIO + 1e-9,
+        "negative": prior_median > cold_median,
+        # Seeds where the run with priors needed more evaluations than the same seed cold.
+        "seeds_worse": sum(p > c for p, c in paired), "seeds": len(paired),
+        "priors_told": int(np.median([r.told for r in warm])) if warm else 0,
+        "priors_dropped": int(np.median([r.dropped for r in warm])) if warm else 0,
+        "seconds_per_run": float(np.mean([r.seconds for r in [*cold, *warm]])),
+    }
+
+
+def format_table(report: dict[str, Any]) -> str:
+    """Median evaluations to 2 %: cold / with priors, per pair (rows) and strategy (columns)."""
+    strategies = list(report["pairs"][0]["strategies"]) if report["pairs"] else []
+    width = max([8, *(len(s) for s in strategies)]) + 6
+    name_width = max(len(p["name"]) for p in report["pairs"]) if report["pairs"] else 10
+    lines = [f"evaluations to come within 2 % of the optimum, median over {report['seeds']} seeds: "
+             "cold / with priors (x: the priors need more; *: at most a third of cold)",
+             f"{'pair':<{name_width}s} {'drop':>5s} " + " ".join(f"{s:>{width}s}" for s in strategies)]
+    for pair in report["pairs"]:
+        cells = []
+        for name in strategies:
+            cell = pair["strategies"][name]
+            mark = "x" if cell["negative"] else "*" if cell["target_met"] else " "
+            cells.append(f"{_num(cell['cold_median'])} / {_num(cell['prior_median'])}{mark}")
+        dropped = max(c["priors_dropped"] for c in pair["strategies"].values())
+        lines.append(f"{pair['name']:<{name_width}s} {dropped:>5d} " + " ".join(f"{c:>{width}s}" for c in cells))
+    target = report["target"]
+    lines.append(f"at most a third of cold start: {target['met']} of {target['cells']} pair x strategy cells; "
+                 f"more than 20 % worse than cold start: {target['worse_than_20pct']}")
+    if report["negative_transfer"]:
+        lines.append("negative transfer (median with priors above cold start):")
+        for case in report["negative_transfer"]:
+            lines.append(f"  {case['strategy']:>7s} on {case['pair']}: {_num(case['cold_median'])} -> "
+                         f"{_num(case['prior_median'])} (x{case['ratio']:.2f}; "
+                         f"{case['seeds_worse']} seeds worse)")
+    else:
+        lines.append("negative transfer: none")
+    return "\n".join(lines)
+
+
+def _num(value: float) -> str:
+    return f"{value:.0f}" if float(value).is_integer() else f"{value:.1f}"
+
+
+def _short(name: str) -> str:
+    return name.removesuffix("_bfloat16")
+
+
+# -- command line -----------------------------------------------------------------------------

@@ -1,0 +1,1 @@
+"""A study: the trial loop over Optuna storage, workers that share it, and where measurements come from."""

@@ -1,0 +1,188 @@
+"""Trials of a study persisted in Optuna storage, whatever strategy asked for them.
+
+Optuna's storage is the study's source of truth: SQLite by default, any RDB URL
+(PostgreSQL for many hosts) or ``journal:PATH`` (Optuna's JournalStorage, for several
+processes on one host). Every measured config is one Optuna trial: the config as its
+params (and a user attribute), the ``Measurement.to_dict()`` as a user attribute, and
+the state COMPLETE (value = median ms) or FAIL (the config failed: infeasible, wrong
+result, ...).
+
+A trial is created RUNNING *before* it is measured, so a process killed mid-trial
+leaves a trace. On resume, a RUNNING trial whose measurement was already written is
+finished as it should have been (nothing lost); one without a measurement is marked
+FAIL with ``flashtune.interrupted`` and is not part of the history, so its config may
+be measured again (it never was to the end). Trial numbers in the history are
+contiguous (0, 1, ...): they number measurements, not Optuna rows.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sqlite3
+import time
+import warnings
+from typing import TYPE_CHECKING, Any
+
+
+if TYPE_CHECKING:  # optuna loads in ~1 s: only when a study runs, not for `flashtune --help`
+    from optuna.storages import BaseStorage
+
+DEFAULT_STORAGE = "sqlite:///flashtune_optuna.db"
+
+#: Study user attribute: what defines the study (checked on resume).
+IDENTITY_ATTR = "flashtune.identity"
+#: Trial user attributes.
+NUMBER_ATTR = "flashtune.trial_number"
+CONFIG_ATTR = "flashtune.config"
+OWNER_ATTR = "flashtune.owner"
+ELAPSED_ATTR = "flashtune.elapsed_s"
+MEASUREMENT_ATTR = "flashtune.measurement"  # written last: its presence means the trial is complete
+INTERRUPTED_ATTR = "flashtune.interrupted"
+
+_log = logging.getLogger(__name__)
+
+
+def is_shared_storage(url: str) -> bool:
+    """Whether many workers may share a study in this storage: a server database or a
+    journal file. SQLite is one writer at a time (see docs/reference.md): one process per study."""
+    return not url.startswith("sqlite:")
+
+
+def close_storage(storage: BaseStorage) -> None:
+    """Give an RDB storage's pooled connections back to the server now, not at garbage
+    collection: PostgreSQL has a fixed number of connection slots shared by every worker."""
+    engine = getattr(storage, "engine", None)
+    if engine is not None:
+        engine.dispose()
+
+
+def open_storage(url: str, *, heartbeat_s: float | None = None) -> BaseStorage:
+    """Open an Optuna storage from a URL, or raise naming the URL and the problem.
+
+    Args:
+        url: an SQLAlchemy URL (``sqlite:///flashtune_optuna.db``,
+            ``postgresql://user@host/db``) or ``journal:PATH`` for a journal file.
+        heartbeat_s: RDB storage only: Optuna's heartbeat interval; a RUNNING trial
+            whose worker has not beaten for three intervals is stale (failed by any
+            worker of the study). Journal storage has no heartbeat: its workers share a
+            host and reap dead ones by process id.
+
+    Raises:
+        ValueError: the URL is malformed, its driver is missing, or it cannot be opened.
+    """
+    import optuna
+
+    if not isinstance(url, str) or not url.strip():
+        raise ValueError(f"storage URL must be a non-empty string, got {url!r}")
+    if url.startswith("journal:"):
+        path = url[len("journal:"):]
+        path = path[2:] if path.startswith("//") else path  # journal:///abs and journal:rel both work
+        if not path:
+            raise ValueError(f"storage URL {url!r}: journal storage needs a file path, e.g. journal:optuna.log")
+        from optuna.storages.journal import JournalFileBackend
+
+        try:
+            return optuna.storages.JournalStorage(JournalFileBackend(path))
+        except OSError as exc:
+            raise ValueError(f"storage URL {url!r}: {exc}") from None
+    if "://" not in url:
+        raise ValueError(
+            f"storage URL {url!r} is not a URL: use e.g. {DEFAULT_STORAGE}, postgresql://user@host/db or journal:PATH"
+        )
+    if url.startswith("sqlite://") and not url.startswith("sqlite:///"):
+        raise ValueError(f"storage URL {url!r}: SQLite URLs need three slashes, e.g. {DEFAULT_STORAGE}")
+
+    tune_sqlite_connections()
+    url = postgres_driver(url)
+    try:
+        # Optuna's RDBStorage logs its own schema creation; quiet while opening.
+        logging.getLogger("optuna").setLevel(logging.WARNING)
+        kwargs: dict[str, Any] = {}
+        if heartbeat_s is not None:
+            interval = max(1, round(heartbeat_s))  # Optuna takes whole seconds
+            kwargs = {"heartbeat_interval": interval, "grace_period": 3 * interval}
+        for attempt in range(5):
+            try:
+                with warnings.catch_warnings():  # "experimental" since Optuna 2.9; said once per worker is noise
+                    warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                    return optuna.storages.RDBStorage(url, **kwargs)
+            except Exception as exc:
+                # Workers started together on a fresh database race to create Optuna's schema.
+                text = f"{type(exc).__name__} {exc}"
+                if attempt == 4 or not any(w in text for w in ("UniqueViolation", "duplicate key", "already exists")):
+                    raise
+                time.sleep(2.0)
+        raise AssertionError("unreachable")
+    except Exception as exc:  # SQLAlchemy raises ArgumentError, OperationalError, ImportError, ...
+        raise ValueError(f"storage URL {url!r} cannot be opened: {type(exc).__name__}: {exc}") from None
+
+
+def postgres_driver(url: str) -> str:
+    """``postgresql://`` with the driver that is installed: SQLAlchemy 2.1 reads a plain
+    scheme as psycopg 3, while flashtune's dev extras bring psycopg2."""
+    if not url.startswith("postgresql://"):
+        return url
+    import importlib.util
+
+    if importlib.util.find_spec("psycopg") is None and importlib.util.find_spec("psycopg2") is not None:
+        return "postgresql+psycopg2://" + url[len("postgresql://"):]
+    return url
+
+
+def process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    # A zombie (killed, not yet reaped by its parent) answers kill(0) but runs nothing.
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+# -- SQLite settings for the embedded stores (MLflow's and Optuna's default files) ------------
+#
+# SQLite settings for the embedded stores (MLflow's and Optuna's default files).
+#
+# Each MLflow or Optuna write is its own transaction, and SQLite's default rollback journal
+# syncs the disk several times per commit: about 15 ms a commit on a plain disk, which made
+# bookkeeping cost more than a replayed trial. Write-ahead logging with
+# ``synchronous=NORMAL`` syncs once per checkpoint instead; a committed transaction still
+# survives the process being killed (``kill -9``), which is the crash that studies must
+# survive; only a power cut may lose the last commits. WAL also lets ``mlflow ui`` read
+# while a study writes.
+
+_sqlite_tuned = False
+
+
+def tune_sqlite_connections() -> None:
+    """Make every SQLite connection SQLAlchemy opens in this process use WAL (idempotent)."""
+    global _sqlite_tuned
+    if _sqlite_tuned:
+        return
+    from sqlalchemy import event
+    from sqlalchemy.engine import Engine
+
+    event.listen(Engine, "connect", _on_connect)
+    _sqlite_tuned = True
+
+
+def _on_connect(dbapi_connection: Any, connection_record: Any) -> None:
+    if not isinstance(dbapi_connection, sqlite3.Connection):
+        return  # PostgreSQL, MySQL...: their own settings
+    cursor = dbapi_connection.cursor()
+    try:
+        mode = cursor.execute("PRAGMA journal_mode").fetchone()
+        if mode and str(mode[0]).lower() != "memory":  # :memory: databases cannot use WAL
+            cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.execute("PRAGMA busy_timeout=30000")  # a reader (mlflow ui) holding a lock: wait, don't fail
+    except sqlite3.DatabaseError:
+        pass  # a read-only or locked file: keep SQLite's defaults rather than fail the study
+    finally:
+        cursor.close()

@@ -1,0 +1,17 @@
+"""The MLflow tag keys of a study's runs: plain words, so filters need no backticks and
+the UI columns read well."""
+
+from __future__ import annotations
+
+ROLE_TAG, STUDY_TAG, TRIAL_TAG, STATUS_TAG = "role", "study", "trial", "status"
+PARENT_TAG = "mlflow.parentRunId"
+#: Child tag: host:pid of the process that wrote it (shared studies: is its writer alive?).
+WORKER_TAG = "worker"
+
+
+def int_or_none(text: str | None) -> int | None:
+    """A tag's integer (a trial number), or None when it is missing or not a number."""
+    try:
+        return int(text) if text is not None else None
+    except ValueError:
+        return None

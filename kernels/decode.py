@@ -1,0 +1,294 @@
+"""The decode kernel's launcher: per-sequence lengths, the split workspace, the default config.
+
+``launch_decode`` is the lower-level entry (inputs and config already validated, as the
+runtime caches them); ``flashtune.kernels.flash_attention`` validates and calls it.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import triton
+
+from flashtune.kernels._flash_decode import decode_combine_kernel, decode_split_kernel
+from flashtune.kernels.config import Config
+from flashtune.kernels.launch_support import LOG2_E, device_sm_count, use_descriptor_scratch
+from flashtune.kernels.space import DECODE_TUNABLES, decode_block_h
+
+#: Splits merged per step of the combine kernel's loop: the space's largest split count,
+#: so one step loads all of a row (a constexpr: one compile for every split count).
+COMBINE_BLOCK_S = max(DECODE_TUNABLES["num_splits"])
+#: Output columns per combine program (head_dim 128: two programs a row), so that a
+#: program's BLOCK_S x BLOCK_D float32 tile is 64 registers a thread at 4 warps.
+COMBINE_BLOCK_D = 64
+
+
+@dataclass(frozen=True)
+class DecodeWorkspace:
+    """Float32 scratch for the split partials: ``partial_out`` (rows x splits x head_dim) and
+    ``partial_lse`` (rows x splits), rows = batch x q_heads x q_len.
+
+    Allocate once for the largest shape and split count a caller will use and pass it to
+    every ``launch_decode``: no allocation per call, and the same addresses on every call,
+    as CUDA-graph replay needs.
+    """
+
+    partial_out: torch.Tensor
+    partial_lse: torch.Tensor
+
+    @classmethod
+    def allocate(cls, *, rows: int, head_dim: int, num_splits: int, device: torch.device | str) -> DecodeWorkspace:
+        return cls(torch.empty(rows * num_splits * head_dim, dtype=torch.float32, device=device),
+                   torch.empty(rows * num_splits, dtype=torch.float32, device=device))
+
+    @classmethod
+    def for_query(cls, q: torch.Tensor, num_splits: int = max(DECODE_TUNABLES["num_splits"])) -> DecodeWorkspace:
+        """A workspace for queries shaped like ``q`` (batch, q_heads, q_len, head_dim) and up
+        to ``num_splits`` splits (by default the space's largest)."""
+        batch, q_heads, q_len, head_dim = q.shape
+        return cls.allocate(rows=batch * q_heads * q_len, head_dim=head_dim, num_splits=num_splits, device=q.device)
+
+    def fits(self, rows: int, head_dim: int, num_splits: int) -> bool:
+        return (self.partial_lse.numel() >= rows * num_splits
+                and self.partial_out.numel() >= rows * num_splits * head_dim)
+
+
+def launch_decode(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    out: torch.Tensor,
+    *,
+    causal: bool,
+    scale: float,
+    config: Config,
+    cache_seqlens: torch.Tensor | None = None,
+    workspace: DecodeWorkspace | None = None,
+) -> Any:
+    """Launch the decode kernel(s) into ``out``; inputs and config already validated.
+
+    One launch when ``num_splits`` is 1 (the split kernel writes ``out``); otherwise the
+    split kernel writes partials into ``workspace`` (allocated here when None) and the
+    combine kernel writes ``out``. No host synchronization: capturable in a CUDA graph
+    when ``workspace`` is passed (allocation inside capture is legal too, but then the
+    graph owns that memory).
+
+    Args:
+        q, k, v: as ``flash_attention`` takes them; k/v's dim 2 is the cache capacity.
+        out: (batch, q_heads, q_len, head_dim), q's dtype, last dim contiguous.
+        causal, scale: as ``flash_attention``; ``scale`` already resolved to a float.
+        config: a validated decode config (``kernel="decode"``).
+        cache_seqlens: int32 (batch,) contiguous on q's device, or None (all of the cache).
+            Values outside [0, capacity] are clamped in the kernel, not checked here.
+        workspace: split scratch at least ``DecodeWorkspace.for_query(q, num_splits)``'s size.
+
+    Returns:
+        Triton's compiled handle of the split kernel (registers, spills, shared memory),
+        or None under the interpreter.
+    """
+    batch, q_heads, q_len, head_dim = q.shape
+    kv_heads, kv_cap = k.shape[1], k.shape[2]
+    kv_group = q_heads // kv_heads
+    num_splits = int(config["num_splits"])
+    block_h = decode_block_h(kv_group, q_len)
+    rows = batch * q_heads * q_len
+    if num_splits > 1:
+        if workspace is None:
+            workspace = DecodeWorkspace.allocate(rows=rows, head_dim=head_dim, num_splits=num_splits, device=q.device)
+        elif not workspace.fits(rows, head_dim, num_splits):
+            raise ValueError(f"workspace: too small for {rows} rows x {num_splits} splits x head_dim {head_dim}")
+        part_o, part_lse = workspace.partial_out, workspace.partial_lse
+    elif workspace is not None:
+        part_o, part_lse = workspace.partial_out, workspace.partial_lse  # not written: out is
+    else:
+        # Not written (the split kernel writes out directly), but float32 like a workspace's,
+        # so one split and many share a compiled binary.
+        part_o = part_lse = _unused_float32(q.device)
+    seqlens = cache_seqlens if cache_seqlens is not None else out  # not read without HAS_SEQLENS
+    if uses_tma(config):
+        # Device-side descriptors live in a scratch buffer that Triton asks for at launch.
+        use_descriptor_scratch()
+    args = split_arguments(q, k, v, out, part_o, part_lse, seqlens, stride_q=q.stride()[:3], stride_k=k.stride()[:3],
+                           stride_v=v.stride()[:3], stride_o=out.stride()[:3], q_heads=q_heads, kv_heads=kv_heads,
+                           q_len=q_len, kv_cap=kv_cap, num_splits=num_splits, scale=scale)
+    grid = (num_splits, batch * kv_heads, triton.cdiv(kv_group * q_len, block_h))
+    handle = decode_split_kernel[grid](*args, **split_options(config, head_dim=head_dim, kv_group=kv_group,
+                                                              q_len=q_len, causal=causal,
+                                                              has_seqlens=cache_seqlens is not None))
+    if num_splits > 1:
+        combine_grid = (rows, triton.cdiv(head_dim, COMBINE_BLOCK_D))
+        decode_combine_kernel[combine_grid](*combine_arguments(out, part_o, part_lse, stride_o=out.stride()[:3],
+                                                               q_heads=q_heads, q_len=q_len, num_splits=num_splits),
+                                            **combine_options(head_dim))
+    return handle
+
+
+def split_arguments(q: Any, k: Any, v: Any, out: Any, part_o: Any, part_lse: Any, seqlens: Any, *,
+                    stride_q: tuple[int, ...], stride_k: tuple[int, ...], stride_v: tuple[int, ...],
+                    stride_o: tuple[int, ...], q_heads: int, kv_heads: int, q_len: int, kv_cap: int,
+                    num_splits: int, scale: float) -> tuple[Any, ...]:
+    """The split kernel's positional arguments, in its order (one place: launch and
+    precompile). Strides are (batch, head, row) of q, k, v and out."""
+    return (q, k, v, out, part_o, part_lse, seqlens, *stride_q, *stride_k, *stride_v, *stride_o,
+            q_heads, kv_heads, q_heads // kv_heads, q_len, kv_cap, num_splits, scale * LOG2_E)
+
+
+def split_options(config: Config, *, head_dim: int, kv_group: int, q_len: int, causal: bool,
+                  has_seqlens: bool) -> dict[str, Any]:
+    """The split kernel's constexprs and launch options for a config."""
+    return {"HEAD_DIM": head_dim, "BLOCK_H": decode_block_h(kv_group, q_len), "BLOCK_N": int(config["BLOCK_N"]),
+            "IS_CAUSAL": bool(causal), "HAS_SEQLENS": has_seqlens, "USE_TMA": uses_tma(config),
+            "num_warps": int(config["num_warps"]), "num_stages": int(config["num_stages"])}
+
+
+def uses_tma(config: Config) -> bool:
+    # A decode config built without the knob means pointer loads (kernels.space.IMPLIED).
+    return config.get("loads", "pointer") == "tma"
+
+
+def combine_arguments(out: Any, part_o: Any, part_lse: Any, *, stride_o: tuple[int, ...], q_heads: int,
+                      q_len: int, num_splits: int) -> tuple[Any, ...]:
+    return (out, part_o, part_lse, *stride_o, q_heads, q_len, num_splits)
+
+
+def combine_options(head_dim: int) -> dict[str, Any]:
+    return {"HEAD_DIM": head_dim, "BLOCK_D": min(head_dim, COMBINE_BLOCK_D), "BLOCK_S": COMBINE_BLOCK_S,
+            "num_warps": 4}
+
+
+def warm_up(config: Config, *, batch: int, q_heads: int, kv_heads: int, q_len: int, kv_len: int, head_dim: int,
+            dtype: torch.dtype, causal: bool) -> None:
+    """Compile (into Triton's cache) what ``launch_decode`` runs for contiguous inputs of
+    these shapes, without running it: the compile pool's job (objectives.precompile)."""
+    buf = torch.empty(64, device="cuda", dtype=dtype)
+    f32 = torch.empty(64, device="cuda", dtype=torch.float32)
+    stride_q = (q_heads * q_len * head_dim, q_len * head_dim, head_dim)
+    stride_k = (kv_heads * kv_len * head_dim, kv_len * head_dim, head_dim)
+    splits = int(config["num_splits"])
+    args = split_arguments(buf, buf, buf, buf, f32, f32, buf, stride_q=stride_q, stride_k=stride_k,
+                           stride_v=stride_k, stride_o=stride_q, q_heads=q_heads, kv_heads=kv_heads, q_len=q_len,
+                           kv_cap=kv_len, num_splits=splits, scale=1.0)
+    decode_split_kernel.warmup(*args, **split_options(config, head_dim=head_dim, kv_group=q_heads // kv_heads,
+                                                      q_len=q_len, causal=causal, has_seqlens=False), grid=(1,))
+    if splits > 1:
+        decode_combine_kernel.warmup(*combine_arguments(buf, f32, f32, stride_o=stride_q, q_heads=q_heads,
+                                                        q_len=q_len, num_splits=splits),
+                                     **combine_options(head_dim), grid=(1,))
+
+
+@functools.lru_cache(maxsize=None)
+def _unused_float32(device: torch.device) -> torch.Tensor:
+    return torch.empty(1, dtype=torch.float32, device=device)
+
+
+def check_cache_seqlens(cache_seqlens: Any, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """Raise ValueError naming ``cache_seqlens`` unless it is an int32 (batch,) tensor on
+    q's device with every value in [0, k.shape[2]]; return it contiguous.
+
+    The value check reads the tensor on the host (one synchronization). Inside CUDA-graph
+    capture a host read is illegal, so the values go unchecked there; the kernel clamps
+    each length to [0, capacity], so a bad value gives wrong attention, never an
+    out-of-bounds read.
+    """
+    if not isinstance(cache_seqlens, torch.Tensor):
+        raise ValueError(f"cache_seqlens must be a torch.Tensor of int32, got {type(cache_seqlens).__name__}")
+    batch, capacity = q.shape[0], k.shape[2]
+    if cache_seqlens.dtype != torch.int32:
+        raise ValueError(f"cache_seqlens.dtype must be torch.int32, got {cache_seqlens.dtype}")
+    if tuple(cache_seqlens.shape) != (batch,):
+        raise ValueError(f"cache_seqlens must have shape (batch,) = ({batch},), got {tuple(cache_seqlens.shape)}")
+    if cache_seqlens.device != q.device:
+        raise ValueError(f"cache_seqlens must be on q's device {q.device}, got {cache_seqlens.device}")
+    if not _capturing(q.device):
+        low, high = (int(x) for x in torch.aminmax(cache_seqlens))
+        if low < 0:
+            raise ValueError(f"cache_seqlens must be >= 0, got a length of {low}")
+        if high > capacity:
+            raise ValueError(f"cache_seqlens: a length of {high} is longer than the cache (k.shape[2] = {capacity})")
+    return cache_seqlens.contiguous()
+
+
+def _capturing(device: torch.device) -> bool:
+    return device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+
+
+#: Fewest keys a split should read: its partial write (head_dim x 4 B per packed row) and
+#: the combine's read of it then stay near 3 % of its K/V read at kv_group 4. On the H200
+#: (1, 32/8, 4096, 128) was fastest at 16-32 splits, 128-256 keys each.
+MIN_KEYS_PER_SPLIT = 128
+#: Programs per SM the split count aims for. On the H200 sweep (experiments/data/
+#: h200_decode) every q_len-1 row was within 2 % of its best once batch x kv_heads x
+#: splits reached about 2 x 132; past that, more splits only add combine traffic.
+PROGRAMS_PER_SM_TARGET = 2
+#: With per-sequence lengths the longest sequence sets the time and the host does not know
+#: the lengths (no read inside a CUDA graph): aim for 4 x more, shorter splits (each
+#: sequence's splits divide its own length). H200, batch 8 of lengths 0-8192 around 4400:
+#: 54 us at 1024 programs, 75 us at 256.
+SEQLENS_PROGRAMS_FACTOR = 4
+#: SMs assumed under the interpreter (no GPU): small, so tests split the keys.
+INTERPRETER_SMS = 4
+
+
+def choose_num_splits(*, programs: int, kv_len: int, sm_count: int, per_sequence_lengths: bool = False) -> int:
+    """The default split count: the smallest power of two that gives at least 90 % of
+    ``PROGRAMS_PER_SM_TARGET`` x ``sm_count`` programs (x ``SEQLENS_PROGRAMS_FACTOR`` with
+    per-sequence lengths), but no split shorter than ``MIN_KEYS_PER_SPLIT`` keys, and
+    within the declared space. (90 %: 256 programs on 132 SMs is as good as 264.)
+
+    Args:
+        programs: programs without splitting (batch x kv_heads x row blocks).
+        kv_len: keys per sequence (the cache capacity, or the longest length).
+        sm_count: the GPU's SMs.
+        per_sequence_lengths: the call passes ``cache_seqlens``.
+    """
+    target = PROGRAMS_PER_SM_TARGET * sm_count * (SEQLENS_PROGRAMS_FACTOR if per_sequence_lengths else 1)
+    allowed = DECODE_TUNABLES["num_splits"]
+    splits = 1
+    while (splits * 2 in allowed and 10 * programs * splits < 9 * target
+           and kv_len >= 2 * splits * MIN_KEYS_PER_SPLIT):
+        splits *= 2
+    return splits
+
+
+#: Bytes of one K (or V) tile the default config streams: BLOCK_N = this / head_dim / 2
+#: (64 keys at head_dim 128, 128 at 64). On the H200 a 16 KB tile at 3 stages kept the
+#: memory busy with one program per SM (BLOCK_N 64 at head_dim 64 needed twice the splits).
+DEFAULT_TILE_BYTES = 16384
+
+
+def default_decode_config(q: torch.Tensor, k: torch.Tensor, *, per_sequence_lengths: bool = False) -> Config:
+    """The decode config ``flash_attention`` uses without one (:func:`decode_default_for`
+    with the live GPU's SM count)."""
+    batch, q_heads, q_len, head_dim = q.shape
+    if q.device.type == "cuda":
+        sms = device_sm_count(q.device)
+    else:
+        sms = INTERPRETER_SMS
+    return decode_default_for(batch=batch, q_heads=q_heads, kv_heads=k.shape[1], q_len=q_len, kv_len=k.shape[2],
+                              head_dim=head_dim, sm_count=sms, per_sequence_lengths=per_sequence_lengths)
+
+
+def decode_default_for(*, batch: int, q_heads: int, kv_heads: int, q_len: int, kv_len: int, head_dim: int,
+                       sm_count: int, per_sequence_lengths: bool = False) -> Config:
+    """The default decode config for a shape on a GPU of ``sm_count`` SMs (also the runtime's
+    per-architecture decode default), fitted to the H200 decode sweep
+    (experiments/data/h200_decode):
+
+    * BLOCK_N: a ``DEFAULT_TILE_BYTES`` K tile (32 to 128 keys), 4 warps, pointer loads;
+    * num_stages 3 (two tiles in flight per program, about 72 KB of shared memory: fits
+      every GPU flashtune knows), or 2 when batch x kv_heads alone already gives two
+      programs per SM: then residency, not depth, keeps the memory busy (batch 64: 136 us
+      at 2 stages, 148 at 3);
+    * num_splits from :func:`choose_num_splits`.
+    """
+    group = q_heads // kv_heads
+    programs = batch * kv_heads * triton.cdiv(group * q_len, decode_block_h(group, q_len))
+    splits = choose_num_splits(programs=programs, kv_len=kv_len, sm_count=sm_count,
+                               per_sequence_lengths=per_sequence_lengths)
+    block_n = min(max(DEFAULT_TILE_BYTES // (head_dim * 2), 32), 128)
+    stages = 2 if programs >= PROGRAMS_PER_SM_TARGET * sm_count else 3
+    return Config(kernel="decode", BLOCK_N=block_n, num_splits=splits, num_warps=4, num_stages=stages,
+                  loads="pointer")

@@ -1,0 +1,19 @@
+"""The input dtypes the kernel takes, and whether Triton runs in its CPU interpreter.
+
+One copy of each fact. Torch-free on purpose: the feasibility model and the strategies
+read the table without importing torch; torch code maps a name with ``getattr(torch, name)``.
+"""
+
+from __future__ import annotations
+
+import os
+
+#: Supported input dtypes by name, with their element size in bytes.
+DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
+#: The names, in the order error messages list them.
+DTYPES = tuple(DTYPE_BYTES)
+
+
+def interpreting() -> bool:
+    """Whether ``TRITON_INTERPRET`` is set (Triton's CPU interpreter runs the kernels)."""
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")

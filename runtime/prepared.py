@@ -1,0 +1,157 @@
+"""Prepared calls: what one call key of the tuned op derives, computed once.
+
+The launcher (``kernels.attention.flash_attention``) validates every input, the config,
+the scale and the device's shared memory, allocates, then launches: 57 µs of host time a
+call on the H200 (BENCHMARKS.md, "Runtime"), the whole cost of a decode step. The
+dispatcher runs the launcher on the first call of a *call key* (devices, dtypes, q's shape
+and strides, KV heads, the kv_len bucket, causal, scale: see ``Dispatcher.__call__``) and
+keeps a :class:`PreparedCall`; later calls of the key re-check only what the key does not
+fix (K and V's own shape and last stride, which a growing KV cache changes every step),
+allocate the output and launch the Triton kernel with the grid, compile options, scale
+and split workspace worked out on the first call.
+
+Every check that protects a user still runs: those fixed by the key ran on its first
+call; the others run here on every call and hand the call back to the launcher
+(``None``), which raises the error naming the argument. Values that live on the device
+(``cache_seqlens``) are checked by the launcher on the first call only: checking them
+every call would synchronise with the GPU and break CUDA-graph capture.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from flashtune.kernels.attention import (
+    check_descriptor_alignment,
+    attention_forward_kernel,
+    compile_options,
+    kernel_arguments,
+    launch_grid,
+    resolve_scale,
+)
+from flashtune.kernels.config import Config
+from flashtune.kernels.decode import DecodeWorkspace, launch_decode
+from flashtune.kernels.launch_support import use_descriptor_scratch
+from flashtune.kernels.space import kernel_of
+
+#: Split workspaces one prepared decode call keeps (one per CUDA stream it ran on).
+MAX_WORKSPACES = 8
+
+
+class PreparedCall:
+    """The prefill kernel's launch for one call key (pointer or TMA loads, not fp8).
+
+    Args:
+        q: the first call's query (its shape, strides, device and dtype are the key's).
+        k: the first call's keys (for the KV head count).
+        causal: the mask.
+        scale: the softmax scale as the caller passed it (None: 1/sqrt(head_dim)).
+        config: the validated config the first call launched.
+    """
+
+    __slots__ = ("batch", "head_dim", "out_shape", "out_dtype", "device", "grid", "options",
+                 "tma", "static", "scale")
+
+    def __init__(self, q: torch.Tensor, k: torch.Tensor, *, causal: bool, scale: float | None, config: Config) -> None:
+        batch, q_heads, q_len, head_dim = q.shape
+        self.batch, self.head_dim = batch, head_dim
+        self.out_shape, self.out_dtype, self.device = q.shape, q.dtype, q.device
+        self.grid = launch_grid(config, q_len=q_len, batch_heads=batch * q_heads, device=q.device)
+        self.options = compile_options(config, head_dim=head_dim, causal=causal)
+        self.tma = config["loads"] != "pointer"
+        self.scale = resolve_scale(scale, head_dim)
+        # The output is allocated contiguous: its strides follow from the key's shape.
+        out_strides = (q_heads * q_len * head_dim, q_len * head_dim, head_dim)
+        self.static = {"stride_q": q.stride()[:3], "stride_o": out_strides, "batch": batch,
+                       "q_heads": q_heads, "kv_heads": k.shape[1], "q_len": q_len}
+
+    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor | None:
+        """Launch for these inputs; None when they need the launcher's checks (bad K/V)."""
+        shape, k_strides, v_strides = k.shape, k.stride(), v.stride()
+        if (shape != v.shape or shape[0] != self.batch or shape[3] != self.head_dim or not shape[2]
+                or k_strides[3] != 1 or v_strides[3] != 1):
+            return None
+        if self.tma:
+            check_descriptor_alignment(q, k, v)  # raises naming the argument
+            use_descriptor_scratch()
+        out = torch.empty(self.out_shape, dtype=self.out_dtype, device=self.device)
+        args = kernel_arguments(q, k, v, out, q, stride_k=k_strides[:3], stride_v=v_strides,
+                                kv_len=shape[2], scale=self.scale, **self.static)
+        attention_forward_kernel[self.grid](*args, **self.options)
+        return out
+
+
+class PreparedDecode:
+    """The decode kernel's launch for one call key, with its split workspace kept.
+
+    The workspace is reused by every call of the key on one CUDA stream (stream order
+    makes that safe; a graph captured on a stream keeps the addresses it captured), one
+    per stream, so concurrent streams never share one.
+
+    Args:
+        q: the first call's query.
+        k: the first call's keys.
+        causal: the mask.
+        scale: the softmax scale as the caller passed it.
+        config: the validated decode config the first call launched.
+        with_seqlens: whether calls of this key pass ``cache_seqlens``.
+    """
+
+    __slots__ = ("batch", "head_dim", "out_shape", "out_dtype", "device", "causal", "scale", "config",
+                 "with_seqlens", "workspaces", "splits", "tma")
+
+    def __init__(self, q: torch.Tensor, k: torch.Tensor, *, causal: bool, scale: float | None, config: Config,
+                 with_seqlens: bool) -> None:
+        self.batch, self.head_dim = q.shape[0], q.shape[3]
+        self.out_shape, self.out_dtype, self.device = q.shape, q.dtype, q.device
+        self.causal, self.scale, self.config = causal, resolve_scale(scale, q.shape[3]), config
+        self.with_seqlens = with_seqlens
+        self.splits = int(config["num_splits"])
+        self.tma = config.get("loads", "pointer") != "pointer"
+        self.workspaces: dict[int, DecodeWorkspace] = {}
+
+    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                 cache_seqlens: torch.Tensor | None = None) -> torch.Tensor | None:
+        """Launch for these inputs; None when they need the launcher's checks."""
+        shape = k.shape
+        if (shape != v.shape or shape[0] != self.batch or shape[3] != self.head_dim or not shape[2]
+                or k.stride()[3] != 1 or v.stride()[3] != 1):
+            return None
+        if self.with_seqlens and (cache_seqlens.dtype != torch.int32 or cache_seqlens.shape != (self.batch,)
+                                  or cache_seqlens.device != self.device or not cache_seqlens.is_contiguous()):
+            return None  # the launcher names what is wrong (the values are clamped by the kernel)
+        if self.tma:
+            check_descriptor_alignment(q, k, v)  # raises naming the argument
+        out = torch.empty(self.out_shape, dtype=self.out_dtype, device=self.device)
+        launch_decode(q, k, v, out, causal=self.causal, scale=self.scale, config=self.config,
+                      cache_seqlens=cache_seqlens, workspace=self._workspace(q) if self.splits > 1 else None)
+        return out
+
+    def _workspace(self, q: torch.Tensor) -> DecodeWorkspace:
+        stream = _current_stream(self.device)
+        workspace = self.workspaces.get(stream)
+        if workspace is None:
+            if len(self.workspaces) >= MAX_WORKSPACES:
+                self.workspaces.clear()
+            workspace = self.workspaces[stream] = DecodeWorkspace.for_query(q, self.splits)
+        return workspace
+
+
+def _current_stream(device: torch.device) -> int:
+    """The raw handle of the device's current CUDA stream (0 off CUDA: the interpreter)."""
+    if device.type != "cuda":
+        return 0
+    return torch._C._cuda_getCurrentRawStream(device.index)
+
+
+def prepare(q: torch.Tensor, k: torch.Tensor, *, causal: bool, scale: float | None, config: Config,
+            cache_seqlens: Any = None) -> PreparedCall | PreparedDecode | None:
+    """The prepared form of a call that just ran through the launcher, or None where every
+    call must take the launcher (fp8 quantizes Q, K, V on every call anyway)."""
+    if kernel_of(config) == "decode":
+        return PreparedDecode(q, k, causal=causal, scale=scale, config=config, with_seqlens=cache_seqlens is not None)
+    if config.get("use_fp8", False) or cache_seqlens is not None:
+        return None
+    return PreparedCall(q, k, causal=causal, scale=scale, config=config)

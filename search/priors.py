@@ -1,0 +1,177 @@
+"""What priors say: which configs did well on other GPUs or workloads.
+
+A prior's time was measured on another workload or GPU, so its milliseconds do not
+mix with this study's: a 4096-token workload takes four times a 2048-token one. The
+book keeps each source (workload and hardware fingerprint) apart and ranks configs by
+how close each came to its own source's best. Strategies measure the top of that ranking
+first: another GPU's best config reaches only 58.5-99.9 % of the optimum (BAT, see
+docs/reference.md), so priors are re-measured here, never copied.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from flashtune.kernels.config import Config
+from flashtune.objectives.types import Measurement, Workload
+
+Source = tuple[Workload, str]
+
+#: Measurements here of configs the priors rank before their agreement is judged: fewer
+#: pairs make a rank correlation noise (three points agree by chance one time in six).
+MIN_CHECKS = 5
+#: Spearman correlation between the priors' relative slowdowns and this study's times
+#: below which the priors are no longer followed. 0.3 keeps a prior that orders the
+#: space roughly right (as another head dim's table does here) and drops one that does
+#: no better than chance.
+MIN_AGREEMENT = 0.3
+
+
+class PriorBook:
+    """Prior measurements grouped by source, ranked by relative slowdown."""
+
+    def __init__(self) -> None:
+        self._by_source: dict[Source, dict[Config, float]] = defaultdict(dict)
+
+    def __len__(self) -> int:
+        return sum(len(table) for table in self._by_source.values())
+
+    def add(self, measurement: Measurement) -> None:
+        """Keep a prior; failures are kept too (they say what not to try first)."""
+        ok = measurement.ok and math.isfinite(measurement.median_ms) and measurement.median_ms > 0
+        table = self._by_source[(measurement.workload, measurement.fingerprint)]
+        value = measurement.median_ms if ok else math.inf
+        table[measurement.config] = min(value, table.get(measurement.config, math.inf))
+
+    def score(self, config: Config) -> float | None:
+        """How close ``config`` came to its source's best, in the source where it came closest.
+
+        1.0 is a source's best; inf means it failed wherever it was tried; None means no
+        source tried it.
+        """
+        best: float | None = None
+        for table in self._by_source.values():
+            if config not in table:
+                continue
+            finite = [v for v in table.values() if math.isfinite(v)]
+            value = table[config] / min(finite) if finite and math.isfinite(table[config]) else math.inf
+            best = value if best is None else min(best, value)
+        return best
+
+    def ranked(self) -> list[Config]:
+        """Configs that ran somewhere, best first.
+
+        Sources take turns: each contributes its best config before any contributes its
+        second, so one source's near-ties cannot crowd out another source's winner
+        (another head dim or causality often wins with another config). Within a turn,
+        configs that more sources rank there come first; a config comes once, at its
+        first turn.
+        """
+        rankings: list[list[Config]] = []
+        for table in self._by_source.values():
+            ok = {c: v for c, v in table.items() if math.isfinite(v)}
+            rankings.append(sorted(ok, key=lambda c: (ok[c], c.key())))
+        order: list[Config] = []
+        seen: set[Config] = set()
+        for depth in range(max((len(r) for r in rankings), default=0)):
+            turn = [r[depth] for r in rankings if depth < len(r) and r[depth] not in seen]
+            # Configs that lead more rankings at this depth go first.
+            for config in sorted(set(turn), key=lambda c: (-turn.count(c), c.key())):
+                seen.add(config)
+                order.append(config)
+        return order
+
+
+class PriorGuide:
+    """The priors' ranking, handed out while it agrees with what the study measures.
+
+    A strategy asks ``next_open`` for the best-ranked config it has not tried yet; the
+    guide answers only while ``trusted``: until ``min_checks`` configs with a prior score
+    were measured here, and afterwards while the rank correlation between their prior
+    scores and their times here is at least ``min_agreement``. A prior that misleads is
+    dropped after a few trials, and picked up again if later measurements (the model's
+    own asks) show that it orders the space after all.
+
+    Args:
+        book: the priors.
+        complete: maps a prior's config to a config of the search space (fills knobs the
+            prior predates), or None when it names none.
+        min_checks: measurements before the agreement is judged.
+        min_agreement: lowest Spearman correlation that keeps the priors followed.
+    """
+
+    def __init__(self, book: PriorBook, complete: Callable[[Config], Config | None], *,
+                 min_checks: int = MIN_CHECKS, min_agreement: float = MIN_AGREEMENT) -> None:
+        self._book = book
+        self._complete = complete
+        self._min_checks = min_checks
+        self._min_agreement = min_agreement
+        self._ranking: list[Config] | None = None
+        self._scores: dict[Config, float] = {}
+        self._checks: dict[Config, tuple[float, float]] = {}  # config -> (prior score, cost here)
+
+    def ranking(self) -> list[Config]:
+        """Configs of the space the priors ranked, best first (fixed at the first call:
+        priors are told before the first ask)."""
+        if self._ranking is None:
+            ranking: dict[Config, None] = {}
+            for prior in self._book.ranked():
+                config = self._complete(prior)
+                if config is not None and config not in ranking:
+                    ranking[config] = None
+                    self._scores[config] = self._book.score(prior) or math.inf
+            self._ranking = list(ranking)
+        return self._ranking
+
+    def observe(self, config: Config, cost_ms: float) -> None:
+        """A measurement here (``inf`` for a failure); configs the priors never scored are ignored."""
+        self.ranking()
+        score = self._scores.get(config)
+        if score is not None:
+            self._checks[config] = (score, cost_ms)
+
+    def agreement(self) -> float | None:
+        """Spearman correlation of prior score and time here over the checked configs (None: too few)."""
+        if len(self._checks) < self._min_checks:
+            return None
+        scores, costs = zip(*self._checks.values())
+        return spearman(scores, costs)
+
+    @property
+    def trusted(self) -> bool:
+        if not self.ranking():
+            return False
+        agreement = self.agreement()
+        return agreement is None or agreement >= self._min_agreement
+
+    def next_open(self, is_open: Callable[[Config], bool]) -> Config | None:
+        """The best-ranked config ``is_open`` accepts, while the priors are trusted."""
+        if not self.trusted:
+            return None
+        return next((c for c in self.ranking() if is_open(c)), None)
+
+
+def spearman(x: Sequence[float], y: Sequence[float]) -> float:
+    """Spearman's rank correlation; ties (infinities included) share their mean rank.
+
+    Returns 0.0 when either side is constant (no order to agree with).
+    """
+    rx, ry = _ranks(x), _ranks(y)
+    if rx.std() == 0 or ry.std() == 0:
+        return 0.0
+    return float(np.corrcoef(rx, ry)[0, 1])
+
+
+def _ranks(values: Sequence[float]) -> np.ndarray:
+    data = np.asarray(values, dtype=float)
+    order = np.argsort(data, kind="stable")
+    ranks = np.empty(len(data))
+    ranks[order] = np.arange(len(data), dtype=float)
+    for value in np.unique(data):
+        tied = data == value
+        ranks[tied] = ranks[tied].mean()
+    return ranks

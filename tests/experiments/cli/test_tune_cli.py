@@ -1,0 +1,142 @@
+"""`flashtune tune` and `flashtune ui` from the command line: the happy path and bad input."""
+
+from __future__ import annotations
+
+import pytest
+from mlflow import MlflowClient
+from study_support import WORKLOAD, WORKLOAD_ARG, run_cli, tune_args
+
+from flashtune.experiments.study import measurers
+from flashtune.experiments.cli.main import main
+from flashtune.objectives.types import SUITE
+
+
+def test_replay_study_from_the_command_line(replay_dir, stores, tmp_path) -> None:
+    """What a user types on a CPU machine: it says it replays, shows a summary, fills MLflow."""
+    done = run_cli(*tune_args(stores, replay_dir, "--study-name", "cli", "--trials", "8"), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "no GPU found (nvidia-smi): replaying recorded NVIDIA H200 tables" in done.stderr
+    assert f"study cli | {WORKLOAD.name} | NVIDIA H200 | random seed 0" in done.stdout
+    assert "8 trials" in done.stdout and "median ms" in done.stdout and "flashtune ui" in done.stdout
+    client = MlflowClient(tracking_uri=stores["tracking_uri"])
+    experiment = client.get_experiment_by_name("flashtune/NVIDIA H200")
+    runs = client.search_runs([experiment.experiment_id])
+    assert sum(r.data.tags.get("role") == "study" for r in runs) == 1
+    assert sum(r.data.tags.get("role") == "trial" for r in runs) == 8
+
+
+def test_several_workloads_one_study_each(replay_dir, stores, tmp_path, capsys) -> None:
+    args = tune_args(stores, replay_dir, "--study-name", "multi", "--trials", "3", "--workload", "2,8/2,512,128")
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert f"multi/{WORKLOAD.name}" in out and "multi/b2_hq8kv2_n512_d128_full_bfloat16" in out
+
+
+@pytest.mark.parametrize("extra, words", [
+    (["--strategy", "simulated-annealing-9000"], "unknown strategy 'simulated-annealing-9000'"),
+    (["--workload", "4,32,4096"], "workload '4,32,4096': expected B,H,N,D"),
+    (["--workload", "4,32,4096,128,sideways"], "unknown field 'sideways'"),
+    (["--workload", "4,32/5,4096,128"], "multiple of kv_heads"),
+    (["--tracking-uri", "sqlite://mlflow.db"], "SQLite URIs need three slashes"),
+    (["--tracking-uri", "gopher://x"], "unknown scheme 'gopher'"),
+    (["--storage", "sqlite://optuna.db"], "storage URL 'sqlite://optuna.db'"),
+    (["--storage", "optuna.db"], "is not a URL"),
+    (["--hardware", "voodoo2"], "unknown hardware 'voodoo2'"),
+    (["--option", "novalue"], "expected KEY=VALUE"),
+    (["--option", "no_such_option=3"], "unknown option(s) ['no_such_option']"),
+    (["--option", "prior_trials=many"], "option prior_trials must be int"),
+    (["--trials", "0"], "trials must be a positive int"),
+    (["--study-name", "'; drop"], "study name"),
+])
+def test_bad_input_is_one_clear_line(replay_dir, stores, capsys, extra, words) -> None:
+    assert main(tune_args(stores, replay_dir, *extra)) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("flashtune tune: error: ") and words in err, err
+
+
+def test_missing_table_says_where_and_what(stores, tmp_path, capsys) -> None:
+    empty = tmp_path / "no-tables"
+    empty.mkdir()
+    assert main(tune_args(stores, empty)) == 2
+    err = capsys.readouterr().err
+    assert f"no recorded NVIDIA H200 table for workload {WORKLOAD.name}" in err
+    assert "flashtune sweep" in err and "recorded there: none" in err
+
+
+def test_live_without_gpu_is_refused(stores, replay_dir, capsys, monkeypatch) -> None:
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert main(tune_args(stores, replay_dir, "--objective", "live")) == 2
+    assert "needs an NVIDIA GPU and none is visible" in capsys.readouterr().err
+
+
+def test_other_gpu_replay_needs_its_tables(stores, capsys, monkeypatch) -> None:
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    args = ["tune", "--hardware", "a100", "--tracking-uri", stores["tracking_uri"], "--storage", stores["storage"],
+            "--workload", WORKLOAD_ARG, "--no-progress"]
+    assert main(args) == 2
+    assert "no recorded NVIDIA A100-SXM4-80GB table" in capsys.readouterr().err
+
+
+def test_ui_refuses_a_store_that_does_not_exist(tmp_path, capsys) -> None:
+    assert main(["ui", "--tracking-uri", f"sqlite:///{tmp_path / 'nothing.db'}"]) == 2
+    assert "does not exist; run `flashtune tune` first" in capsys.readouterr().err
+
+
+def _shipped_h200_tables() -> list:
+    from flashtune.objectives.hardware import load_spec
+
+    folder = measurers.default_replay_dir(load_spec("h200"))
+    recorded = set(measurers.recorded_workloads(folder))
+    return [w for w in SUITE if w.name in recorded]
+
+
+@pytest.mark.skipif(not _shipped_h200_tables(), reason="no recorded H200 tables shipped yet")
+def test_shipped_h200_tables_replay(stores, capsys, monkeypatch) -> None:
+    """The default command on a CPU machine: the recorded H200 tables, no --replay-dir."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    workload = _shipped_h200_tables()[0]
+    args = ["tune", "--trials", "5", "--study-name", "shipped", "--tracking-uri", stores["tracking_uri"],
+            "--storage", stores["storage"], "--no-progress"]
+    if workload != SUITE[0]:
+        args += ["--workload", f"{workload.batch},{workload.q_heads}/{workload.kv_heads},{workload.q_len},"
+                               f"{workload.head_dim},{'causal' if workload.causal else 'full'}"]
+    assert main(args) == 0, capsys.readouterr().err
+    captured = capsys.readouterr()
+    assert "replaying recorded NVIDIA H200 tables" in captured.err
+    assert "5 trials" in captured.out
+
+
+def test_the_tuning_process_never_imports_torch(replay_dir, stores, tmp_path) -> None:
+    """The parent never touches CUDA: a replay study does not even import torch or triton
+    (a live one measures in the objective's worker process)."""
+    import subprocess
+    import sys
+
+    from study_support import cli_env
+
+    code = ("import sys; from flashtune.experiments.cli.main import main; "
+            f"rc = main({tune_args(stores, replay_dir, '--trials', '2')!r}); "
+            "print('IMPORTED', sorted(m for m in ('torch', 'triton') if m in sys.modules)); sys.exit(rc)")
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=cli_env(), capture_output=True, text=True,
+                          timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "IMPORTED []" in done.stdout
+
+
+def test_ui_says_when_its_port_is_taken(replay_dir, stores, tmp_path, capsys) -> None:
+    import socket
+
+    run_cli(*tune_args(stores, replay_dir, "--trials", "1"), cwd=tmp_path)
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        assert main(["ui", "--tracking-uri", stores["tracking_uri"], "--port", str(port)]) == 2
+    assert f"port {port} on 127.0.0.1 is in use" in capsys.readouterr().err
+
+
+def test_option_values_read_as_the_defaults_print() -> None:
+    from flashtune.experiments.cli.tune import parse_options
+
+    assert parse_options(["start_center=False", "n_startup=4", "startup=latin", "xi=0.5"]) == {
+        "start_center": False, "n_startup": 4, "startup": "latin", "xi": 0.5}
