@@ -84,6 +84,72 @@ def _attend_tiles(
 
 
 @triton.jit
+def tile_coords(tile, num_m_blocks, batch_heads, IS_CAUSAL: tl.constexpr, BH_MAJOR: tl.constexpr):
+    """(query block, batch * head) of the ``tile``-th tile in launch order.
+
+    Head-major: consecutive tiles are query blocks of one (batch, head), so programs side
+    by side read that head's K/V at about the same time and it stays in L2. ``BH_MAJOR``:
+    consecutive tiles are one query block of every (batch, head), so every head's longest
+    causal tiles start first and the short ones fill the tail. Causal tiles run from the
+    end of the sequence (the longest) to its start either way.
+    """
+    if BH_MAJOR:
+        pid_zh = tile % batch_heads
+        pid_m = tile // batch_heads
+    else:
+        pid_zh = tile // num_m_blocks
+        pid_m = tile % num_m_blocks
+    if IS_CAUSAL:
+        pid_m = num_m_blocks - 1 - pid_m
+    return pid_m, pid_zh
+
+
+@triton.jit
+def key_ranges(start_m, q_len, kv_len, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, IS_CAUSAL: tl.constexpr):
+    """(causal_offset, unmasked_end, masked_end) of the query tile starting at ``start_m``:
+    keys [0, unmasked_end) need no mask, keys [unmasked_end, masked_end) need one."""
+    full_tiles_end = (kv_len // BLOCK_N) * BLOCK_N
+    if IS_CAUSAL:
+        causal_offset = kv_len - q_len
+        # Keys every row of this tile may see: j <= start_m + causal_offset.
+        unmasked_end = ((start_m + causal_offset + 1) // BLOCK_N) * BLOCK_N
+        unmasked_end = tl.maximum(tl.minimum(unmasked_end, full_tiles_end), 0)
+        # Keys some row of this tile may see.
+        masked_end = tl.maximum(tl.minimum(start_m + BLOCK_M + causal_offset, kv_len), 0)
+    else:
+        causal_offset = 0
+        unmasked_end = full_tiles_end
+        masked_end = kv_len
+    return causal_offset, unmasked_end, masked_end
+
+
+@triton.jit
+def head_kv_descriptors(k_base, v_base, kv_len, stride_kn, stride_vn, stride_vd,
+                        HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, FP8: tl.constexpr):
+    """Device-side descriptors of one (batch, head)'s K and V, ending at kv_len (rows past
+    it load as zeros); fp8's V is V^T, (head_dim, kv_len)."""
+    k_desc = tl.make_tensor_descriptor(k_base, shape=[kv_len, HEAD_DIM], strides=[stride_kn, 1],
+                                       block_shape=[BLOCK_N, HEAD_DIM])
+    if FP8:
+        v_desc = tl.make_tensor_descriptor(v_base, shape=[HEAD_DIM, kv_len], strides=[stride_vd, 1],
+                                           block_shape=[HEAD_DIM, BLOCK_N])
+    else:
+        v_desc = tl.make_tensor_descriptor(v_base, shape=[kv_len, HEAD_DIM], strides=[stride_vn, 1],
+                                           block_shape=[BLOCK_N, HEAD_DIM])
+    return k_desc, v_desc
+
+
+@triton.jit
+def normalize(acc, l_i, Scales, FP8: tl.constexpr):
+    """The output rows: acc / l (rows that saw no key: 0 / 1 = 0), fp8's scales undone."""
+    l_safe = tl.where(l_i == 0.0, 1.0, l_i)
+    out = acc / l_safe[:, None]
+    if FP8:
+        out = out * (tl.load(Scales + 2) / 448.0)
+    return out
+
+
+@triton.jit
 def _attend_tile(
     Q, K, V, Out, Scales,
     stride_qz, stride_qh, stride_qm,
@@ -118,14 +184,8 @@ def _attend_tile(
         # Per tile, because the descriptor's base is this tile's (batch, head) and its shape
         # ends at kv_len (rows past it load as zeros). A persistent program rewrites its
         # descriptors once per tile, after the previous tile's loads have all completed.
-        k_desc = tl.make_tensor_descriptor(k_base, shape=[kv_len, HEAD_DIM], strides=[stride_kn, 1],
-                                           block_shape=[BLOCK_N, HEAD_DIM])
-        if FP8:
-            v_desc = tl.make_tensor_descriptor(v_base, shape=[HEAD_DIM, kv_len], strides=[stride_vd, 1],
-                                               block_shape=[HEAD_DIM, BLOCK_N])
-        else:
-            v_desc = tl.make_tensor_descriptor(v_base, shape=[kv_len, HEAD_DIM], strides=[stride_vn, 1],
-                                               block_shape=[BLOCK_N, HEAD_DIM])
+        k_desc, v_desc = head_kv_descriptors(k_base, v_base, kv_len, stride_kn, stride_vn, stride_vd,
+                                             HEAD_DIM, BLOCK_N, FP8)
     else:
         k_desc = k_base
         v_desc = v_base
@@ -139,19 +199,7 @@ def _attend_tile(
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
-
-    full_tiles_end = (kv_len // BLOCK_N) * BLOCK_N
-    if IS_CAUSAL:
-        causal_offset = kv_len - q_len
-        # Keys every row of this tile may see: j <= start_m + causal_offset.
-        unmasked_end = ((start_m + causal_offset + 1) // BLOCK_N) * BLOCK_N
-        unmasked_end = tl.maximum(tl.minimum(unmasked_end, full_tiles_end), 0)
-        # Keys some row of this tile may see.
-        masked_end = tl.maximum(tl.minimum(start_m + BLOCK_M + causal_offset, kv_len), 0)
-    else:
-        causal_offset = 0
-        unmasked_end = full_tiles_end
-        masked_end = kv_len
+    causal_offset, unmasked_end, masked_end = key_ranges(start_m, q_len, kv_len, BLOCK_M, BLOCK_N, IS_CAUSAL)
 
     acc, l_i, m_i = _attend_tiles(
         acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, stride_vd, k_desc, v_desc,
@@ -165,10 +213,7 @@ def _attend_tile(
         BLOCK_N, True, IS_CAUSAL, USE_TMA, False, FP8,
     )
 
-    l_safe = tl.where(l_i == 0.0, 1.0, l_i)  # rows that saw no key: 0 / 1 = 0
-    out = acc / l_safe[:, None]
-    if FP8:
-        out = out * (tl.load(Scales + 2) / 448.0)
+    out = normalize(acc, l_i, Scales, FP8)
     tl.store(o_base + offs_m[:, None] * stride_om + offs_d[None, :], out.to(Out.dtype.element_ty), mask=row_ok)
 
 
@@ -188,6 +233,7 @@ def attention_forward_kernel(
     WARP_SPECIALIZE: tl.constexpr,
     FP8: tl.constexpr,
     PERSISTENT: tl.constexpr,
+    BH_MAJOR: tl.constexpr,
 ):
     num_m_blocks = tl.cdiv(q_len, BLOCK_M)
     if PERSISTENT:
@@ -195,31 +241,25 @@ def attention_forward_kernel(
         # per-program cost (start-up, index math, the first loads' latency) is paid once per
         # program rather than once per tile, and the stride mixes long and short causal
         # tiles in every program.
-        # Tile t is (batch * head, m-block) = (t // num_m_blocks, t % num_m_blocks): programs
-        # side by side run consecutive tiles, mostly of one (batch, head), so that head's
-        # K/V are read by several SMs at about the same time and stay in L2.
         num_tiles = num_m_blocks * batch * q_heads
         for tile in tl.range(tl.program_id(0), num_tiles, tl.num_programs(0)):
-            pid_m = tile % num_m_blocks
-            if IS_CAUSAL:
-                pid_m = num_m_blocks - 1 - pid_m  # the longest causal tiles of a head first
+            pid_m, pid_zh = tile_coords(tile, num_m_blocks, batch * q_heads, IS_CAUSAL, BH_MAJOR)
             _attend_tile(
                 Q, K, V, Out, Scales,
                 stride_qz, stride_qh, stride_qm, stride_kz, stride_kh, stride_kn,
                 stride_vz, stride_vh, stride_vn, stride_vd, stride_oz, stride_oh, stride_om,
-                q_heads, kv_group, q_len, kv_len, qk_scale, pid_m, tile // num_m_blocks,
+                q_heads, kv_group, q_len, kv_len, qk_scale, pid_m, pid_zh,
                 HEAD_DIM, BLOCK_M, BLOCK_N, IS_CAUSAL, USE_TMA, WARP_SPECIALIZE, FP8,
             )
     else:
-        # One program per tile: grid (m-blocks, batch * heads).
-        pid_m = tl.program_id(0)
-        if IS_CAUSAL:
-            # Causal tiles near the end of the sequence carry the most work: schedule them first.
-            pid_m = num_m_blocks - 1 - pid_m
+        # One program per tile; the launcher's grid is (m-blocks, batch * heads), or
+        # (batch * heads, m-blocks) with BH_MAJOR, so that linear program order is tile order.
+        tile = tl.program_id(1) * tl.num_programs(0) + tl.program_id(0)
+        pid_m, pid_zh = tile_coords(tile, num_m_blocks, batch * q_heads, IS_CAUSAL, BH_MAJOR)
         _attend_tile(
             Q, K, V, Out, Scales,
             stride_qz, stride_qh, stride_qm, stride_kz, stride_kh, stride_kn,
             stride_vz, stride_vh, stride_vn, stride_vd, stride_oz, stride_oh, stride_om,
-            q_heads, kv_group, q_len, kv_len, qk_scale, pid_m, tl.program_id(1),
+            q_heads, kv_group, q_len, kv_len, qk_scale, pid_m, pid_zh,
             HEAD_DIM, BLOCK_M, BLOCK_N, IS_CAUSAL, USE_TMA, WARP_SPECIALIZE, FP8,
         )

@@ -11,11 +11,20 @@ import triton
 
 from flashtune.kernels._flash_fwd import attention_forward_kernel
 from flashtune.kernels.config import Config, Value
-from flashtune.kernels.dtypes import DTYPES, interpreting
-from flashtune.kernels.resources import shared_memory_bytes
 from flashtune.kernels.decode import check_cache_seqlens, default_decode_config, launch_decode
+from flashtune.kernels.dtypes import DTYPES, interpreting
 from flashtune.kernels.launch_support import LOG2_E, device_sm_count, use_descriptor_scratch
-from flashtune.kernels.space import IMPLIED, SAFE_DEFAULT, decode_block_h, kernel_of, uses_decode_kernel, validate_config
+from flashtune.kernels.lean import launch_lean, variant_for
+from flashtune.kernels.resources import COMPILER_ERROR_MARKERS, known_failure, shared_memory_bytes
+from flashtune.kernels.space import (
+    IMPLIED,
+    LEAN_LOADS,
+    SAFE_DEFAULT,
+    decode_block_h,
+    kernel_of,
+    uses_decode_kernel,
+    validate_config,
+)
 
 SUPPORTED_HEAD_DIMS = (32, 64, 128, 256)
 #: Torch dtype of each supported dtype name (``dtypes.DTYPE_BYTES``: the one table).
@@ -67,23 +76,24 @@ def launch(
     causal: bool,
     scale: float,
     config: Config,
+    warmup: bool = False,
 ) -> Any:
     """Launch the kernel into ``out`` with an already validated config.
 
     Returns Triton's compiled-kernel handle (registers, spills, shared memory), or None
     under the interpreter. Triton errors (OutOfResources, compilation) propagate: the
-    objective turns them into statuses. A decode config runs the decode kernel
-    (``flashtune.kernels.decode.launch_decode``, a fresh split workspace).
+    objective turns them into statuses. With ``warmup`` the kernel is only compiled into
+    Triton's cache (the precompile pool), nothing runs.
+    A decode config runs the decode kernel (``flashtune.kernels.decode.launch_decode``,
+    a fresh split workspace).
     """
     if kernel_of(config) == "decode":
         return launch_decode(q, k, v, out, causal=causal, scale=scale, config=config)
-    if config["loads"] != "pointer":
-        use_descriptor_scratch()
     if config["use_fp8"]:
         q, k, v, scales = quantize_fp8(q, k, v)
-        return launch_quantized(q, k, v, scales, out, causal=causal, scale=scale, config=config)
+        return launch_quantized(q, k, v, scales, out, causal=causal, scale=scale, config=config, warmup=warmup)
     return _launch_kernel(q, k, v, out, q, (v.stride(0), v.stride(1), v.stride(2), v.stride(3)),
-                          causal=causal, scale=scale, config=config)
+                          causal=causal, scale=scale, config=config, warmup=warmup)
 
 
 def launch_quantized(
@@ -96,6 +106,7 @@ def launch_quantized(
     causal: bool,
     scale: float,
     config: Config,
+    warmup: bool = False,
 ) -> Any:
     """Launch an fp8 config on inputs already quantized by :func:`quantize_fp8`.
 
@@ -105,19 +116,29 @@ def launch_quantized(
     """
     if not config["use_fp8"]:
         raise ValueError("launch_quantized needs a config with use_fp8=True")
+    stride_v = (v8_t.stride(0), v8_t.stride(1), v8_t.stride(3), v8_t.stride(2))  # (z, h, n, d) of V^T
+    return _launch_kernel(q8, k8, v8_t, out, scales, stride_v, causal=causal, scale=scale, config=config,
+                          warmup=warmup)
+
+
+def _launch_kernel(q, k, v, out, scales, stride_v, *, causal: bool, scale: float, config: Config,
+                   warmup: bool = False) -> Any:
+    if config["loads"] in LEAN_LOADS:
+        # Host-side descriptors: no device scratch, and the launch stays capturable in a graph.
+        return launch_lean(q, k, v, out, causal=causal, scale=scale, variant=variant_for(config, q, k, v, out),
+                           scales=scales if config["use_fp8"] else None, sm_count=_persistent_programs(q.device),
+                           warmup=warmup)
     if config["loads"] != "pointer":
         use_descriptor_scratch()
-    stride_v = (v8_t.stride(0), v8_t.stride(1), v8_t.stride(3), v8_t.stride(2))  # (z, h, n, d) of V^T
-    return _launch_kernel(q8, k8, v8_t, out, scales, stride_v, causal=causal, scale=scale, config=config)
-
-
-def _launch_kernel(q, k, v, out, scales, stride_v, *, causal: bool, scale: float, config: Config) -> Any:
     batch, q_heads, q_len, head_dim = q.shape
     grid = launch_grid(config, q_len=q_len, batch_heads=batch * q_heads, device=q.device)
     args = kernel_arguments(q, k, v, out, scales, stride_q=q.stride()[:3], stride_k=k.stride()[:3],
                             stride_v=stride_v, stride_o=out.stride()[:3], batch=batch, q_heads=q_heads,
                             kv_heads=k.shape[1], q_len=q_len, kv_len=k.shape[2], scale=scale)
-    return attention_forward_kernel[grid](*args, **compile_options(config, head_dim=head_dim, causal=causal))
+    options = compile_options(config, head_dim=head_dim, causal=causal)
+    if warmup:
+        return attention_forward_kernel.warmup(*args, grid=grid, **options)
+    return attention_forward_kernel[grid](*args, **options)
 
 
 def kernel_arguments(q: Any, k: Any, v: Any, out: Any, scales: Any, *, stride_q: tuple[int, ...],
@@ -146,11 +167,19 @@ INTERPRETER_PROGRAMS = 3
 
 
 def launch_grid(config: Config, *, q_len: int, batch_heads: int, device: torch.device) -> tuple[int, ...]:
-    """The launch grid: (query blocks, batch * heads) tiles, or a 1-D persistent grid."""
+    """The launch grid: (query blocks, batch * heads) tiles (transposed for tile_order
+    longest_first), or a 1-D persistent grid."""
     m_blocks = triton.cdiv(q_len, int(config["BLOCK_M"]))
     if is_persistent(config):
         return (min(m_blocks * batch_heads, _persistent_programs(device)),)
+    if is_bh_major(config):
+        return (batch_heads, m_blocks)
     return (m_blocks, batch_heads)
+
+
+def is_bh_major(config: Mapping[str, Value]) -> bool:
+    """Whether tiles run (batch, head)-fastest: every head's longest causal tiles first."""
+    return config.get("tile_order", IMPLIED["tile_order"]) == "longest_first"
 
 
 def is_persistent(config: Mapping[str, Value]) -> bool:
@@ -208,6 +237,7 @@ def compile_options(config: Config, *, head_dim: int, causal: bool) -> dict[str,
         "WARP_SPECIALIZE": loads == "tma_ws",
         "FP8": bool(config["use_fp8"]),
         "PERSISTENT": is_persistent(config),
+        "BH_MAJOR": is_bh_major(config),
         "num_warps": int(config["num_warps"]),
         "num_stages": int(config["num_stages"]),
     }
@@ -271,9 +301,10 @@ def flash_attention(
     if not isinstance(causal, bool):
         raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
     scale_value = resolve_scale(scale, q.shape[-1])
+    _check_known_failure(cfg, q)
     _check_fits(cfg, q, k)
     if cfg["loads"] != "pointer" and not cfg.get("use_fp8"):  # fp8 copies land aligned
-        check_descriptor_alignment(q, k, v)
+        check_descriptor_alignment(q, k, v, with_q=cfg["loads"] in LEAN_LOADS)
     if kernel_of(cfg) == "decode":
         if cache_seqlens is not None:
             cache_seqlens = check_cache_seqlens(cache_seqlens, q, k)
@@ -286,18 +317,36 @@ def flash_attention(
     if cfg["use_fp8"]:
         _check_fp8_support(q)
     out = torch.empty_like(q, memory_format=torch.contiguous_format)
-    launch(q, k, v, out, causal=causal, scale=scale_value, config=cfg)
+    try:
+        launch(q, k, v, out, causal=causal, scale=scale_value, config=cfg)
+    except RuntimeError as exc:
+        if not any(marker in str(exc) for marker in COMPILER_ERROR_MARKERS):
+            raise
+        # Triton's own message is one bare line; say which config and what to do.
+        raise ValueError(f"config {cfg.to_dict()} does not compile with Triton {triton.__version__}: "
+                         f"{type(exc).__name__}: {str(exc).strip()[:300]}; choose another config") from exc
     return out
 
 
-def check_descriptor_alignment(*tensors: torch.Tensor) -> None:
-    """Tensor descriptors (TMA) need 16-byte aligned bases and row strides."""
-    for name, t in zip("kv", tensors[1:]):
+def _check_known_failure(config: Config, q: torch.Tensor) -> None:
+    """Refuse a config the resource model knows cannot run (objectives.feasibility says the same)."""
+    capability = torch.cuda.get_device_capability(q.device) if q.device.type == "cuda" else (9, 0)
+    reason = known_failure(config, capability)
+    if reason:
+        raise ValueError(f"config {config.to_dict()} cannot run: {reason}")
+
+
+def check_descriptor_alignment(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, with_q: bool = False) -> None:
+    """Tensor descriptors (TMA) need 16-byte aligned bases and row strides (the lean kernel
+    reads Q through one too)."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if name == "q" and not with_q:
+            continue
         misaligned = [s for s in t.stride()[:-1] if (s * t.element_size()) % 16]
         if t.data_ptr() % 16 or misaligned:
             raise ValueError(
-                f"config loads='tma'/'tma_ws' needs {name} with a 16-byte aligned start and strides, "
-                f"got strides {t.stride()}; use loads='pointer' for this layout"
+                f"config loads='tma'/'tma_ws'/'lean'/'lean_ws' needs {name} with a 16-byte aligned start and "
+                f"strides, got strides {t.stride()}; use loads='pointer' for this layout"
             )
 
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from flashtune.kernels.config import Value
-from flashtune.kernels.space import DECODE_MIN_BLOCK_H, kernel_of
+from flashtune.kernels.space import DECODE_MIN_BLOCK_H, LEAN_LOADS, kernel_of
 
 MAX_REGISTERS_PER_THREAD = 255
 # Registers beyond the tiles: indices, pointers, softmax state, loop bookkeeping.
@@ -57,15 +57,28 @@ def shared_memory_bytes(
         dtype_bytes = 1
     block_m, block_n = query_rows(config, block_h), int(config["BLOCK_N"])
     stages = max(int(config["num_stages"]), 1)
+    if config.get("loads") == "tma_ws" and int(config["num_warps"]) == 4 and not uses_wgmma(config, compute_capability):
+        # Measured on the H200 (Triton 3.6): this loop is not pipelined, its shared memory is
+        # the one-stage figure whatever num_stages says.
+        stages = 1
     kv_tile = 2 * block_n * head_dim * dtype_bytes
     q_tile = block_m * head_dim * dtype_bytes
+    extra = 0
+    if config.get("loads") in LEAN_LOADS:
+        # Measured on the H200 (bench_prefill, 2026-12-01): the lean kernel's persistent
+        # loop stages O for its descriptor store in a buffer of its own (tiles reuse the
+        # pipeline's), and lean_overlap keeps one more K tile in flight.
+        if config.get("grid") == "persistent":
+            extra += block_m * head_dim * dtype_bytes
+        if config.get("loads") == "lean_overlap":
+            extra += block_n * head_dim * dtype_bytes
     if stages == 1 or uses_wgmma(config, compute_capability, block_h):
-        return q_tile + stages * kv_tile
+        return q_tile + stages * kv_tile + extra
     # The scratch of the mma.sync path: for the decode kernel it is its 16-bit P tile
     # (block_h x BLOCK_N; exact on every config of the H200 decode sweep); the prefill
     # fit (BLOCK_M 32 on Hopper, 64 bytes a key) is the same at 32 rows.
     scratch = 2 * block_m * block_n if kernel_of(config) == "decode" else block_n * 64
-    return q_tile + (stages - 1) * kv_tile + scratch
+    return q_tile + (stages - 1) * kv_tile + scratch + extra
 
 
 def registers_per_thread(config: Mapping[str, Value], *, head_dim: int, dtype_bytes: int = 2,
@@ -77,6 +90,8 @@ def registers_per_thread(config: Mapping[str, Value], *, head_dim: int, dtype_by
     threads = 32 * int(config["num_warps"])
     acc = block_m * head_dim  # fp32
     scores = block_m * block_n  # fp32
+    if config.get("loads") == "lean_overlap":
+        scores *= 2  # the next block's scores are live during this block's softmax
     q = block_m * head_dim * dtype_bytes // 4
     if kernel_of(config) == "decode":
         # A decode tile is short (block_h rows), so the K and V operands held in registers
@@ -84,3 +99,21 @@ def registers_per_thread(config: Mapping[str, Value], *, head_dim: int, dtype_by
         # spilling configs (BLOCK_N 128 at 2 warps, 255 registers) were predicted at 120.
         q += 2 * block_n * head_dim * dtype_bytes // 4
     return (acc + scores + q) // threads + _REGISTER_OVERHEAD
+
+
+#: Messages of errors Triton's compiler passes raise as plain RuntimeErrors (seen on the
+#: H200: the warp-specialization pass failing on some configs).
+COMPILER_ERROR_MARKERS = ("PassManager::run failed", "MLIR", "LLVM ERROR", "ptxas")
+
+
+def known_failure(config: Mapping[str, Value], compute_capability: tuple[int, int] = (9, 0)) -> str:
+    """Why ``config`` cannot run correctly whatever the workload ('' when nothing is known).
+
+    Measured, not guessed: each rule names where its failure was recorded.
+    """
+    if config.get("loads") == "tma_ws" and int(config["num_warps"]) == 4 and uses_wgmma(config, compute_capability):
+        # Every such config of the H200 sweep at commit 411ddd8 (Triton 3.6.0, 2026-12-01):
+        # 90 a workload, all 7 suite workloads; BLOCK_M 32 (no wgmma) compiled.
+        return ("Triton 3.6's warp-specialization pass fails on the tma_ws kernel at 4 warps with "
+                "BLOCK_M >= 64 (RuntimeError: PassManager::run failed, every such config on the H200)")
+    return ""

@@ -14,7 +14,8 @@ from pathlib import Path
 #: The files whose bytes decide the hash: the ``@triton.jit`` kernels and their launchers
 #: (which decide the constexprs, the fp8 quantization, the grid and the decode splits).
 KERNEL_SOURCES = tuple(Path(__file__).with_name(name)
-                       for name in ("_flash_fwd.py", "attention.py", "_flash_decode.py", "decode.py"))
+                       for name in ("_flash_fwd.py", "_flash_fwd_lean.py", "lean.py", "attention.py",
+                                    "_flash_decode.py", "decode.py"))
 
 
 @functools.lru_cache(maxsize=1)

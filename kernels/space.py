@@ -35,14 +35,23 @@ TUNABLES: Mapping[str, tuple[Value, ...]] = MappingProxyType(
         "num_warps": (4, 8),
         "num_stages": (1, 2, 3, 4, 5),
         # How K/V tiles are loaded: pointer loads, or tensor descriptors (TMA), optionally
-        # with the main loop warp-specialized (load warps apart from math warps).
-        "loads": ("pointer", "tma", "tma_ws"),
+        # with the main loop warp-specialized (load warps apart from math warps). ``lean``:
+        # the lean descriptor kernel (kernels/_flash_fwd_lean.py: Q, K, V and O through
+        # descriptors, made once on the host where heads are contiguous; nothing but the
+        # dots and the softmax in the hot loop); ``lean_ws`` warp-specializes its unmasked
+        # loop; ``lean_overlap`` issues block j+1's Q @ K^T before block j's softmax
+        # (FlashAttention 3's in-warpgroup overlap of the softmax with the GEMMs).
+        "loads": ("pointer", "tma", "tma_ws", "lean", "lean_ws", "lean_overlap"),
         # e4m3 Q, K, V with per-tensor scales (Hopper, Ada); checked against its own budget.
         "use_fp8": (False, True),
         # How programs map to tiles: one program per (query block, batch, head) tile, or a
         # persistent grid of one program per SM, each looping over tiles (BENCHMARKS.md,
         # "The knee": many short tiles pay a fixed cost per program that nothing overlaps).
         "grid": ("tiles", "persistent"),
+        # Which tiles start first: a head's query blocks side by side (they share K/V in
+        # L2), or every head's longest causal tiles first (the (batch, head) index varies
+        # fastest; balances the causal triangle across SMs).
+        "tile_order": ("head_major", "longest_first"),
         # Last, and with one value: the enumeration order and content of the space recorded
         # tables replay against stay what they were before the decode kernel joined.
         "kernel": ("prefill",),
@@ -90,13 +99,16 @@ DECODE_MIN_BLOCK_H = 16
 #: after configs were recorded (tables, stores, priors) go here, so old configs keep
 #: meaning the kernel they were measured on.
 IMPLIED: Mapping[str, Value] = MappingProxyType(
-    {"loads": "pointer", "use_fp8": False, "grid": "tiles", "kernel": "prefill"}
+    {"loads": "pointer", "use_fp8": False, "grid": "tiles", "tile_order": "head_major", "kernel": "prefill"}
 )
+
+#: ``loads`` values served by the lean descriptor kernel.
+LEAN_LOADS = ("lean", "lean_ws", "lean_overlap")
 
 #: A config that compiles and fits every GPU flashtune knows at every head dim
 #: (about 50 KB of shared memory at head_dim 256); slow but safe.
 SAFE_DEFAULT = Config(BLOCK_M=64, BLOCK_N=32, num_warps=4, num_stages=2, loads="pointer", use_fp8=False,
-                      grid="tiles", kernel="prefill")
+                      grid="tiles", tile_order="head_major", kernel="prefill")
 
 
 def kernel_of(config: Mapping[str, Value]) -> str:

@@ -19,6 +19,7 @@ import torch
 from flashtune.kernels.attention import TORCH_DTYPES
 from flashtune.kernels.config import Config
 from flashtune.kernels.reference import reference_attention, relative_error
+from flashtune.kernels.resources import COMPILER_ERROR_MARKERS
 from flashtune.objectives.compiler_output import captured_output, describe_failure
 from flashtune.objectives.types import Measurement, Status, Workload
 
@@ -55,9 +56,6 @@ def make_inputs(workload: Workload, seed: int, dev: torch.device) -> tuple[torch
     return tuple(torch.randn(s, generator=gen, device=dev, dtype=torch.float32).to(dtype) for s in (q_shape, kv_shape, kv_shape))
 
 
-#: Messages of errors raised by Triton's compiler passes as plain RuntimeErrors (seen on
-#: the H200: the warp-specialization pass failing on some configs).
-_COMPILER_MESSAGES = ("PassManager::run failed", "MLIR", "LLVM ERROR", "ptxas")
 
 
 def classify_error(exc: BaseException) -> Status:
@@ -67,7 +65,7 @@ def classify_error(exc: BaseException) -> Status:
         return Status.OUT_OF_RESOURCES
     if name in ("CompilationError", "CompileTimeAssertionFailure", "PTXASError", "TritonError", "MLIRError"):
         return Status.COMPILE_ERROR
-    if any(marker in str(exc) for marker in _COMPILER_MESSAGES):
+    if any(marker in str(exc) for marker in COMPILER_ERROR_MARKERS):
         return Status.COMPILE_ERROR
     return Status.CRASHED
 

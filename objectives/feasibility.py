@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from flashtune.kernels.config import Value
 from flashtune.kernels.dtypes import DTYPE_BYTES
-from flashtune.kernels.resources import registers_per_thread, shared_memory_bytes
+from flashtune.kernels.resources import known_failure, registers_per_thread, shared_memory_bytes
 from flashtune.kernels.space import decode_block_h
 from flashtune.objectives.hardware import HardwareSpec
 from flashtune.objectives.types import Status, Workload
@@ -45,6 +45,9 @@ def check(config: Mapping[str, Value], workload: Workload, hardware: HardwareSpe
                                             f"{hardware.name} is {hardware.arch}")
     if config.get("use_fp8") and hardware.compute_capability < (8, 9):
         return Verdict(False, shared, regs, f"use_fp8 needs compute capability >= 8.9, {hardware.name} is {hardware.arch}")
+    failure = known_failure(config, hardware.compute_capability)
+    if failure:
+        return Verdict(False, shared, regs, failure)
     if shared > hardware.shared_memory_per_block_bytes:
         return Verdict(
             False, shared, regs,
@@ -59,7 +62,7 @@ class Agreement:
 
     total: int
     agreed: int
-    false_feasible: list  # predicted to fit, Triton said OutOfResources
+    false_feasible: list  # predicted to run, Triton said OutOfResources or its compiler failed
     false_infeasible: list  # predicted not to fit, Triton ran it
 
     @property
@@ -70,11 +73,13 @@ class Agreement:
 def grade(measurements, hardware: HardwareSpec) -> Agreement:  # noqa: ANN001 - Iterable[Measurement]
     """Compare predictions with a sweep recorded without the static check.
 
-    Only trials that reached the launch count (compiled: ok, wrong_result,
-    out_of_resources); a static ``infeasible`` or a timeout says nothing about the model.
+    Only trials Triton judged count: compiled (ok, wrong_result, out_of_resources) or
+    refused by its compiler (compile_error, which the model's known failures predict); a
+    static ``infeasible`` or a timeout says nothing about the model.
     """
 
-    judged = {Status.OK, Status.WRONG_RESULT, Status.OUT_OF_RESOURCES}
+    judged = {Status.OK, Status.WRONG_RESULT, Status.OUT_OF_RESOURCES, Status.COMPILE_ERROR}
+    cannot_run = {Status.OUT_OF_RESOURCES, Status.COMPILE_ERROR}
     total = agreed = 0
     false_feasible, false_infeasible = [], []
     for m in measurements:
@@ -82,7 +87,7 @@ def grade(measurements, hardware: HardwareSpec) -> Agreement:  # noqa: ANN001 - 
             continue
         total += 1
         predicted = check(m.config, m.workload, hardware).feasible
-        actual = m.status is not Status.OUT_OF_RESOURCES
+        actual = m.status not in cannot_run
         if predicted == actual:
             agreed += 1
         elif predicted:

@@ -15,7 +15,7 @@ import os
 from concurrent.futures import Future, ProcessPoolExecutor
 
 from flashtune.kernels.config import Config
-from flashtune.kernels.space import validate_config
+from flashtune.kernels.space import LEAN_LOADS, validate_config
 from flashtune.objectives.compiler_output import captured_output, describe_failure
 from flashtune.objectives.types import Workload
 
@@ -45,12 +45,21 @@ def _warm_up(cfg: Config, w: Workload) -> None:
     import torch
 
     # In the pool process only: the parent keeps torch and Triton unloaded (see module doc).
-    from flashtune.kernels.attention import TORCH_DTYPES, attention_forward_kernel, compile_options, fp8_v_row, kernel_arguments
+    from flashtune.kernels.attention import TORCH_DTYPES, attention_forward_kernel, compile_options, fp8_v_row, kernel_arguments, launch
     from flashtune.kernels.decode import warm_up  # the pool process only, as above
 
     if cfg["kernel"] == "decode":
         warm_up(cfg, batch=w.batch, q_heads=w.q_heads, kv_heads=w.kv_heads, q_len=w.q_len, kv_len=w.kv_len,
                 head_dim=w.head_dim, dtype=TORCH_DTYPES[w.dtype], causal=w.causal)
+    if cfg["loads"] in LEAN_LOADS:
+        # Host descriptors carry the tensors' shapes and strides: warm up through the
+        # launcher on uninitialised buffers of the workload's own shapes.
+        dtype = TORCH_DTYPES[w.dtype]
+        q, out = (torch.empty(w.batch, w.q_heads, w.q_len, w.head_dim, device="cuda", dtype=dtype)
+                  for _ in range(2))
+        k, v = (torch.empty(w.batch, w.kv_heads, w.kv_len, w.head_dim, device="cuda", dtype=dtype)
+                for _ in range(2))
+        launch(q, k, v, out, causal=w.causal, scale=1 / math.sqrt(w.head_dim), config=cfg, warmup=True)
         return
     # Tiny buffers: warm-up reads pointers' dtype and alignment and the integer values
     # (Triton specializes strides equal to 1 or divisible by 16), not data; the strides

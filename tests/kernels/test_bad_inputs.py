@@ -77,5 +77,21 @@ def test_causal_must_be_bool():
 def test_validate_config_returns_config():
     cfg = validate_config({"BLOCK_M": 64, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2})
     complete = Config(BLOCK_M=64, BLOCK_N=32, num_warps=4, num_stages=2, loads="pointer", use_fp8=False, grid="tiles",
-                      kernel="prefill")
+                      tile_order="head_major", kernel="prefill")
     assert isinstance(cfg, Config) and hash(cfg) == hash(complete)
+
+
+@pytest.mark.parametrize(
+    "config,match",
+    [
+        (dict(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=2, loads="tma_ws"), "PassManager::run failed"),
+        (dict(BLOCK_M=128, BLOCK_N=32, num_warps=4, num_stages=3, loads="tma_ws", grid="persistent",
+              tile_order="longest_first"), "PassManager::run failed"),
+    ],
+)
+def test_configs_known_to_fail_are_refused_with_the_reason(config, match):
+    """The op names the config and the measured reason instead of Triton's bare error."""
+    q, k, v = (_t(GOOD[n]) for n in "qkv")
+    with pytest.raises(ValueError, match=match) as info:
+        flash_attention(q, k, v, config=config)
+    assert "cannot run" in str(info.value) and f"'loads': '{config['loads']}'" in str(info.value)

@@ -22,8 +22,10 @@ DECODE = {"kernel": "decode", "BLOCK_N": 64, "num_splits": 8, "num_warps": 4, "n
 
 
 def test_prefill_space_enumerates_as_before_plus_the_kernel_knob():
-    # The order and content recorded tables replay against: the pre-decode knobs' product.
-    before = ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages", "loads", "use_fp8", "grid")
+    # The order and content recorded tables replay against: the prefill knobs' product, the
+    # decode kernel's arrival adding only the one-valued kernel knob, last.
+    before = tuple(name for name in TUNABLES if name != "kernel")
+    assert list(TUNABLES)[-1] == "kernel"
     expected = [dict(zip(before, values), kernel="prefill")
                 for values in itertools.product(*(TUNABLES[n] for n in before))]
     assert [c.to_dict() for c in all_configs()] == expected

@@ -110,3 +110,58 @@ def test_decode_model_predicts_triton_shared_memory_on_the_recorded_sweep():
         w = m.workload
         block_h = decode_block_h(w.q_heads // w.kv_heads, w.q_len)
         assert shared_memory_bytes(m.config, head_dim=w.head_dim, block_h=block_h) == m.shared_bytes, m.config
+
+
+GROWN = sorted((Path(__file__).resolve().parents[2] / "experiments" / "data" / "h200_grown").glob("*.jsonl"))
+
+
+@pytest.mark.skipif(not GROWN, reason="no recorded grown H200 tables")
+def test_model_predicts_the_compile_errors_of_the_grown_h200_space():
+    """720 configs a workload (pointer, tma, tma_ws; tiles and persistent), compiled without
+    the static check: every compile error and out-of-resources is predicted, with Triton's reason."""
+    from flashtune.objectives.feasibility import grade
+    from flashtune.objectives.replay import load_table
+    from flashtune.objectives.types import Status
+
+    measurements = [m for path in GROWN for m in load_table(path)]
+    h200 = known_specs()["h200"]
+    result = grade(measurements, h200)
+    assert result.total == 7 * 720
+    assert not result.false_feasible, result.false_feasible[:3]
+    assert result.fraction == 1.0, result.false_infeasible[:3]
+    for m in measurements:
+        if m.status is Status.COMPILE_ERROR:
+            assert "PassManager::run failed" in m.error
+            assert "PassManager::run failed" in check(m.config, m.workload, h200).reason
+
+
+def test_tile_order_and_the_lean_loads_fit_where_their_tiles_fit():
+    w = Workload(1, 1, 1, 1024, 1024, 128)
+    h200 = known_specs()["h200"]
+    for loads in ("pointer", "tma", "tma_ws", "lean", "lean_ws", "lean_overlap"):
+        cfg = Config(BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=2, loads=loads, tile_order="longest_first")
+        assert check(cfg, w, h200).feasible, loads
+
+
+def test_the_overlapped_softmax_holds_a_second_score_tile():
+    from flashtune.kernels.resources import registers_per_thread
+
+    serial = Config(BLOCK_M=128, BLOCK_N=128, num_warps=8, num_stages=2, loads="lean")
+    overlap = serial.replace(loads="lean_overlap")
+    extra = registers_per_thread(overlap, head_dim=128) - registers_per_thread(serial, head_dim=128)
+    assert extra == 128 * 128 // 256  # one more fp32 score tile over 256 threads
+
+
+@pytest.mark.parametrize("config,head_dim,fits", [
+    # Ran (bench_prefill on the H200, 2026-12-01): the tiles grid reuses the pipeline's buffers for O.
+    (Config(BLOCK_M=128, BLOCK_N=128, num_warps=8, num_stages=3, loads="lean"), 128, True),
+    # Out of shared memory there (Triton asked for 263,168 and 262,200 B): O's staging buffer
+    # in the persistent loop, one more K tile in flight for lean_overlap.
+    (Config(BLOCK_M=128, BLOCK_N=128, num_warps=8, num_stages=3, loads="lean", grid="persistent"), 128, False),
+    (Config(BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=2, loads="lean", grid="persistent"), 256, False),
+    (Config(BLOCK_M=128, BLOCK_N=128, num_warps=8, num_stages=3, loads="lean_overlap"), 128, False),
+    (Config(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=3, loads="lean_overlap"), 256, False),
+])
+def test_lean_shared_memory_as_measured(config, head_dim, fits):
+    w = Workload(1, 1, 1, 4096, 4096, head_dim)
+    assert check(config, w, known_specs()["h200"]).feasible is fits

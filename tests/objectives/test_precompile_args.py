@@ -11,6 +11,7 @@ import torch
 
 import flashtune.kernels._flash_fwd as flash_fwd
 import flashtune.kernels.attention as attention
+import flashtune.kernels.lean as lean
 from flashtune.kernels import Config
 from flashtune.objectives.precompile import _compile
 from flashtune.objectives.types import Workload
@@ -28,19 +29,29 @@ class _Recorder:
 
 
 def _summary(args: tuple) -> list:
-    # Tensors: their dtype (warm-up buffers are stand-ins); numbers as they are.
-    return [a.dtype if isinstance(a, torch.Tensor) else round(a, 6) if isinstance(a, float) else a for a in args]
+    # Tensors: their dtype (warm-up buffers are stand-ins); descriptors: what the launch
+    # passes of them (shape, strides, block); numbers as they are.
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    return [a.dtype if isinstance(a, torch.Tensor)
+            else (a.base.dtype, list(a.shape), list(a.strides), a.block_shape) if isinstance(a, TensorDescriptor)
+            else round(a, 6) if isinstance(a, float) else a for a in args]
 
 
 @pytest.mark.parametrize("config", [
     Config(BLOCK_M=64, BLOCK_N=32, num_warps=4, num_stages=2, loads="tma", use_fp8=False, grid="persistent"),
     Config(BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=3, loads="pointer", use_fp8=True),
-], ids=["bf16-persistent", "fp8-implied-grid"])
+    Config(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=2, loads="lean_ws", use_fp8=False, grid="persistent",
+           tile_order="longest_first"),
+    Config(BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=2, loads="lean_overlap", use_fp8=True),
+    Config(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=2, loads="tma", use_fp8=False, tile_order="longest_first"),
+], ids=["bf16-persistent", "fp8-implied-grid", "lean-ws-persistent", "lean-overlap-fp8", "tma-longest-first"])
 def test_warmup_arguments_match_the_launch(config, monkeypatch) -> None:
     w = Workload(2, 8, 2, 200, 333, 64, "float16", causal=True)
     recorder = _Recorder()
     monkeypatch.setattr(attention, "attention_forward_kernel", recorder)
     monkeypatch.setattr(flash_fwd, "attention_forward_kernel", recorder)
+    monkeypatch.setattr(lean, "lean_attention_kernel", recorder)
     empty = torch.empty
     monkeypatch.setattr(torch, "empty", lambda *a, device=None, **k: empty(*a, **k))  # no GPU here
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0), raising=False)
