@@ -21,6 +21,12 @@ from types import MappingProxyType
 
 from flashtune.kernels.config import Config, Value
 
+#: The head dims the kernel compiles for (``tl.arange`` over the head dim needs a power of
+#: two). Here, in the torch-free module, so that the CLI's workload parser checks them too.
+#: kernels/attention.py keeps an equal tuple (a test holds them equal) rather than importing
+#: this one, because its bytes are part of the kernel source hash that keys every store.
+SUPPORTED_HEAD_DIMS = (32, 64, 128, 256)
+
 #: Every tunable and its allowed values, in the order the grid enumerates them.
 TUNABLES: Mapping[str, tuple[Value, ...]] = MappingProxyType(
     {

@@ -20,6 +20,7 @@ from flashtune.kernels.attention import TORCH_DTYPES
 from flashtune.kernels.config import Config
 from flashtune.kernels.reference import reference_attention, relative_error
 from flashtune.kernels.resources import COMPILER_ERROR_MARKERS
+from flashtune.objectives.compiler_output import captured_output, describe_failure
 from flashtune.objectives.types import Measurement, Status, Workload
 
 DEFAULT_LAUNCHER = "flashtune.kernels.attention:launch"
@@ -107,14 +108,21 @@ def measure(
     out = torch.full_like(q, float("nan"))  # poisoned: every element must be written
 
     started = time.perf_counter()
-    try:
-        handle = launch(q, k, v, out, causal=causal, scale=scale, config=config)
-        _sync(dev)
-    except Exception as exc:  # noqa: BLE001 - every failure becomes a status
-        status = classify_error(exc)
+    failure: Exception | None = None
+    # The first launch compiles: what the compiler prints goes into the record, not onto
+    # the user's terminal (compiler_output).
+    with captured_output() as compiler:
+        try:
+            handle = launch(q, k, v, out, causal=causal, scale=scale, config=config)
+            _sync(dev)
+        except Exception as exc:  # noqa: BLE001 - every failure becomes a status
+            failure = exc
+    if failure is not None:
+        status = classify_error(failure)
+        message = describe_failure(failure, compiler)
         if status is Status.CRASHED and dev.type == "cuda" and not _context_usable(dev):
-            raise ContextLost(f"{type(exc).__name__}: {exc}") from exc
-        return Measurement.failure(config, workload, status, f"{type(exc).__name__}: {exc}")
+            raise ContextLost(message) from failure
+        return Measurement.failure(config, workload, status, message, compiler_output=compiler.text)
     compile_s = time.perf_counter() - started
     resources = kernel_resources(handle)
 

@@ -16,13 +16,31 @@ from concurrent.futures import Future, ProcessPoolExecutor
 
 from flashtune.kernels.config import Config
 from flashtune.kernels.space import LEAN_LOADS, validate_config
+from flashtune.objectives.compiler_output import captured_output, describe_failure
 from flashtune.objectives.types import Workload
 
 
 def _compile(config: dict, workload: dict) -> tuple[str, float]:
     """Runs in a pool process: compile one config for one workload; (error or '', seconds)."""
-    import math
     import time
+
+    started = time.perf_counter()
+    failure: Exception | None = None
+    # What the compiler prints stays out of the terminal: the benchmark worker compiles a
+    # failing config again and records its output with the trial; here its first line will do.
+    with captured_output() as compiler:
+        try:
+            _warm_up(validate_config(config), Workload.from_dict(workload))
+        except Exception as exc:  # noqa: BLE001 - reported to the parent; the worker will classify it
+            failure = exc
+    if failure is not None:
+        return describe_failure(failure, compiler), time.perf_counter() - started
+    return "", time.perf_counter() - started
+
+
+def _warm_up(cfg: Config, w: Workload) -> None:
+    """Compile ``cfg`` (complete: implied knobs filled in) for ``w`` into Triton's cache; raises what Triton raises."""
+    import math
 
     import torch
 
@@ -30,46 +48,39 @@ def _compile(config: dict, workload: dict) -> tuple[str, float]:
     from flashtune.kernels.attention import TORCH_DTYPES, attention_forward_kernel, compile_options, fp8_v_row, kernel_arguments, launch
     from flashtune.kernels.decode import warm_up  # the pool process only, as above
 
-    w = Workload.from_dict(workload)
-    started = time.perf_counter()
-    try:
-        cfg = validate_config(config)  # configs recorded before a knob existed: its implied value
-        if cfg["kernel"] == "decode":
-            warm_up(cfg, batch=w.batch, q_heads=w.q_heads, kv_heads=w.kv_heads, q_len=w.q_len, kv_len=w.kv_len,
-                    head_dim=w.head_dim, dtype=TORCH_DTYPES[w.dtype], causal=w.causal)
-        if cfg["loads"] in LEAN_LOADS:
-            # Host descriptors carry the tensors' shapes and strides: warm up through the
-            # launcher on uninitialised buffers of the workload's own shapes.
-            dtype = TORCH_DTYPES[w.dtype]
-            q, out = (torch.empty(w.batch, w.q_heads, w.q_len, w.head_dim, device="cuda", dtype=dtype)
-                      for _ in range(2))
-            k, v = (torch.empty(w.batch, w.kv_heads, w.kv_len, w.head_dim, device="cuda", dtype=dtype)
-                    for _ in range(2))
-            launch(q, k, v, out, causal=w.causal, scale=1 / math.sqrt(w.head_dim), config=cfg, warmup=True)
-            return "", time.perf_counter() - started
-        # Tiny buffers: warm-up reads pointers' dtype and alignment and the integer values
-        # (Triton specializes strides equal to 1 or divisible by 16), not data; the strides
-        # are those of the contiguous inputs the launcher sees (fp8: quantize_fp8's layout).
-        out = torch.empty(64, device="cuda", dtype=TORCH_DTYPES[w.dtype])
-        stride_q = (w.q_heads * w.q_len * w.head_dim, w.q_len * w.head_dim, w.head_dim)
-        stride_k = (w.kv_heads * w.kv_len * w.head_dim, w.kv_len * w.head_dim, w.head_dim)
-        if cfg["use_fp8"]:
-            qkv = torch.empty(64, device="cuda", dtype=torch.float8_e4m3fn)
-            scales = torch.empty(3, device="cuda", dtype=torch.float32)
-            row = fp8_v_row(w.kv_len)  # V^T: (batch, head, head_dim, row), read as (.., n, d)
-            stride_v = (w.kv_heads * w.head_dim * row, w.head_dim * row, 1, row)
-        else:
-            qkv = scales = out  # the launcher passes q as the (unread) scales pointer
-            stride_v = (*stride_k, 1)
-        args = kernel_arguments(qkv, qkv, qkv, out, scales, stride_q=stride_q, stride_k=stride_k,
-                                stride_v=stride_v, stride_o=stride_q, batch=w.batch, q_heads=w.q_heads,
-                                kv_heads=w.kv_heads, q_len=w.q_len, kv_len=w.kv_len,
-                                scale=1 / math.sqrt(w.head_dim))
-        attention_forward_kernel.warmup(*args, **compile_options(cfg, head_dim=w.head_dim, causal=w.causal),
-                                        grid=(1,))
-    except Exception as exc:  # noqa: BLE001 - reported to the parent; the worker will classify it
-        return f"{type(exc).__name__}: {exc}", time.perf_counter() - started
-    return "", time.perf_counter() - started
+    if cfg["kernel"] == "decode":
+        warm_up(cfg, batch=w.batch, q_heads=w.q_heads, kv_heads=w.kv_heads, q_len=w.q_len, kv_len=w.kv_len,
+                head_dim=w.head_dim, dtype=TORCH_DTYPES[w.dtype], causal=w.causal)
+    if cfg["loads"] in LEAN_LOADS:
+        # Host descriptors carry the tensors' shapes and strides: warm up through the
+        # launcher on uninitialised buffers of the workload's own shapes.
+        dtype = TORCH_DTYPES[w.dtype]
+        q, out = (torch.empty(w.batch, w.q_heads, w.q_len, w.head_dim, device="cuda", dtype=dtype)
+                  for _ in range(2))
+        k, v = (torch.empty(w.batch, w.kv_heads, w.kv_len, w.head_dim, device="cuda", dtype=dtype)
+                for _ in range(2))
+        launch(q, k, v, out, causal=w.causal, scale=1 / math.sqrt(w.head_dim), config=cfg, warmup=True)
+        return
+    # Tiny buffers: warm-up reads pointers' dtype and alignment and the integer values
+    # (Triton specializes strides equal to 1 or divisible by 16), not data; the strides
+    # are those of the contiguous inputs the launcher sees (fp8: quantize_fp8's layout).
+    out = torch.empty(64, device="cuda", dtype=TORCH_DTYPES[w.dtype])
+    stride_q = (w.q_heads * w.q_len * w.head_dim, w.q_len * w.head_dim, w.head_dim)
+    stride_k = (w.kv_heads * w.kv_len * w.head_dim, w.kv_len * w.head_dim, w.head_dim)
+    if cfg["use_fp8"]:
+        qkv = torch.empty(64, device="cuda", dtype=torch.float8_e4m3fn)
+        scales = torch.empty(3, device="cuda", dtype=torch.float32)
+        row = fp8_v_row(w.kv_len)  # V^T: (batch, head, head_dim, row), read as (.., n, d)
+        stride_v = (w.kv_heads * w.head_dim * row, w.head_dim * row, 1, row)
+    else:
+        qkv = scales = out  # the launcher passes q as the (unread) scales pointer
+        stride_v = (*stride_k, 1)
+    args = kernel_arguments(qkv, qkv, qkv, out, scales, stride_q=stride_q, stride_k=stride_k,
+                            stride_v=stride_v, stride_o=stride_q, batch=w.batch, q_heads=w.q_heads,
+                            kv_heads=w.kv_heads, q_len=w.q_len, kv_len=w.kv_len,
+                            scale=1 / math.sqrt(w.head_dim))
+    attention_forward_kernel.warmup(*args, **compile_options(cfg, head_dim=w.head_dim, causal=w.causal),
+                                    grid=(1,))
 
 
 class CompilePool:

@@ -13,6 +13,7 @@ from typing import Any
 
 from flashtune.kernels.config import Config
 from flashtune.kernels.dtypes import DTYPES
+from flashtune.kernels.space import SUPPORTED_HEAD_DIMS
 
 
 
@@ -83,7 +84,12 @@ class Workload:
 
     @classmethod
     def parse(cls, text: str) -> Workload:
-        """Parse ``B,H,N,D[,causal]`` or ``B,HQ/HKV,NQ/NK,D[,causal][,dtype]`` (the CLI form)."""
+        """Parse ``B,H,N,D[,causal]`` or ``B,HQ/HKV,NQ/NK,D[,causal][,dtype]`` (the CLI form).
+
+        Raises:
+            ValueError: naming the text and the bad field, including a head dim the kernel
+                does not compile for.
+        """
         parts = [p.strip() for p in text.split(",")]
         if len(parts) < 4:
             raise ValueError(f"workload {text!r}: expected B,H,N,D[,causal][,dtype]")
@@ -106,6 +112,10 @@ class Workload:
                 dtype = extra
             else:
                 raise ValueError(f"workload {text!r}: unknown field {extra!r}")
+        # Checked here, not in __post_init__: a Workload also describes buckets and recorded
+        # problems of any head dim; a workload typed at the CLI is one the kernel must run.
+        if head_dim not in SUPPORTED_HEAD_DIMS:
+            raise ValueError(f"workload {text!r}: head_dim must be one of {list(SUPPORTED_HEAD_DIMS)}, got {head_dim}")
         try:
             return cls(batch, q_heads, kv_heads, q_len, kv_len, head_dim, dtype, causal)
         except ValueError as exc:
@@ -133,6 +143,10 @@ class Measurement:
     sm_clock_mhz: float | None = None
     temperature_c: float | None = None
     error: str = ""
+    #: What the compiler printed while this config failed to build (Triton's MLIR
+    #: reproducer, LLVM or ptxas messages), clipped; "" otherwise. Kept for the trial's
+    #: artifacts: ``error`` carries its first meaningful line.
+    compiler_output: str = ""
     source: str = "measured"  # measured | replayed | prior
     versions: dict[str, str] = field(default_factory=dict)
 

@@ -8,6 +8,8 @@ feasibility, for the dispatcher's precision policy and for configs already rejec
 
 from __future__ import annotations
 
+import itertools
+
 from flashtune.kernels.config import Config
 from flashtune.kernels.space import KERNEL_TUNABLES, kernel_of
 from flashtune.objectives.types import Workload
@@ -41,7 +43,7 @@ def default_candidates(dispatcher: Dispatcher, key: CacheKey, incumbent: Config,
         snapshot = dispatcher.store.snapshot()
         exact = snapshot.exact(store_key, bucket)
         result += [exact.config] if exact else []
-        result += [e.config for e in snapshot.nearest(store_key, bucket)[:NEAREST_PRIORS]]
+        result += [e.config for e in itertools.islice(snapshot.nearest(store_key, bucket), NEAREST_PRIORS)]
     result += neighbours(incumbent)
     if spec is not None:
         result += [m.config for m in baseline_priors(spec, workload)]

@@ -230,7 +230,9 @@ class Dispatcher:
         if bucket is None:
             return SAFE_DEFAULT  # not cached: the launcher rejects these inputs
         spec, store_key = self.hardware_for(key[0])
-        snapshot = self.store.snapshot() if spec is not None else None
+        # Read on a CPU too, though only a GPU spec picks configs from it: a corrupt file
+        # then warns where it is first used, not at deployment on the GPU.
+        snapshot = self.store.snapshot()
         resolution = resolve(bucket, snapshot, spec, store_key, self.accepts)
         with self._lock:
             self._configs[key] = resolution.config

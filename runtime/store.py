@@ -17,9 +17,11 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 import fcntl
+import gc
 import hashlib
 import json
 import math
+import operator
 import os
 import stat
 import tempfile
@@ -37,8 +39,8 @@ import jsonschema
 from flashtune.kernels.config import Config
 from flashtune.kernels.source_hash import kernel_source_hash
 from flashtune.kernels.space import validate_config
-from flashtune.runtime.buckets import Bucket, distance
-from flashtune.runtime.store_schema import ENTRY_SCHEMA, FILE_SCHEMA, FORMAT, READABLE_VERSIONS, VERSION
+from flashtune.runtime.buckets import ANY_BATCH_HEADS, Bucket, distance
+from flashtune.runtime.store_schema import ENTRY_SCHEMA, FILE_SCHEMA, FORMAT, MAX_ENTRIES, READABLE_VERSIONS, VERSION
 
 #: A store file larger than this is refused unread (a hostile file must not exhaust memory).
 MAX_STORE_BYTES = 32 * 2**20
@@ -136,11 +138,12 @@ def better(a: StoreEntry, b: StoreEntry) -> StoreEntry:
 class Snapshot:
     """An indexed view of one state of a store file.
 
-    Entries are grouped by (fingerprint, kernel hash, Triton) after the file's structure
-    was checked, and each group is validated against the entry schema when it is first
-    looked up (a process serves one group; validating a large multi-GPU store whole would
-    cost its first call about 0.1 ms an entry). A group with unusable entries skips them
-    and warns once per file state.
+    Entries are grouped by (fingerprint, kernel hash, Triton) and, within a group, by their
+    bucket as written, once the file's structure was checked; an entry is validated
+    against the entry schema only when its bucket is looked up. Why: a process serves one
+    GPU and a few buckets, and the schema costs about 0.5 ms an entry, so validating a
+    store at the size limit (80,000 entries) whole made the op's first call take 29 s on
+    the H200's host. Unusable entries are skipped, with one warning per file state.
 
     Attributes:
         path: the file it was read from.
@@ -150,38 +153,81 @@ class Snapshot:
     def __init__(self, path: Path, state: str, raw_entries: Iterable[Any] = ()) -> None:
         self.path = path
         self.state = state
-        self._raw: dict[Key | None, list[tuple[int, Any]]] = {}
-        for number, raw in enumerate(raw_entries):
-            self._raw.setdefault(_raw_key(raw), []).append((number, raw))
-        self._cells: dict[Key | None, dict[Bucket, StoreEntry]] = {}
+        # Group (None: too broken to belong to any GPU) -> bucket as written (None: no
+        # usable bucket) -> (position, raw entry). One pass with C-level lookups: at the
+        # size limit this loop is a visible part of the op's first call.
+        self._places: dict[Key | None, dict[_Place | None, list[tuple[int, Any]]]] = {}
+        for item in enumerate(raw_entries):
+            raw = item[1]
+            try:
+                key = _KEY_FIELDS(raw)
+                hash(key)  # a list or an object where a string goes: no group
+            except (KeyError, TypeError):
+                key = None
+            try:
+                bucket = raw["bucket"]
+                # Format 1 wrote no kind and no batch x heads: a prefill bucket of any.
+                place = (*_BUCKET_FIELDS(bucket), bucket.get("kind", "prefill"),
+                         bucket.get("batch_kv_heads", ANY_BATCH_HEADS))
+                hash(place)
+                if None in place:  # a null field
+                    place = None
+            except (KeyError, TypeError, AttributeError):  # not an object, or a field missing
+                place = None
+            group = self._places.get(key)
+            if group is None:
+                group = self._places[key] = {}
+            items = group.get(place)
+            if items is None:
+                group[place] = [item]
+            else:
+                items.append(item)
+        # The best usable entry of each (group, place), once checked.
+        self._checked: dict[tuple[Key | None, _Place | None], StoreEntry | None] = {}
         self._lock = threading.Lock()
 
-    def _cell(self, key: Key | None) -> dict[Bucket, StoreEntry]:
-        cell = self._cells.get(key)
-        if cell is not None:
-            return cell
+    def _group(self, key: Key | None) -> dict[_Place | None, list[tuple[int, Any]]]:
+        places = self._places.get(key, {})
+        if None in places:
+            # Entries without a usable bucket serve no lookup: report them on the group's
+            # first one, as validating the whole group did.
+            self._at(key, None)
+        return places
+
+    def _at(self, key: Key | None, place: _Place | None) -> StoreEntry | None:
+        """The best usable entry written for ``place`` in group ``key`` (validated once)."""
+        slot = (key, place)
+        if slot in self._checked:
+            return self._checked[slot]
         with self._lock:
-            cell = self._cells.get(key)
-            if cell is None:
-                entries, problems = _validate_entries(self._raw.get(key, ()))
+            if slot not in self._checked:
+                items = self._places.get(key, {}).get(place, [])
+                # Unplaceable entries are unusable whatever else is wrong: the schema names
+                # the first one's problem, the rest are counted (a hostile file of many
+                # costs no more than one).
+                entries, problems = _validate_entries(items[:1] if place is None else items)
+                if place is None and len(items) > 1:
+                    problems += [""] * (len(items) - 1)
                 if problems:
                     more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
                     warn_once(self.path, self.state, f"unusable entries skipped: {problems[0]}{more}")
-                cell = {}
+                best = None
                 for entry in entries:
-                    old = cell.get(entry.bucket)
-                    cell[entry.bucket] = entry if old is None else better(entry, old)
-                self._cells[key] = cell
-        return cell
+                    best = entry if best is None else better(entry, best)
+                self._checked[slot] = best
+        return self._checked[slot]
 
     def __len__(self) -> int:
         """Usable entries (validates every group)."""
-        return sum(len(self._cell(key)) for key in list(self._raw))
+        return sum(1 for _ in self.entries())
 
     def entries(self) -> Iterator[StoreEntry]:
-        """Every usable entry (validates every group)."""
-        for key in list(self._raw):
-            yield from self._cell(key).values()
+        """Every usable entry, the best one per bucket (validates every group)."""
+        for key in list(self._places):
+            for place in list(self._group(key)):
+                entry = self._at(key, place) if place is not None else None
+                if entry is not None:
+                    yield entry
 
     def exact(self, key: Key, bucket: Bucket) -> StoreEntry | None:
         """The entry for exactly this GPU, kernel, Triton and bucket.
@@ -189,36 +235,55 @@ class Snapshot:
         An entry recorded for any batch x heads (store format 1) of the same bucket
         otherwise is an exact hit too, after one of this very batch x heads.
         """
-        cell = self._cell(key)
-        found = cell.get(bucket)
-        return found if found is not None else cell.get(bucket.any_batch_heads())
+        places = self._group(key)
+        for candidate in (bucket, bucket.any_batch_heads()):
+            place = _place_of(candidate)
+            found = self._at(key, place) if place in places else None
+            if found is not None:
+                return found
+        return None
 
-    def nearest(self, key: Key, bucket: Bucket) -> list[StoreEntry]:
+    def nearest(self, key: Key, bucket: Bucket) -> Iterator[StoreEntry]:
         """Entries of this GPU, kernel and Triton that may serve ``bucket``, nearest first.
 
         Excludes ``bucket`` itself (and its any-batch-x-heads form, an exact hit) and
-        buckets of another head dim, dtype size or class.
+        buckets of another head dim, dtype size or class. Lazy: buckets are ranked as
+        written, and each entry is validated when it is reached.
         """
         ranked = []
         own = (bucket, bucket.any_batch_heads())
-        for other, entry in self._cell(key).items():
+        for place in list(self._group(key)):
+            if place is None or place[2] != bucket.head_dim:  # distance() would say None
+                continue
+            try:
+                other = Bucket(*place)
+            except (TypeError, ValueError):
+                self._at(key, place)  # unusable: reported by the schema, served never
+                continue
             d = distance(bucket, other)
             if d is not None and other not in own:
-                ranked.append((d, other, entry))
+                ranked.append((d, other, place))
         ranked.sort(key=lambda item: (item[0], item[1]))
-        return [entry for _, _, entry in ranked]
+        for _, _, place in ranked:
+            entry = self._at(key, place)
+            if entry is not None:
+                yield entry
 
     def stale_count(self, key: Key) -> int:
         """Entries for this GPU measured with another kernel source or Triton version."""
-        return sum(len(group) for k, group in self._raw.items() if k is not None and k[0] == key[0] and k != key)
+        return sum(len(items) for k, group in self._places.items() if k is not None and k[0] == key[0] and k != key
+                   for items in group.values())
 
 
-def _raw_key(raw: Any) -> Key | None:
-    """The group of an unvalidated entry; None for one too broken to belong to any GPU."""
-    if not isinstance(raw, dict):
-        return None
-    parts = (raw.get("fingerprint"), raw.get("kernel_hash"), raw.get("triton"))
-    return parts if all(isinstance(p, str) for p in parts) else None  # type: ignore[return-value]
+#: An entry's bucket as written: its fields' raw values in :class:`Bucket`'s order.
+_Place = tuple[Any, ...]
+_BUCKET_FIELDS = operator.itemgetter("dtype", "causal", "head_dim", "gqa", "q_len", "kv_len")
+_KEY_FIELDS = operator.itemgetter("fingerprint", "kernel_hash", "triton")
+
+
+def _place_of(bucket: Bucket) -> _Place:
+    return (bucket.dtype, bucket.causal, bucket.head_dim, bucket.gqa, bucket.q_len, bucket.kv_len,
+            bucket.kind, bucket.batch_kv_heads)
 
 
 # --- warnings, once per file state -------------------------------------------------------
@@ -257,11 +322,13 @@ def _reject_constant(name: str) -> Any:
 
 
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    result: dict[str, Any] = {}
-    for name, value in pairs:
-        if name in result:
-            raise _Invalid(f"duplicate key {name[:40]!r}")
-        result[name] = value
+    result = dict(pairs)  # in C: a loop here was a third of a large file's parse
+    if len(result) != len(pairs):
+        seen: set[str] = set()
+        for name, _ in pairs:
+            if name in seen:
+                raise _Invalid(f"duplicate key {name[:40]!r}")
+            seen.add(name)
     return result
 
 
@@ -284,7 +351,19 @@ def _parse(data: bytes) -> dict[str, Any]:
     version = doc.get("version")
     if version not in READABLE_VERSIONS:
         raise _Invalid(f"stale format version {version!r} (this flashtune reads versions {list(READABLE_VERSIONS)})")
-    error = next(_FILE_VALIDATOR.iter_errors(doc), None)
+    entries = doc.get("entries")
+    if isinstance(entries, list):
+        # The schema checks the top level; the entries are counted and type-checked here,
+        # because the validator costs about 7 us an item (0.6 s for a store at the limit).
+        error = next(_FILE_VALIDATOR.iter_errors({**doc, "entries": []}), None)
+        if error is None and len(entries) > MAX_ENTRIES:
+            raise _Invalid(f"fails the schema at entries: {len(entries)} entries, over the limit of {MAX_ENTRIES}")
+        if error is None:
+            bad = next((n for n, raw in enumerate(entries) if type(raw) is not dict), None)
+            if bad is not None:
+                raise _Invalid(f"fails the schema at entries/{bad}: {str(entries[bad])[:60]!r} is not of type 'object'")
+    else:
+        error = next(_FILE_VALIDATOR.iter_errors(doc), None)
     if error is not None:
         where = "/".join(str(p) for p in error.absolute_path) or "(top)"
         raise _Invalid(f"fails the schema at {where}: {error.message[:200]}")
@@ -352,6 +431,23 @@ def _read_bytes(path: Path) -> bytes | None:
         os.close(fd)
 
 
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    """No cyclic garbage collection inside the block.
+
+    Why: parsing a large store creates a few hundred thousand containers, and each
+    collection they trigger walks all of them again; at the size limit that is about a
+    third of the read. JSON has no cycles, so nothing collectable is made meanwhile.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def read_snapshot(path: str | os.PathLike[str]) -> Snapshot:
     """Read a store file. Never raises; warns once per file state when it cannot be used.
 
@@ -368,7 +464,8 @@ def read_snapshot(path: str | os.PathLike[str]) -> Snapshot:
         if data is None:
             return Snapshot(path, "missing")
         state = hashlib.sha256(data).hexdigest()[:16]
-        return Snapshot(path, state, _parse(data)["entries"])
+        with _gc_paused():
+            return Snapshot(path, state, _parse(data)["entries"])
     except _Invalid as exc:
         warn_once(path, state + str(exc) if state == "unread" else state, str(exc))
         return Snapshot(path, state)

@@ -88,8 +88,8 @@ STORE_SCHEMA: dict[str, Any] = {
 }
 
 #: The file's structure only. A reader checks this for the whole file, then each entry
-#: against ENTRY_SCHEMA when its (GPU, kernel, Triton) key is first looked up: a process
-#: serves one key, and jsonschema costs about 0.1 ms an entry.
+#: against ENTRY_SCHEMA when its bucket is first looked up (runtime.store.Snapshot): a
+#: process serves one GPU and a few buckets, and jsonschema costs about 0.5 ms an entry.
 FILE_SCHEMA: dict[str, Any] = {
     **STORE_SCHEMA,
     "properties": {

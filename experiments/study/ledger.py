@@ -44,6 +44,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from flashtune.experiments.study.signals import signals_deferred
 from flashtune.experiments.study.storage import (
     CONFIG_ATTR,
     ELAPSED_ATTR,
@@ -233,14 +234,23 @@ class TrialStore:
         """
 
         def measure(config: Config) -> Measurement:
-            trial_id = self._begin(config)
+            trial_id: int | None = None
+            finished = False
             try:
+                # Each write whole: a SIGTERM landing in one is taken after it, here or in
+                # the handler below, never between a trial's measurement and its state.
+                with signals_deferred():
+                    trial_id = self._begin(config)
                 measurement = evaluate(config)
+                with signals_deferred():
+                    self._finish(trial_id, measurement)
+                    finished = True
             except BaseException:
                 # An exception or a signal mid-measurement: the trial is failed, not left RUNNING.
-                self.abandon(trial_id)
+                if trial_id is not None and not finished:
+                    with signals_deferred():
+                        self.abandon(trial_id)
                 raise
-            self._finish(trial_id, measurement)
             return measurement
 
         return measure
@@ -371,17 +381,26 @@ class SharedLedger(Ledger):
                 elapsed_s: Callable[[], float]) -> Trial | None:
         if budget is None:
             raise ValueError("a shared study needs a trial budget (max_trials)")
-        claim = self.claim(config, budget)
-        if claim is None:
-            return None  # an older claim won; the next read shows it
+        claim: Claim | None = None
+        finished = False
         try:
+            # Each write whole (the claim; the measurement with the final state): a SIGTERM
+            # is taken after it, and a claim it interrupts is abandoned below.
+            with signals_deferred():
+                claim = self.claim(config, budget)
+            if claim is None:
+                return None  # an older claim won; the next read shows it
             with self.heartbeat(claim):
                 measurement = evaluate(config)
+            # Workers' clocks differ: a shared study's time is the wall time since its first trial.
+            with signals_deferred():
+                trial = self.finish(claim, measurement, wall_elapsed_s(self._snap))
+                finished = True
         except BaseException:
-            self.abandon(claim)
+            if claim is not None and not finished:
+                with signals_deferred():
+                    self.abandon(claim)
             raise
-        # Workers' clocks differ: a shared study's time is the wall time since its first trial.
-        trial = self.finish(claim, measurement, wall_elapsed_s(self._snap))
         self._mine.append(trial)
         return trial
 

@@ -17,14 +17,13 @@ import json
 import logging
 import os
 import re
-import signal
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from flashtune.experiments.evaluation import priors as prior_tags
 from flashtune.experiments.study.ledger import SharedLedger, StoreLedger, TrialStore
+from flashtune.experiments.study.signals import signals_deferred
 from flashtune.experiments.study.storage import is_shared_storage, open_storage
 from flashtune.experiments.tracking.tracker import MlflowTracker
 from flashtune.kernels.config import Config
@@ -230,7 +229,7 @@ def run_study(
         # then closing the parent KILLED fails (seen in CI under load): let the write finish,
         # take the signal right after it.
         def call(trial: Trial, trials: Sequence[Trial]) -> None:
-            with _signals_deferred():
+            with signals_deferred():
                 callback(trial, trials)
 
         return call
@@ -246,7 +245,7 @@ def run_study(
             callbacks=loop_callbacks, priors=priors)
     except BaseException as exc:
         status = "KILLED" if isinstance(exc, (KeyboardInterrupt, StudyInterrupted)) else "FAILED"
-        with _signals_deferred():
+        with signals_deferred():
             try:
                 final = load_final()
             except Exception:  # the storage may be what failed: close MLflow with what we have
@@ -257,7 +256,7 @@ def run_study(
                 _log.error("study %r: could not close the MLflow parent run: %s", study.name, end_exc)
         raise
     status = "FINISHED"
-    with _signals_deferred():
+    with signals_deferred():
         # Reloaded from storage: the trials as persisted, with the study's elapsed times.
         final = load_final()
         tracker.end(status, final)
@@ -299,28 +298,6 @@ def _parent_params(study: Study) -> dict[str, str]:
     }
     params.update({f"option.{k}": json.dumps(v) for k, v in study.strategy_options.items()})
     return params
-
-
-@contextmanager
-def _signals_deferred() -> Iterator[None]:
-    """Hold SIGTERM/SIGINT while the study closes its runs: a second signal must not leave
-    the parent RUNNING. They are re-delivered (as the default action) afterwards."""
-    import threading
-
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    pending: list[int] = []
-    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
-    for sig in saved:
-        signal.signal(sig, lambda signum, frame: pending.append(signum))
-    try:
-        yield
-    finally:
-        for sig, handler in saved.items():
-            signal.signal(sig, handler)
-        for signum in pending[:1]:
-            signal.raise_signal(signum)
 
 
 def studies_for(

@@ -33,6 +33,7 @@ from urllib.parse import urlparse
 
 from flashtune.experiments.study.storage import tune_sqlite_connections
 from flashtune.experiments.tracking import report
+from flashtune.experiments.tracking.mlflow_db import prepare_sqlite_db
 from flashtune.experiments.tracking.shared import SharedTracking
 from flashtune.search.loop import Trial
 from flashtune.experiments.tracking.tags import (  # noqa: F401 - re-exported: the tracker's vocabulary
@@ -401,6 +402,10 @@ class MlflowTracker(SharedTracking):
                 metrics.append(Metric(name, float(value), now, 0))
         params = [Param(k, str(v)) for k, v in trial.config.items()]
         self.client.log_batch(run.info.run_id, metrics=metrics, params=params)
+        if m.compiler_output:
+            # All the compiler printed (an MLIR reproducer runs to hundreds of lines): the
+            # error tag carries its first meaningful line, the artifact the whole of it.
+            self.client.log_text(run.info.run_id, m.compiler_output, "compiler_output.txt")
         self.client.set_terminated(run.info.run_id, status="FINISHED" if m.ok else "FAILED")
         return run.info.run_id
 
@@ -408,7 +413,13 @@ class MlflowTracker(SharedTracking):
 @functools.lru_cache(maxsize=8)
 def mlflow_client(uri: str) -> MlflowClient:
     """An MLflow client for ``uri`` (one per URI: opening a store checks its schema, which
-    takes seconds), with MLflow's schema-migration chatter quieted."""
+    takes seconds), with MLflow's schema-migration chatter quieted. A SQLite database is
+    created whole or repaired first (:func:`~flashtune.experiments.tracking.mlflow_db.prepare_sqlite_db`).
+
+    Raises:
+        ValueError: a SQLite database whose folder is missing, or that holds runs but is
+            broken (the message says what repairs it).
+    """
 
     # A tuner has no business sending usage data anywhere (MLflow 3 does by default).
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
@@ -416,6 +427,12 @@ def mlflow_client(uri: str) -> MlflowClient:
     for name in ("mlflow.store.db.utils", "alembic", "alembic.runtime.migration"):
         logging.getLogger(name).setLevel(logging.WARNING)
     tune_sqlite_connections()
+    db = sqlite_path(uri)
+    if db is not None:
+        # MLflow would build its schema in place, where a kill leaves a broken file.
+        notice = prepare_sqlite_db(db)
+        if notice:
+            _log.warning("%s", notice)
     from mlflow import MlflowClient
 
     return MlflowClient(tracking_uri=uri)

@@ -32,3 +32,16 @@ def out_of_resources(q, k, v, out, *, causal, scale, config):
     from triton.runtime.errors import OutOfResources
 
     raise OutOfResources(300000, 232448, "shared memory")
+
+
+def compile_failure(q, k, v, out, *, causal, scale, config):
+    # A real compile failure whose C++ output reaches this process's file descriptor 2: a
+    # child compiles for sm_90 (no GPU needed) and inherits the descriptors, as ptxas does.
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = {name: value for name, value in os.environ.items() if name != "TRITON_INTERPRET"}
+    script = Path(__file__).with_name("compile_failure.py")
+    if subprocess.run([sys.executable, str(script), "raw"], env=env).returncode != 0:
+        raise RuntimeError("PassManager::run failed")  # what triton.compile raises in-process

@@ -22,6 +22,18 @@ def test_workload_parse_errors_name_the_input(text):
         Workload.parse(text)
 
 
+def test_workload_parse_rejects_a_head_dim_the_kernel_does_not_compile_for():
+    # Before: head_dim 100 parsed, and the CLI then said "no recorded table" for it.
+    with pytest.raises(ValueError, match=r"'1,8,1024,100': head_dim must be one of \[32, 64, 128, 256\], got 100"):
+        Workload.parse("1,8,1024,100")
+
+
+def test_the_parser_and_the_launcher_accept_the_same_head_dims():
+    from flashtune.kernels import attention, space
+
+    assert attention.SUPPORTED_HEAD_DIMS == space.SUPPORTED_HEAD_DIMS
+
+
 def test_causal_flops_count_visible_pairs():
     full = Workload(1, 1, 1, 8, 8, 64)
     causal = Workload(1, 1, 1, 8, 8, 64, causal=True)

@@ -103,6 +103,17 @@ def test_cpu_without_a_spec_uses_the_safe_default(store_path, recorder):
     assert plain.explain(q, k).origin == "default"
 
 
+def test_a_corrupt_store_warns_on_a_cpu_too(store_path, recorder):
+    """A broken file is reported where it is first used, not only once a GPU reads it."""
+    store_path.write_bytes(b'{"format": "flashtune.configs", "version": 1, "entries": [')
+    plain = Dispatcher(store_path)  # a CPU tensor has no GPU spec
+    with store_warnings() as caught:
+        for causal in (False, True):
+            plain(*_qkv(), causal=causal)
+    assert len(caught) == 1 and "not valid JSON" in str(caught[0].message)
+    assert recorder.configs == [SAFE_DEFAULT, SAFE_DEFAULT]
+
+
 def test_store_location_env_and_set_store(monkeypatch, tmp_path):
     monkeypatch.setenv("FLASHTUNE_STORE", str(tmp_path / "env.json"))
     assert default_store_path() == tmp_path / "env.json"

@@ -161,7 +161,7 @@ def test_format_1_file_is_served_as_prefill_and_rewritten_as_format_2(store_path
     prefill_any = Bucket("bfloat16", True, 128, 4, 1, 4096, "prefill", 8)
     assert snap.exact(key, prefill_any).config == cfg(128, 64, 8, 3)  # any batch x heads: an exact hit
     assert snap.exact(key, Bucket("bfloat16", True, 128, 4, 1, 4096, "decode", 8)) is None
-    assert snap.nearest(key, Bucket("bfloat16", True, 128, 4, 1, 2048, "decode", 8)) == []
+    assert list(snap.nearest(key, Bucket("bfloat16", True, 128, 4, 1, 2048, "decode", 8))) == []
     Store(store_path).merge([entry(h200, B1, cfg(256, 64, 8, 3))])
     doc = json.loads(store_path.read_text())
     assert doc["version"] == 2 and len(doc["entries"]) == 2

@@ -112,6 +112,22 @@ def test_failed_trials_are_children_too(stores, h200, mlflow_client) -> None:
     assert all(r.data.tags["error"] == "boom" for r in runs if r.info.status == "FAILED")
 
 
+def test_the_compiler_output_of_a_failed_trial_is_its_artifact(stores, h200, mlflow_client) -> None:
+    from flashtune.kernels.config import Config
+    from flashtune.objectives.types import Measurement, Status
+
+    dump = "module {\n  tt.func @k()\n}\nx.py:1:0: error: Failures have been detected\n"
+
+    def evaluate(config: Config) -> Measurement:
+        return Measurement.failure(config, WORKLOAD, Status.COMPILE_ERROR, "RuntimeError: PassManager::run failed",
+                                   compiler_output=dump)
+
+    result = run_study(Study(name="dump", workload=WORKLOAD, hardware=h200, trials=1), evaluate,
+                       tracking_uri=stores["tracking_uri"], storage_url=stores["storage"])
+    (run,) = mlflow_client.search_runs([result.experiment_id], filter_string="tags.role = 'trial'")
+    assert Path(mlflow_client.download_artifacts(run.info.run_id, "compiler_output.txt")).read_text() == dump
+
+
 def test_two_gpus_two_experiments(replay_dir, h100_replay_dir, stores, h200, mlflow_client) -> None:
     from flashtune.objectives.hardware import load_spec
 

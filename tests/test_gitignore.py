@@ -1,0 +1,16 @@
+"""Files the tools write into the working folder are ignored by git (a user's `git add .` stays clean)."""
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.skipif(shutil.which("git") is None or not (ROOT / ".git").exists(), reason="not a git checkout")
+@pytest.mark.parametrize("name", ["flashtune_optuna.db", "mlflow.db", "mlruns/x", "flashtune_runs/x"])
+def test_files_the_main_job_writes_are_ignored(name):
+    # `git check-ignore -q` exits 0 when the path is ignored; the file need not exist.
+    assert subprocess.run(["git", "check-ignore", "-q", name], cwd=ROOT).returncode == 0, name
