@@ -31,6 +31,8 @@ from flashtune.objectives.types import SUITE, Workload
 from flashtune.search import make_strategy, option_value, strategy_names
 from flashtune.search.space import SearchSpace
 
+#: The search strategy of a study that names none.
+DEFAULT_STRATEGY = "random"
 #: The replayed GPU when none is named and none is here (the tables shipped are H200's).
 DEFAULT_REPLAY_HARDWARE = "h200"
 #: Exit codes of a study stopped by a signal (the shell's 128 + signal number).
@@ -42,7 +44,8 @@ def add_arguments(parser: argparse.ArgumentParser, *, hardware: str | None = Non
     """The options of ``flashtune tune`` (also used by the per-GPU study scripts)."""
 
     default_workloads = ", ".join(w.name for w in workloads) or f"{SUITE[0].name}"
-    parser.add_argument("--strategy", default="random", help="search strategy (default: random)")
+    parser.add_argument("--strategy", default=DEFAULT_STRATEGY, metavar="NAME",
+                        help=f"search strategy, one of: {', '.join(strategy_names())} (default: {DEFAULT_STRATEGY})")
     parser.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                         help="strategy option, VALUE as JSON or text; repeatable")
     parser.add_argument("--trials", type=int, default=50,
