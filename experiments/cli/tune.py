@@ -25,7 +25,7 @@ from flashtune.experiments.study.progress import ProgressBar
 from flashtune.experiments.study.runner import StudyInterrupted, StudyResult, check_study_name, run_study, studies_for
 from flashtune.experiments.study.storage import DEFAULT_STORAGE, close_storage, is_shared_storage, open_storage
 from flashtune.experiments.tracking import report
-from flashtune.experiments.tracking.tracker import DEFAULT_TRACKING_URI, check_tracking_uri
+from flashtune.experiments.tracking.tracker import DEFAULT_TRACKING_URI, check_tracking_uri, sqlite_path
 from flashtune.objectives.hardware import HardwareSpec, load_spec
 from flashtune.objectives.types import SUITE, Workload
 from flashtune.search import make_strategy, option_value, strategy_names
@@ -214,9 +214,19 @@ def _study_priors(study: Any, specs: Sequence[Any], raw: dict[Any, Any]) -> tupl
 
 def _check_stores(tracking_uri: str, storage_url: str) -> tuple[str, str]:
 
+    # MLflow makes a SQLite file's missing folders without a word: a typo in the path would
+    # put the study somewhere nobody looks. The folder must exist already.
+    _check_folder_exists("--tracking-uri", tracking_uri, sqlite_path(tracking_uri))
+    _check_folder_exists("--storage", storage_url, sqlite_path(storage_url))
     check_tracking_uri(tracking_uri)
     close_storage(open_storage(storage_url))
     return tracking_uri, storage_url
+
+
+def _check_folder_exists(option: str, uri: str, path: Path | None) -> None:
+    """Refuse a local database file whose folder does not exist (naming that folder)."""
+    if path is not None and not path.parent.is_dir():
+        raise ValueError(f"{option} {uri!r}: folder {str(path.parent)!r} does not exist; create it first")
 
 
 def _run_one(study: Any, measurer: Any, tracking_uri: str, storage_url: str, *, progress: bool,
