@@ -69,8 +69,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)
-    except (ValueError, TypeError, FileNotFoundError) as exc:
-        # Bad input from the command line: one clear line, not a traceback.
+    except (ValueError, TypeError, OSError) as exc:
+        # Bad input from the command line, or a file that cannot be read or written
+        # (missing, unreadable, a folder): one clear line, not a traceback.
         print(f"flashtune {args.command}: error: {exc}", file=sys.stderr)
         return 2
 

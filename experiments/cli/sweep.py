@@ -133,6 +133,13 @@ def run_sweep(args: argparse.Namespace) -> int:
         workloads.extend(SUITE)
     if not workloads:
         raise ValueError("give --workload (repeatable) or --suite")
+    for option, value, least in (("--limit", args.limit, 1), ("--precompile", args.precompile, 0)):
+        if value is not None and value < least:
+            raise ValueError(f"{option} must be an int >= {least}, got {value}")
+    if not args.timeout > 0:
+        raise ValueError(f"--timeout must be a positive number of seconds, got {args.timeout}")
+    if args.out.exists() and not args.out.is_dir():
+        raise ValueError(f"--out {str(args.out)!r} is a file, not a folder")
     hardware: HardwareSpec | None = load_spec(args.hardware) if args.hardware else None
     _check_device(args.interpret, hardware)
     env = {"TRITON_INTERPRET": "1"} if args.interpret else None
