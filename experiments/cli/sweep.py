@@ -11,12 +11,14 @@ import argparse
 import dataclasses
 import os
 import json
+import sys
 import time
 from collections import Counter
 from pathlib import Path
 
 from tqdm import tqdm
 
+from flashtune.experiments.study.measurers import gpu_names
 from flashtune.kernels.config import Config
 from flashtune.kernels.space import KERNEL_TUNABLES, all_configs, tunables_for, validate_config
 from flashtune.objectives.hardware import HardwareSpec, load_spec
@@ -35,21 +37,21 @@ def sweep_workload(
     where: dict[str, set[str]] | None = None,
 ) -> list[Measurement]:
     """Measure every config of the space (or those ``where`` selects, the first ``limit``) on
-    ``workload``; resume from a partial table."""
+    ``workload``; resume from a partial or a finished table, measuring only what they lack."""
     out_dir.mkdir(parents=True, exist_ok=True)
     table = out_dir / f"{workload.name}.jsonl"
     partial = table.with_suffix(".jsonl.partial")
-    done: dict = {}
-    if partial.exists():
-        for line in partial.read_text().splitlines():
-            try:
-                m = Measurement.from_dict(json.loads(line))
-                m = dataclasses.replace(m, config=validate_config(m.config))  # knobs added since
-            except (ValueError, KeyError, TypeError):
-                continue  # a line cut short by a kill: measure that config again
-            done[m.config] = m
+    # A finished table and a partial one both count: a sweep run again measures only
+    # what neither holds (a new knob's configs, a larger --limit), never the whole space.
+    done = {**_read_measurements(table), **_read_measurements(partial)}
     configs = _select(where or {}, limit, tunables_for(workload))
     todo = [c for c in configs if c not in done]
+    if not todo:
+        print(f"flashtune sweep: {table} already holds all {len(configs)} configs; nothing to measure",
+              file=sys.stderr)
+    elif len(todo) < len(configs):
+        print(f"flashtune sweep: {len(configs) - len(todo)} of {len(configs)} configs already measured "
+              f"in {out_dir}; measuring the other {len(todo)}", file=sys.stderr)
     objective.prefetch(todo, workload)
     with partial.open("a") as fh:
         for config in tqdm(todo, desc=workload.name, disable=not progress, unit="cfg"):
@@ -58,9 +60,26 @@ def sweep_workload(
             fh.write(json.dumps(m.to_dict()) + "\n")
             fh.flush()
     measurements = [done[c] for c in configs]
-    write_table(table, measurements)
+    selected = set(configs)
+    # Configs a wider earlier sweep measured stay in the table: a narrower rerun loses nothing.
+    write_table(table, measurements + [m for c, m in done.items() if c not in selected])
     partial.unlink()
     return measurements
+
+
+def _read_measurements(path: Path) -> dict[Config, Measurement]:
+    """The measurements of a table (finished or partial) by config; none if it is absent."""
+    done: dict[Config, Measurement] = {}
+    if not path.exists():
+        return done
+    for line in path.read_text().splitlines():
+        try:
+            m = Measurement.from_dict(json.loads(line))
+            m = dataclasses.replace(m, config=validate_config(m.config))  # knobs added since
+        except (ValueError, KeyError, TypeError):
+            continue  # a line cut short by a kill: measure that config again
+        done[m.config] = m
+    return done
 
 
 def _parse_where(items: list[str]) -> dict[str, set[str]]:
@@ -114,7 +133,15 @@ def run_sweep(args: argparse.Namespace) -> int:
         workloads.extend(SUITE)
     if not workloads:
         raise ValueError("give --workload (repeatable) or --suite")
+    for option, value, least in (("--limit", args.limit, 1), ("--precompile", args.precompile, 0)):
+        if value is not None and value < least:
+            raise ValueError(f"{option} must be an int >= {least}, got {value}")
+    if not args.timeout > 0:
+        raise ValueError(f"--timeout must be a positive number of seconds, got {args.timeout}")
+    if args.out.exists() and not args.out.is_dir():
+        raise ValueError(f"--out {str(args.out)!r} is a file, not a folder")
     hardware: HardwareSpec | None = load_spec(args.hardware) if args.hardware else None
+    _check_device(args.interpret, hardware)
     env = {"TRITON_INTERPRET": "1"} if args.interpret else None
     # The interpreter compiles nothing, so a pool would only cost start-up time.
     precompile = 0 if args.interpret else (_default_pool_size() if args.precompile is None else args.precompile)
@@ -131,6 +158,22 @@ def run_sweep(args: argparse.Namespace) -> int:
     print(f"\n{total} trials in {elapsed:.1f} s ({total / elapsed * 60:.1f} trials/min); tables in {args.out}/")
     print("\n".join(lines))
     return 0
+
+
+def _check_device(interpret: bool, hardware: HardwareSpec | None) -> None:
+    """Refuse a sweep that has nothing to measure on, before the objective's worker starts.
+
+    Raises:
+        ValueError: no GPU is visible and the kernel is not interpreted, or the interpreter
+            has no GPU and no --hardware to simulate.
+    """
+    if gpu_names():
+        return
+    if not interpret:
+        raise ValueError("no NVIDIA GPU visible here (nvidia-smi): a sweep measures on a GPU; "
+                         "add --interpret --hardware h200 to run the kernel in Triton's CPU interpreter")
+    if hardware is None:
+        raise ValueError("--interpret without a GPU needs --hardware (a shipped spec such as h200, or a JSON file)")
 
 
 def _default_pool_size() -> int:

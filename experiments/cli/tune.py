@@ -25,12 +25,15 @@ from flashtune.experiments.study.progress import ProgressBar
 from flashtune.experiments.study.runner import StudyInterrupted, StudyResult, check_study_name, run_study, studies_for
 from flashtune.experiments.study.storage import DEFAULT_STORAGE, close_storage, is_shared_storage, open_storage
 from flashtune.experiments.tracking import report
-from flashtune.experiments.tracking.tracker import DEFAULT_TRACKING_URI, check_tracking_uri
+from flashtune.experiments.tracking.tracker import DEFAULT_TRACKING_URI, check_tracking_uri, sqlite_path
 from flashtune.objectives.hardware import HardwareSpec, load_spec
-from flashtune.objectives.types import SUITE, Workload
+from flashtune.objectives.types import SUITE, Measurement, Status, Workload
+from flashtune.runtime.baselines import fallback_config
 from flashtune.search import make_strategy, option_value, strategy_names
 from flashtune.search.space import SearchSpace
 
+#: The search strategy of a study that names none.
+DEFAULT_STRATEGY = "portfolio"  # GP and TPE sharing one budget (BENCHMARKS.md, "Search: the portfolio default")
 #: The replayed GPU when none is named and none is here (the tables shipped are H200's).
 DEFAULT_REPLAY_HARDWARE = "h200"
 #: Exit codes of a study stopped by a signal (the shell's 128 + signal number).
@@ -42,8 +45,8 @@ def add_arguments(parser: argparse.ArgumentParser, *, hardware: str | None = Non
     """The options of ``flashtune tune`` (also used by the per-GPU study scripts)."""
 
     default_workloads = ", ".join(w.name for w in workloads) or f"{SUITE[0].name}"
-    parser.add_argument("--strategy", default="portfolio",
-                        help="search strategy (default: portfolio: GP and TPE sharing one budget)")
+    parser.add_argument("--strategy", default=DEFAULT_STRATEGY, metavar="NAME",
+                        help=f"search strategy, one of: {', '.join(strategy_names())} (default: {DEFAULT_STRATEGY})")
     parser.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                         help="strategy option, VALUE as JSON or text; repeatable")
     parser.add_argument("--trials", type=int, default=50,
@@ -146,6 +149,8 @@ def run_tune(args: argparse.Namespace) -> int:
             priors = _study_priors(study, prior_specs, raw_priors)
             results.append(_run_one(study, measurer, tracking_uri, storage_url, progress=not args.no_progress,
                                     worker=_worker_index(args), heartbeat_s=args.heartbeat, priors=priors))
+        # The figure a user came for: the tuned config against what runs without tuning.
+        defaults = [_default_measurement(measurer, r.study) for r in results]
     except BaseException as exc:
 
         if isinstance(exc, (StudyInterrupted, KeyboardInterrupt)):
@@ -157,8 +162,43 @@ def run_tune(args: argparse.Namespace) -> int:
     finally:
         signal.signal(signal.SIGTERM, previous)
         measurer.close()
-    _print_overview(results, tracking_uri)
+    _print_overview(results)
+    for result, default in zip(results, defaults):
+        print(outcome_text(result, default, tracking_uri=tracking_uri, storage_url=storage_url))
     return 0
+
+
+def _default_measurement(measurer: Any, study: Any) -> Measurement:
+    """The runtime's default config for the study's workload on its GPU (what runs with no
+    tuned store): replayed from the table, or measured live."""
+    return measurer.evaluator(study.workload)(fallback_config(study.hardware, study.workload))
+
+
+def outcome_text(result: Any, default: Measurement, *, tracking_uri: str, storage_url: str) -> str:
+    """The main job's last lines for one study: tuned against default, where it is, what next."""
+    study, best = result.study, result.best
+    lines = [f"== {study.name}: {study.workload.name} on {study.hardware.name}"]
+    if best is None:
+        lines.append("best config: none ran correctly")
+    else:
+        lines.append(f"best config:    {best.config.to_dict()}: {best.cost_ms:.4f} ms, "
+                     f"{best.measurement.tflops:.1f} TFLOP/s")
+    if default.status is Status.OK:
+        lines.append(f"default config: {default.config.to_dict()}: {default.median_ms:.4f} ms, "
+                     f"{default.tflops:.1f} TFLOP/s")
+        if best is not None:
+            lines.append(f"speedup over the default: {default.median_ms / best.cost_ms:.2f}x")
+    else:
+        lines.append(f"default config: {default.config.to_dict()}: {default.status.value} ({default.error}); "
+                     "no speedup to report")
+    tracking_flag = "" if tracking_uri == DEFAULT_TRACKING_URI else f" --tracking-uri '{tracking_uri}'"
+    lines += [
+        f"Optuna study:   {study.storage_name!r} in {storage_url}",
+        f"MLflow run:     {result.parent_run_id} (experiment {result.experiment_id}) in {tracking_uri}",
+        f"export it:      flashtune export mlflow:{result.parent_run_id} --to tuned_configs.json{tracking_flag}",
+        f"open the UI:    flashtune ui{tracking_flag}",
+    ]
+    return "\n".join(lines)
 
 
 def _recorded_or_all(workloads: list[Workload], folder: Path) -> list[Workload]:
@@ -212,9 +252,19 @@ def _study_priors(study: Any, specs: Sequence[Any], raw: dict[Any, Any]) -> tupl
 
 def _check_stores(tracking_uri: str, storage_url: str) -> tuple[str, str]:
 
+    # MLflow makes a SQLite file's missing folders without a word: a typo in the path would
+    # put the study somewhere nobody looks. The folder must exist already.
+    _check_folder_exists("--tracking-uri", tracking_uri, sqlite_path(tracking_uri))
+    _check_folder_exists("--storage", storage_url, sqlite_path(storage_url))
     check_tracking_uri(tracking_uri)
     close_storage(open_storage(storage_url))
     return tracking_uri, storage_url
+
+
+def _check_folder_exists(option: str, uri: str, path: Path | None) -> None:
+    """Refuse a local database file whose folder does not exist (naming that folder)."""
+    if path is not None and not path.parent.is_dir():
+        raise ValueError(f"{option} {uri!r}: folder {str(path.parent)!r} does not exist; create it first")
 
 
 def _run_one(study: Any, measurer: Any, tracking_uri: str, storage_url: str, *, progress: bool,
@@ -257,8 +307,8 @@ def _interrupt(signum: int, frame: FrameType | None) -> None:
     raise StudyInterrupted(f"signal {signum}")
 
 
-def _print_overview(results: Sequence[Any], tracking_uri: str) -> None:
-    """One line per study, then where to look in MLflow."""
+def _print_overview(results: Sequence[Any]) -> None:
+    """One line per study when there are several (each study's outcome follows)."""
     if len(results) > 1:
         width = max(len("study"), *(len(r.study.name) for r in results))
         print(f"{'study':{width}s} {'trials':>6s} {'best ms':>10s} {'TFLOP/s':>8s}  config")
@@ -270,11 +320,3 @@ def _print_overview(results: Sequence[Any], tracking_uri: str) -> None:
                 print(f"{r.study.name:{width}s} {len(r.trials):6d} {best.cost_ms:10.4f} "
                       f"{best.measurement.tflops:8.1f}  {best.config.to_dict()}")
         print()
-    experiments = sorted({r.experiment_id for r in results})
-    ui = "flashtune ui" + ("" if tracking_uri == _default_uri() else f" --tracking-uri '{tracking_uri}'")
-    print(f"MLflow: {tracking_uri}, experiment id {', '.join(experiments)}; compare runs with `{ui}`")
-
-
-def _default_uri() -> str:
-
-    return DEFAULT_TRACKING_URI

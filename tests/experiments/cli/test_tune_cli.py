@@ -40,6 +40,8 @@ def test_several_workloads_one_study_each(replay_dir, stores, tmp_path, capsys) 
     (["--workload", "4,32/5,4096,128"], "multiple of kv_heads"),
     (["--tracking-uri", "sqlite://mlflow.db"], "SQLite URIs need three slashes"),
     (["--tracking-uri", "gopher://x"], "unknown scheme 'gopher'"),
+    (["--tracking-uri", "sqlite:////nonexistent/dir/x.db"], "folder '/nonexistent/dir' does not exist"),
+    (["--storage", "sqlite:////nonexistent/dir/o.db"], "folder '/nonexistent/dir' does not exist"),
     (["--storage", "sqlite://optuna.db"], "storage URL 'sqlite://optuna.db'"),
     (["--storage", "optuna.db"], "is not a URL"),
     (["--hardware", "voodoo2"], "unknown hardware 'voodoo2'"),

@@ -1,0 +1,87 @@
+"""A fuzz pass over the CLI: every subcommand with missing, malformed and out-of-range
+arguments and unreadable or corrupt files answers with a non-zero exit and one clear
+error line, never a traceback. Run in-process (``main(argv)``) to stay fast."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from flashtune.experiments.cli.main import main
+
+
+@pytest.fixture
+def files(tmp_path: Path) -> dict[str, str]:
+    """Corrupt and unreadable inputs, each a path."""
+    corrupt = tmp_path / "corrupt"
+    corrupt.mkdir()
+    (corrupt / "b2_h8_n1024_d64_causal_bfloat16.jsonl").write_text('{"config": {"BLOCK_M": 64}, "oops"\n')
+    (tmp_path / "spec.json").write_text("{not json")
+    (tmp_path / "study.toml").write_text("hardware = [unclosed\n")
+    (tmp_path / "store.json").write_bytes(b"\x80\x04\x95 pickle, not JSON")
+    (tmp_path / "a_file").write_text("x")
+    unreadable = tmp_path / "unreadable.jsonl"
+    unreadable.write_text("{}\n")
+    unreadable.chmod(0)
+    return {"dir": str(tmp_path), "corrupt": str(corrupt), "table": str(corrupt / "b2_h8_n1024_d64_causal_bfloat16.jsonl"),
+            "spec": str(tmp_path / "spec.json"), "toml": str(tmp_path / "study.toml"),
+            "store": str(tmp_path / "store.json"), "file": str(tmp_path / "a_file"),
+            "unreadable": str(unreadable), "missing": str(tmp_path / "missing")}
+
+
+W = "2,8,1024,64,causal"
+CASES = [
+    # argparse: missing, malformed
+    [], ["frobnicate"], ["tune", "--trials"], ["tune", "--trials", "many"], ["tune", "--seed", "1.5"],
+    ["tune", "--objective", "quantum"], ["sweep", "--limit", "x"], ["export"], ["export", "table:x"],
+    ["ui", "--port", "http"], ["compare", "--seeds", "lots"], ["transfer", "--seeds", "-"], ["study"],
+    # out of range
+    ["tune", "--trials", "-3", "--workload", W], ["tune", "--workers", "0", "--workload", W],
+    ["tune", "--workload", "0,8,1024,64"], ["tune", "--workload", "2,8,-1,64"], ["tune", "--workload", "2,8,1024,100"],
+    ["tune", "--max-seconds", "-1", "--workload", W, "--objective", "replay", "--replay-dir", "{corrupt}"],
+    ["tune", "--timeout", "0", "--objective", "replay", "--workload", W],
+    ["sweep", "--workload", W, "--limit", "-1", "--interpret", "--hardware", "h200", "--out", "{dir}"],
+    ["sweep", "--workload", W, "--timeout", "-5", "--interpret", "--hardware", "h200", "--out", "{dir}"],
+    ["sweep", "--workload", W, "--where", "BLOCK_M", "--interpret", "--hardware", "h200"],
+    ["sweep"], ["sweep", "--workload", "nonsense"],
+    ["ui", "--port", "99999", "--tracking-uri", "sqlite:///{dir}/none.db"], ["ui", "--port", "-1"],
+    ["compare", "--seeds", "0", "--tables", "{table}"], ["compare", "--budget", "-1", "--tables", "{table}"],
+    ["compare", "--jobs", "0", "--tables", "{table}"], ["compare", "--hardware", "voodoo2"],
+    ["compare", "--strategies", "nope", "--tables", "{table}"],
+    ["transfer", "--seeds", "0"], ["transfer", "--pairs", "999"], ["transfer", "--pairs", "x,y"],
+    ["transfer", "--jobs", "0"],
+    # unreadable or corrupt files
+    ["tune", "--objective", "replay", "--workload", W, "--replay-dir", "{corrupt}"],
+    ["tune", "--objective", "replay", "--workload", W, "--replay-dir", "{missing}"],
+    ["tune", "--objective", "replay", "--workload", W, "--replay-dir", "{file}"],
+    ["tune", "--hardware", "{spec}", "--workload", W], ["tune", "--hardware", "{missing}.json", "--workload", W],
+    ["tune", "--prior-from", "store:{store}", "--workload", W], ["tune", "--prior-from", "table:{unreadable}"],
+    ["tune", "--prior-from", "table:{table}", "--workload", W], ["tune", "--prior-from", "gopher:x"],
+    ["sweep", "--workload", W, "--hardware", "{spec}", "--interpret"],
+    ["sweep", "--workload", W, "--interpret", "--hardware", "h200", "--out", "{file}"],
+    ["export", "table:{table}", "--to", "{dir}/out.json"], ["export", "table:{unreadable}", "--to", "{dir}/o.json"],
+    ["export", "table:{missing}", "--to", "{dir}/o.json"], ["export", "mlflow:abc", "--to", "{dir}/o.json",
+                                                               "--tracking-uri", "sqlite:///{missing}.db"],
+    ["export", "optuna:x", "--to", "{dir}/o.json", "--storage", "sqlite:///{missing}.db"],
+    ["export", "nonsense", "--to", "{dir}/o.json"],
+    ["compare", "--tables", "{table}"], ["compare", "--tables", "{unreadable}"], ["compare", "--tables", "{missing}"],
+    ["transfer", "--tables", "{missing}"], ["transfer", "--tables", "{file}"],
+    ["study", "voodoo2"], ["study", "{toml}"], ["study", "{missing}.toml"],
+]
+
+
+@pytest.mark.parametrize("argv", CASES, ids=lambda argv: " ".join(argv) or "(none)")
+def test_bad_input_is_one_clear_line(argv: list[str], files, capsys, monkeypatch) -> None:
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    monkeypatch.chdir(files["dir"])
+    argv = [a.format(**files) for a in argv]
+    try:
+        code = main(argv)
+    except SystemExit as exit_:
+        code = exit_.code
+    err = capsys.readouterr().err
+    assert code not in (0, None), err
+    assert "Traceback" not in err, err
+    lines = [line for line in err.splitlines() if line.strip() and not line.startswith(("usage:", " "))]
+    assert len(lines) == 1 and "error" in lines[0], err
