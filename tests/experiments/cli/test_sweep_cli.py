@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
 from study_support import WORKLOAD, WORKLOAD_ARG
 
 from flashtune.experiments.cli.main import main
