@@ -51,6 +51,7 @@ def _warm_up(cfg: Config, w: Workload) -> None:
     if cfg["kernel"] == "decode":
         warm_up(cfg, batch=w.batch, q_heads=w.q_heads, kv_heads=w.kv_heads, q_len=w.q_len, kv_len=w.kv_len,
                 head_dim=w.head_dim, dtype=TORCH_DTYPES[w.dtype], causal=w.causal)
+        return
     if cfg["loads"] in LEAN_LOADS:
         # Host descriptors carry the tensors' shapes and strides: warm up through the
         # launcher on uninitialised buffers of the workload's own shapes.
