@@ -116,6 +116,7 @@ def run_tune(args: argparse.Namespace) -> int:
     options = parse_options(args.option)
     if args.trials < 1:
         raise ValueError(f"--trials: trials must be a positive int, got {args.trials}")
+    _check_ranges(args)
     workloads = [Workload.parse(text) for text in args.workload] or list(args.default_workloads) or [SUITE[0]]
     kind = measurers.resolve_kind(args.objective)
     expected: HardwareSpec | None = load_spec(args.hardware) if args.hardware else None
@@ -199,6 +200,18 @@ def outcome_text(result: Any, default: Measurement, *, tracking_uri: str, storag
         f"open the UI:    flashtune ui{tracking_flag}",
     ]
     return "\n".join(lines)
+
+
+def _check_ranges(args: argparse.Namespace) -> None:
+    """Numbers out of range and an empty study name, refused before anything starts (even
+    those only one objective or storage uses: a typo should not wait for the day it matters)."""
+    for option, value in (("--timeout", args.timeout), ("--heartbeat", args.heartbeat)):
+        if value is not None and not value > 0:
+            raise ValueError(f"{option} must be a positive number of seconds, got {value}")
+    if args.precompile < 0:
+        raise ValueError(f"--precompile must be an int >= 0, got {args.precompile}")
+    if args.study_name is not None and not args.study_name.strip():
+        raise ValueError("--study-name must not be empty (leave it out for the default name)")
 
 
 def _recorded_or_all(workloads: list[Workload], folder: Path) -> list[Workload]:

@@ -31,6 +31,8 @@ def files(tmp_path: Path) -> dict[str, str]:
 
 
 W = "2,8,1024,64,causal"
+#: A study that would run (a shipped table, 2 trials) if the one bad argument were accepted.
+RUNS = ["--workload", "4,32,4096,128", "--objective", "replay", "--trials", "2", "--no-progress"]
 CASES = [
     # argparse: missing, malformed
     [], ["frobnicate"], ["tune", "--trials"], ["tune", "--trials", "many"], ["tune", "--seed", "1.5"],
@@ -40,7 +42,6 @@ CASES = [
     ["tune", "--trials", "-3", "--workload", W], ["tune", "--workers", "0", "--workload", W],
     ["tune", "--workload", "0,8,1024,64"], ["tune", "--workload", "2,8,-1,64"], ["tune", "--workload", "2,8,1024,100"],
     ["tune", "--max-seconds", "-1", "--workload", W, "--objective", "replay", "--replay-dir", "{corrupt}"],
-    ["tune", "--timeout", "0", "--objective", "replay", "--workload", W],
     ["sweep", "--workload", W, "--limit", "-1", "--interpret", "--hardware", "h200", "--out", "{dir}"],
     ["sweep", "--workload", W, "--timeout", "-5", "--interpret", "--hardware", "h200", "--out", "{dir}"],
     ["sweep", "--workload", W, "--where", "BLOCK_M", "--interpret", "--hardware", "h200"],
@@ -64,7 +65,15 @@ CASES = [
     ["export", "table:{missing}", "--to", "{dir}/o.json"], ["export", "mlflow:abc", "--to", "{dir}/o.json",
                                                                "--tracking-uri", "sqlite:///{missing}.db"],
     ["export", "optuna:x", "--to", "{dir}/o.json", "--storage", "sqlite:///{missing}.db"],
-    ["export", "nonsense", "--to", "{dir}/o.json"],
+    ["export", "nonsense", "--to", "{dir}/o.json"], ["export", "table:{table}", "--to", "{missing}/o.json"],
+    ["export", "table:{table}", "--to", "{dir}"], ["export", "table:{file}", "--to", "{store}"],
+    ["ui", "--tracking-uri", "gopher://x"], ["ui", "--tracking-uri", ""],
+    ["tune", "--tracking-uri", "sqlite:///{missing}/x.db", "--workload", W],
+    ["tune", "--storage", "journal:{missing}/j.log", "--workload", W], ["tune", "--option", "=3", "--workload", W],
+    ["tune", "--study-name", "", *RUNS], ["tune", "--study-name", " ", *RUNS], ["tune", "--heartbeat", "-1", *RUNS],
+    ["tune", "--timeout", "0", *RUNS], ["tune", "--precompile", "-2", *RUNS], ["tune", "--heartbeat", "nan", *RUNS],
+    ["compare", "--tables", "{table}", "--json", "{missing}/r.json"], ["compare", "--tables", "{table}", "--out", "{file}"],
+    ["compare", "--option", "tpe.nope=1", "--tables", "{table}"], ["compare", "--priors", "all"],
     ["compare", "--tables", "{table}"], ["compare", "--tables", "{unreadable}"], ["compare", "--tables", "{missing}"],
     ["transfer", "--tables", "{missing}"], ["transfer", "--tables", "{file}"],
     ["study", "voodoo2"], ["study", "{toml}"], ["study", "{missing}.toml"],
