@@ -31,4 +31,4 @@ def test_tune_help_lists_the_strategies_and_the_default(capsys) -> None:
     text = " ".join(_help(["tune", "--help"], capsys).split())
     for name in strategy_names():
         assert name in text
-    assert "(default: random)" in text
+    assert "(default: portfolio)" in text and "portfolio" in strategy_names()
