@@ -182,10 +182,10 @@ def outcome_text(result: Any, default: Measurement, *, tracking_uri: str, storag
     if best is None:
         lines.append("best config: none ran correctly")
     else:
-        lines.append(f"best config:    {best.config.to_dict()}: {best.cost_ms:.4f} ms, "
+        lines.append(f"best config:    {best.config.to_dict()}: {best.cost_ms:.4g} ms, "
                      f"{best.measurement.tflops:.1f} TFLOP/s")
     if default.status is Status.OK:
-        lines.append(f"default config: {default.config.to_dict()}: {default.median_ms:.4f} ms, "
+        lines.append(f"default config: {default.config.to_dict()}: {default.median_ms:.4g} ms, "
                      f"{default.tflops:.1f} TFLOP/s")
         if best is not None:
             lines.append(f"speedup over the default: {default.median_ms / best.cost_ms:.2f}x")

@@ -11,6 +11,7 @@ from study_support import WORKLOAD, WORKLOAD_ARG, cli_env
 
 from flashtune.experiments.cli.main import main
 from flashtune.experiments.cli.study import load_study, study_names
+from flashtune.experiments.cli.tune import DEFAULT_STRATEGY
 from flashtune.objectives.hardware import load_spec
 
 GPUS = ("h200", "h100", "a100", "l40s", "rtx4090")
@@ -50,7 +51,7 @@ def test_h200_study_runs_here_on_replay(replay_dir, stores, tmp_path) -> None:
     client = MlflowClient(tracking_uri=stores["tracking_uri"])
     experiment = client.get_experiment_by_name("flashtune/NVIDIA H200")
     parents = client.search_runs([experiment.experiment_id], filter_string="tags.role = 'study'")
-    assert [p.info.run_name for p in parents] == ["h200-random-seed0"]
+    assert [p.info.run_name for p in parents] == [f"h200-{DEFAULT_STRATEGY}-seed0"]
     assert parents[0].data.tags["workload"] == WORKLOAD.name
 
 
