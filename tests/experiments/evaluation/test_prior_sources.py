@@ -114,7 +114,7 @@ def test_recheck_on_a_smaller_gpu_drops_what_does_not_fit(replay_dir, h200) -> N
     ran_on_h200 = {m.config for m in read if m.ok}
     assert ran_on_h200 - fits
     # Dropped for the target's shared memory, or as a known compiler failure (kernels.resources).
-    assert all("shared memory" in why or "PassManager::run failed" in why for _, why in result.dropped)
+    assert all("shared memory" in why or "Triton 3.6" in why for _, why in result.dropped)  # or a known compiler failure
     assert any("shared memory" in why for _, why in result.dropped)
     assert f"{len(result.dropped)} dropped as infeasible on the target" in result.summary()
     # Kept priors keep their source's workload and fingerprint: they say where they were measured.
