@@ -10,7 +10,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.skipif(shutil.which("git") is None or not (ROOT / ".git").exists(), reason="not a git checkout")
-@pytest.mark.parametrize("name", ["flashtune_optuna.db", "mlflow.db", "mlruns/x", "flashtune_runs/x"])
+@pytest.mark.parametrize("name", ["flashtune_optuna.db", "mlflow.db", "mlruns/x", "flashtune_runs/x", "artifacts/ui/x.png"])
 def test_files_the_main_job_writes_are_ignored(name):
     # `git check-ignore -q` exits 0 when the path is ignored; the file need not exist.
     assert subprocess.run(["git", "check-ignore", "-q", name], cwd=ROOT).returncode == 0, name

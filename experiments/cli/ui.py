@@ -3,6 +3,8 @@
 Prints the runs table URL of each flashtune experiment (one per GPU model),
 ``http://127.0.0.1:PORT/#/experiments/ID/runs``: a fresh browser otherwise lands on
 MLflow's GenAI overview page, where a study's runs are not shown (docs/reference.md).
+Under it, one URL per study opens the study's saved view: its trials fastest first, with
+their metrics and knobs as columns and the best 10 on the charts (tracking/ui_view.py).
 The server binds loopback only and keeps MLflow's host checks; Ctrl-C stops it.
 """
 
@@ -19,6 +21,7 @@ import urllib.error
 import urllib.request
 from types import FrameType
 from flashtune.experiments.tracking.tracker import DEFAULT_TRACKING_URI, check_tracking_uri, mlflow_client, sqlite_path
+from flashtune.experiments.tracking.ui_view import runs_url_path, saved_studies, view_url_path
 
 #: MLflow's server took about 20 s to answer on the reference machine; CI is slower.
 _READY_TIMEOUT_S = 180.0
@@ -46,8 +49,7 @@ def run_ui(args: argparse.Namespace) -> int:
     check_tracking_uri(uri)
     experiments = flashtune_experiments(uri)
     if uri.startswith(("http://", "https://")):
-        for name, eid in experiments:
-            print(f"{name}: {uri.rstrip('/')}/#/experiments/{eid}/runs")
+        print_links(uri.rstrip("/"), experiments)
         print("this tracking URI is a server already: open it in a browser", file=sys.stderr)
         return 0
     port = args.port or free_port()
@@ -64,8 +66,7 @@ def run_ui(args: argparse.Namespace) -> int:
             raise ValueError(str(exc)) from None  # one line for the user, as for bad input
         if not experiments:
             print(f"MLflow UI: {base} (no flashtune study in this store yet)", flush=True)
-        for name, eid in experiments:
-            print(f"{name}: {base}/#/experiments/{eid}/runs", flush=True)
+        print_links(base, experiments)
         print("Ctrl-C stops the UI.", file=sys.stderr, flush=True)
         code = proc.wait()  # until Ctrl-C or SIGTERM (then KeyboardInterrupt below)
         print(f"mlflow ui exited with code {code}", file=sys.stderr)
@@ -77,13 +78,22 @@ def run_ui(args: argparse.Namespace) -> int:
         stop.stop()
 
 
-def flashtune_experiments(uri: str) -> list[tuple[str, str]]:
-    """(name, id) of the store's flashtune experiments, most recently updated first."""
+def flashtune_experiments(uri: str) -> list[tuple[str, str, list[str]]]:
+    """(name, id, studies with a saved view) of the store's flashtune experiments, most
+    recently updated first."""
 
     client = mlflow_client(uri)
     found = [e for e in client.search_experiments(max_results=1000) if e.name.startswith("flashtune/")]
     found.sort(key=lambda e: e.last_update_time or 0, reverse=True)
-    return [(e.name, e.experiment_id) for e in found]
+    return [(e.name, e.experiment_id, saved_studies(e.tags)) for e in found]
+
+
+def print_links(base: str, experiments: list[tuple[str, str, list[str]]]) -> None:
+    """Each experiment's runs table, then each of its studies' views (fastest trials first)."""
+    for name, eid, studies in experiments:
+        print(f"{name}: {base}{runs_url_path(eid)}", flush=True)
+        for study in studies:
+            print(f"  study {study} (fastest first): {base}{view_url_path(eid, study)}", flush=True)
 
 
 def port_free(port: int) -> bool:

@@ -35,6 +35,7 @@ from flashtune.experiments.study.storage import tune_sqlite_connections
 from flashtune.experiments.tracking import report
 from flashtune.experiments.tracking.mlflow_db import prepare_sqlite_db
 from flashtune.experiments.tracking.shared import SharedTracking
+from flashtune.experiments.tracking.ui_view import view_tag, view_url_path
 from flashtune.search.loop import Trial
 from flashtune.experiments.tracking.tags import (  # noqa: F401 - re-exported: the tracker's vocabulary
     PARENT_TAG,
@@ -50,6 +51,8 @@ if TYPE_CHECKING:  # mlflow takes seconds to import: only when a study or the UI
     from mlflow import MlflowClient
 
 DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
+#: MLflow 3's UI picks its pages by this experiment tag (ExperimentKind in mlflow/server/js).
+EXPERIMENT_KIND_TAG, EXPERIMENT_KIND = "mlflow.experimentKind", "custom_model_development"
 
 #: Schemes MLflow can track to (SQLAlchemy ones may carry a driver: postgresql+psycopg2).
 _SCHEMES = ("", "file", "sqlite", "postgresql", "mysql", "mssql", "http", "https", "databricks")
@@ -204,6 +207,7 @@ class MlflowTracker(SharedTracking):
             self.client, experiment_name(self.gpu_name), self.tracking_uri,
             {"gpu": self.gpu_name, "flashtune": "1"},
         )
+        self._save_ui_view()
         tags = {**self._parent_tags, ROLE_TAG: "study", STUDY_TAG: self.study_name}
         if self.shared:
             self.parent_run_id = self._shared_parent(tags)
@@ -259,8 +263,19 @@ class MlflowTracker(SharedTracking):
 
     @property
     def runs_url_path(self) -> str:
-        """The UI path of this study's experiment runs table (append to the UI's base URL)."""
-        return f"/#/experiments/{self.experiment_id}/runs"
+        """The UI path of this study's view: its trials, fastest first (append to the UI's base URL)."""
+        return view_url_path(self.experiment_id, self.study_name)
+
+    def _save_ui_view(self) -> None:
+        """The study's saved view and the experiment's kind, for the MLflow UI.
+
+        Written at every start (idempotent: fixed keys), so a store made by an older
+        flashtune gains them on resume. The kind keeps MLflow 3's UI on its runs pages
+        rather than its GenAI ones (traces, prompts), which hold nothing for a study.
+        """
+        key, value = view_tag(self.study_name, _now_ms())
+        self.client.set_experiment_tag(self.experiment_id, key, value)
+        self.client.set_experiment_tag(self.experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
 
     # -- parent ----------------------------------------------------------------------------
 

@@ -81,15 +81,18 @@ def _calls(dispatcher, q, k, n: int) -> None:
 
 
 def _until(tuner, dispatcher, q, k, kind: str, limit: int = 200) -> int:
-    """Call one at a time until the tuner logs ``kind``, then let its re-tune finish.
+    """Call one at a time until the tuner logs ``kind``, letting each re-tune finish.
 
-    The re-tune runs in the worker thread; stopping the calls at the trigger keeps the
-    live samples of the next phase in the test's hands.
+    The re-tune runs in the worker thread; waiting for it after every call keeps the test
+    deterministic on a loaded machine (a busy CI box once let 200 calls pass before the
+    thread ran), and stopping the calls at the trigger keeps the live samples of the next
+    phase in the test's hands.
     """
+    seen = sum(e["kind"] == kind for e in tuner.events)
     for n in range(1, limit + 1):
         dispatcher(q, k, k)
-        if any(e["kind"] == kind for e in tuner.events):
-            assert tuner.wait_idle(10)
+        assert tuner.wait_idle(10)
+        if sum(e["kind"] == kind for e in tuner.events) > seen:
             return n
     raise AssertionError(f"no {kind!r} event in {limit} calls: {list(tuner.events)}")
 
