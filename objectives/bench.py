@@ -139,7 +139,7 @@ def measure(
     def run() -> None:
         launch(q, k, v, out, causal=causal, scale=scale, config=config)
 
-    median_ms, p20_ms, p80_ms = _time(run, dev, rep_ms)
+    median_ms, p20_ms, p80_ms = time_call(run, dev, rep_ms)
     clock, temp = gpu_state()
     return Measurement(
         config=config, workload=workload, status=Status.OK,
@@ -150,7 +150,8 @@ def measure(
     )
 
 
-def _time(fn: Callable[[], None], dev: torch.device, rep_ms: int) -> tuple[float, float, float]:
+def time_call(fn: Callable[[], None], dev: torch.device, rep_ms: int) -> tuple[float, float, float]:
+    """Median, 20 % and 80 % milliseconds of ``fn`` (the objective's timing, peers' too)."""
     if dev.type == "cuda":
         from triton.testing import do_bench
 

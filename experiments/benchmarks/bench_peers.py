@@ -17,29 +17,17 @@ import statistics
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
-from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.nn.attention import SDPBackend
 from triton.testing import do_bench
 
 from flashtune.kernels.attention import launch
 from flashtune.kernels.space import validate_config
 from flashtune.objectives.bench import make_inputs
+from flashtune.objectives.peers import sdpa_call
 from flashtune.objectives.replay import load_table
 from flashtune.objectives.types import SUITE, Workload
 
-_PEERS = {"sdpa_cudnn": SDPBackend.CUDNN_ATTENTION, "sdpa_flash": SDPBackend.FLASH_ATTENTION}
-
-
-def _peer_fn(backend: SDPBackend, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool):
-    group = q.shape[1] // k.shape[1]
-    if group > 1:  # not every backend takes enable_gqa: give all of them the expanded heads
-        k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
-
-    def run() -> None:
-        with sdpa_kernel([backend]):
-            F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-
-    return run
+_PEERS = {"sdpa_cudnn": SDPBackend.CUDNN_ATTENTION, "sdpa_flash": SDPBackend.FLASH_ATTENTION}  # JSON keys
 
 
 def bench_workload(workload: Workload, configs: dict[str, list], rounds: int) -> dict[str, float]:
@@ -52,7 +40,7 @@ def bench_workload(workload: Workload, configs: dict[str, list], rounds: int) ->
         for i, config in enumerate(group):
             fns[f"{label}#{i}"] = (lambda c=config: launch(q, k, v, out, causal=workload.causal, scale=scale, config=c))
     for name, backend in _PEERS.items():
-        fns[name] = _peer_fn(backend, q, k, v, workload.causal)
+        fns[name] = sdpa_call(backend, q, k, v, workload.causal)
     samples: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(rounds):
         for name, fn in fns.items():

@@ -19,6 +19,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+import torch
+
 from flashtune.experiments.evaluation import priors
 from flashtune.experiments.study import measurers, workers
 from flashtune.experiments.study.progress import ProgressBar
@@ -27,6 +29,7 @@ from flashtune.experiments.study.storage import DEFAULT_STORAGE, close_storage, 
 from flashtune.experiments.tracking import report
 from flashtune.experiments.tracking.tracker import DEFAULT_TRACKING_URI, check_tracking_uri, sqlite_path
 from flashtune.objectives.hardware import HardwareSpec, load_spec
+from flashtune.objectives.peers import PeerTime, time_peers
 from flashtune.objectives.types import SUITE, Measurement, Status, Workload
 from flashtune.runtime.baselines import fallback_config
 from flashtune.search import make_strategy, option_value, strategy_names
@@ -152,6 +155,7 @@ def run_tune(args: argparse.Namespace) -> int:
                                     worker=_worker_index(args), heartbeat_s=args.heartbeat, priors=priors))
         # The figure a user came for: the tuned config against what runs without tuning.
         defaults = [_default_measurement(measurer, r.study) for r in results]
+        peers = [_peer_times(measurer, r.study) for r in results]
     except BaseException as exc:
 
         if isinstance(exc, (StudyInterrupted, KeyboardInterrupt)):
@@ -164,8 +168,8 @@ def run_tune(args: argparse.Namespace) -> int:
         signal.signal(signal.SIGTERM, previous)
         measurer.close()
     _print_overview(results)
-    for result, default in zip(results, defaults):
-        print(outcome_text(result, default, tracking_uri=tracking_uri, storage_url=storage_url))
+    for result, default, peer in zip(results, defaults, peers):
+        print(outcome_text(result, default, peer, tracking_uri=tracking_uri, storage_url=storage_url))
     return 0
 
 
@@ -175,8 +179,17 @@ def _default_measurement(measurer: Any, study: Any) -> Measurement:
     return measurer.evaluator(study.workload)(fallback_config(study.hardware, study.workload))
 
 
-def outcome_text(result: Any, default: Measurement, *, tracking_uri: str, storage_url: str) -> str:
-    """The main job's last lines for one study: tuned against default, where it is, what next."""
+def _peer_times(measurer: Any, study: Any) -> list[PeerTime] | None:
+    """torch SDPA's backends on the study's workload, timed here and now on a live GPU
+    (None when replaying: recorded tables hold no peers, and this machine may have no GPU)."""
+    if measurer.kind != "live":
+        return None
+    return time_peers(study.workload, torch.device("cuda"))
+
+
+def outcome_text(result: Any, default: Measurement, peers: list[PeerTime] | None = None, *,
+                 tracking_uri: str, storage_url: str) -> str:
+    """The main job's last lines for one study: tuned against default and SDPA, where it is, what next."""
     study, best = result.study, result.best
     lines = [f"== {study.name}: {study.workload.name} on {study.hardware.name}"]
     if best is None:
@@ -192,6 +205,7 @@ def outcome_text(result: Any, default: Measurement, *, tracking_uri: str, storag
     else:
         lines.append(f"default config: {default.config.to_dict()}: {default.status.value} ({default.error}); "
                      "no speedup to report")
+    lines += _peer_lines(best, peers)
     tracking_flag = "" if tracking_uri == DEFAULT_TRACKING_URI else f" --tracking-uri '{tracking_uri}'"
     lines += [
         f"Optuna study:   {study.storage_name!r} in {storage_url}",
@@ -200,6 +214,22 @@ def outcome_text(result: Any, default: Measurement, *, tracking_uri: str, storag
         f"open the UI:    flashtune ui{tracking_flag}",
     ]
     return "\n".join(lines)
+
+
+def _peer_lines(best: Any, peers: list[PeerTime] | None) -> list[str]:
+    if peers is None:
+        return ["SDPA peers:     timed on a live GPU only (this run replays recorded times)"]
+    lines = []
+    for peer in peers:
+        if peer.median_ms is None:
+            lines.append(f"{peer.name + ':':<15} unavailable for this shape ({peer.error})")
+        elif best is None:
+            lines.append(f"{peer.name + ':':<15} {peer.median_ms:.4g} ms")
+        else:
+            # Above 1x: the tuned config is faster than this peer.
+            lines.append(f"{peer.name + ':':<15} {peer.median_ms:.4g} ms; the tuned config runs at "
+                         f"{peer.median_ms / best.cost_ms:.2f}x its speed (same run)")
+    return lines
 
 
 def _check_ranges(args: argparse.Namespace) -> None:
