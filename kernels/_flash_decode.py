@@ -1,4 +1,5 @@
-"""Decode attention as two Triton kernels: split-KV partials, then one combine.
+"""Decode attention as two Triton kernels: split-KV partials, then one combine (or the
+combine fused into the split kernel's last program: one launch a call).
 
 Decode is few query rows (q_len 1 to DECODE_MAX_Q_LEN) against a long KV cache, so the
 work is reading K and V once at memory speed. Two things decide that speed:
@@ -38,7 +39,7 @@ from flashtune.kernels._flash_fwd import _attend_tiles
 
 @triton.jit(do_not_specialize=["q_heads", "kv_heads", "kv_group", "q_len", "num_splits"])
 def decode_split_kernel(
-    Q, K, V, Out, PartO, PartLse, SeqLens,
+    Q, K, V, Out, PartO, PartLse, SeqLens, Counters,
     stride_qz, stride_qh, stride_qm,
     stride_kz, stride_kh, stride_kn,
     stride_vz, stride_vh, stride_vn,
@@ -50,9 +51,12 @@ def decode_split_kernel(
     IS_CAUSAL: tl.constexpr,
     HAS_SEQLENS: tl.constexpr,
     USE_TMA: tl.constexpr,
+    FUSED_COMBINE: tl.constexpr,
 ):
     """Grid (num_splits, batch * kv_heads, row blocks): one key range of one KV head for
-    BLOCK_H packed (query head, query position) rows."""
+    BLOCK_H packed (query head, query position) rows. With ``FUSED_COMBINE`` the last split
+    of a (batch, KV head, row block) to finish merges them all (``Counters``: one int32 a
+    row block, zero between calls); otherwise ``decode_combine_kernel`` does, next."""
     split = tl.program_id(0)
     pid_zk = tl.program_id(1)
     off_z = pid_zk // kv_heads
@@ -126,6 +130,46 @@ def decode_split_kernel(
         tl.store(PartO + slot[:, None] * HEAD_DIM + offs_d[None, :], out, mask=row_ok[:, None])
         lse = tl.where(l_i == 0.0, float("-inf"), m_i + tl.math.log2(l_safe))
         tl.store(PartLse + slot, lse, mask=row_ok)
+        if FUSED_COMBINE:
+            # Count this split in. The barrier puts every warp's partial stores before the
+            # count, whose release makes them visible GPU-wide; the last split's acquire
+            # makes every other split's visible to it (the split-K "semaphore" pattern).
+            tl.debug_barrier()
+            counter = Counters + pid_zk * tl.num_programs(2) + tl.program_id(2)
+            arrived = tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu")
+            if arrived == num_splits - 1:
+                # Back to zero for the next call: a CUDA graph replays with the counts as
+                # captured, and nothing else resets them.
+                tl.atomic_xchg(counter, 0, sem="relaxed", scope="gpu")
+                first = ((z64 * q_heads + heads) * q_len + pos) * num_splits
+                merged = _merge_splits(PartO, PartLse, first, num_splits, row_ok, offs_d, HEAD_DIM, BLOCK_H)
+                o_rows = z64 * stride_oz + heads.to(tl.int64) * stride_oh + pos * stride_om
+                tl.store(Out + o_rows[:, None] + offs_d[None, :], merged.to(Out.dtype.element_ty),
+                         mask=row_ok[:, None])
+
+
+@triton.jit
+def _merge_splits(PartO, PartLse, first, num_splits, row_ok, offs_d,
+                  HEAD_DIM: tl.constexpr, BLOCK_H: tl.constexpr):
+    """BLOCK_H rows' outputs from their ``num_splits`` partials (slots ``first`` + split),
+    weighted by each split's log-sum-exp, as ``decode_combine_kernel`` merges one row.
+    Loads bypass L1 (``.cg``): the partials were written by other SMs during this launch."""
+    m_i = tl.full([BLOCK_H], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_H], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_H, HEAD_DIM], dtype=tl.float32)
+    for split in range(0, num_splits):
+        slot = first + split
+        lse = tl.load(PartLse + slot, mask=row_ok, other=float("-inf"), cache_modifier=".cg")
+        part = tl.load(PartO + slot[:, None] * HEAD_DIM + offs_d[None, :], mask=row_ok[:, None], other=0.0,
+                       cache_modifier=".cg")
+        m_new = tl.maximum(m_i, lse)
+        m_sub = tl.where(m_new == float("-inf"), 0.0, m_new)  # no split of the row saw a key yet
+        weight = tl.math.exp2(lse - m_sub)
+        alpha = tl.math.exp2(m_i - m_sub)
+        acc = acc * alpha[:, None] + weight[:, None] * part
+        l_i = l_i * alpha + weight
+        m_i = m_new
+    return acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]
 
 
 @triton.jit(do_not_specialize=["q_heads", "q_len", "num_splits"])

@@ -26,10 +26,17 @@ COMBINE_BLOCK_S = max(DECODE_TUNABLES["num_splits"])
 COMBINE_BLOCK_D = 64
 
 
+#: How the splits' partials are merged: a second launch (``decode_combine_kernel``), or
+#: by the last split of each row block in the split kernel itself (one launch a call).
+COMBINES = ("launch", "fused")
+
+
 @dataclass(frozen=True)
 class DecodeWorkspace:
     """Float32 scratch for the split partials: ``partial_out`` (rows x splits x head_dim) and
-    ``partial_lse`` (rows x splits), rows = batch x q_heads x q_len.
+    ``partial_lse`` (rows x splits), rows = batch x q_heads x q_len; and ``counters``, int32
+    zeros (one per row: at least one per row block), the fused combine's arrival counts,
+    back at zero after every call.
 
     Allocate once for the largest shape and split count a caller will use and pass it to
     every ``launch_decode``: no allocation per call, and the same addresses on every call,
@@ -38,11 +45,13 @@ class DecodeWorkspace:
 
     partial_out: torch.Tensor
     partial_lse: torch.Tensor
+    counters: torch.Tensor
 
     @classmethod
     def allocate(cls, *, rows: int, head_dim: int, num_splits: int, device: torch.device | str) -> DecodeWorkspace:
         return cls(torch.empty(rows * num_splits * head_dim, dtype=torch.float32, device=device),
-                   torch.empty(rows * num_splits, dtype=torch.float32, device=device))
+                   torch.empty(rows * num_splits, dtype=torch.float32, device=device),
+                   torch.zeros(rows, dtype=torch.int32, device=device))
 
     @classmethod
     def for_query(cls, q: torch.Tensor, num_splits: int = max(DECODE_TUNABLES["num_splits"])) -> DecodeWorkspace:
@@ -53,7 +62,8 @@ class DecodeWorkspace:
 
     def fits(self, rows: int, head_dim: int, num_splits: int) -> bool:
         return (self.partial_lse.numel() >= rows * num_splits
-                and self.partial_out.numel() >= rows * num_splits * head_dim)
+                and self.partial_out.numel() >= rows * num_splits * head_dim
+                and self.counters.numel() >= rows)
 
 
 def launch_decode(
@@ -67,6 +77,7 @@ def launch_decode(
     config: Config,
     cache_seqlens: torch.Tensor | None = None,
     workspace: DecodeWorkspace | None = None,
+    combine: str = "launch",
 ) -> Any:
     """Launch the decode kernel(s) into ``out``; inputs and config already validated.
 
@@ -84,11 +95,16 @@ def launch_decode(
         cache_seqlens: int32 (batch,) contiguous on q's device, or None (all of the cache).
             Values outside [0, capacity] are clamped in the kernel, not checked here.
         workspace: split scratch at least ``DecodeWorkspace.for_query(q, num_splits)``'s size.
+        combine: ``launch`` (a second kernel merges the splits) or ``fused`` (the split
+            kernel's last program per row block does: one launch). Not yet a knob of the
+            declared space: ``fused`` awaits its GPU measurement (BENCHMARKS.md, "Decode").
 
     Returns:
         Triton's compiled handle of the split kernel (registers, spills, shared memory),
         or None under the interpreter.
     """
+    if combine not in COMBINES:
+        raise ValueError(f"combine={combine!r} is not one of {list(COMBINES)}")
     batch, q_heads, q_len, head_dim = q.shape
     kv_heads, kv_cap = k.shape[1], k.shape[2]
     kv_group = q_heads // kv_heads
@@ -100,25 +116,29 @@ def launch_decode(
             workspace = DecodeWorkspace.allocate(rows=rows, head_dim=head_dim, num_splits=num_splits, device=q.device)
         elif not workspace.fits(rows, head_dim, num_splits):
             raise ValueError(f"workspace: too small for {rows} rows x {num_splits} splits x head_dim {head_dim}")
-        part_o, part_lse = workspace.partial_out, workspace.partial_lse
+        part_o, part_lse, counters = workspace.partial_out, workspace.partial_lse, workspace.counters
     elif workspace is not None:
-        part_o, part_lse = workspace.partial_out, workspace.partial_lse  # not written: out is
+        part_o, part_lse, counters = workspace.partial_out, workspace.partial_lse, workspace.counters  # not used
     else:
-        # Not written (the split kernel writes out directly), but float32 like a workspace's,
+        # Not written (the split kernel writes out directly), but typed like a workspace's,
         # so one split and many share a compiled binary.
         part_o = part_lse = _unused_float32(q.device)
+        counters = _unused_int32(q.device)
     seqlens = cache_seqlens if cache_seqlens is not None else out  # not read without HAS_SEQLENS
     if uses_tma(config):
         # Device-side descriptors live in a scratch buffer that Triton asks for at launch.
         use_descriptor_scratch()
-    args = split_arguments(q, k, v, out, part_o, part_lse, seqlens, stride_q=q.stride()[:3], stride_k=k.stride()[:3],
+    fused = combine == "fused" and num_splits > 1
+    args = split_arguments(q, k, v, out, part_o, part_lse, seqlens, counters, stride_q=q.stride()[:3],
+                           stride_k=k.stride()[:3],
                            stride_v=v.stride()[:3], stride_o=out.stride()[:3], q_heads=q_heads, kv_heads=kv_heads,
                            q_len=q_len, kv_cap=kv_cap, num_splits=num_splits, scale=scale)
     grid = (num_splits, batch * kv_heads, triton.cdiv(kv_group * q_len, block_h))
     handle = decode_split_kernel[grid](*args, **split_options(config, head_dim=head_dim, kv_group=kv_group,
                                                               q_len=q_len, causal=causal,
-                                                              has_seqlens=cache_seqlens is not None))
-    if num_splits > 1:
+                                                              has_seqlens=cache_seqlens is not None,
+                                                              fused_combine=fused))
+    if num_splits > 1 and not fused:
         combine_grid = (rows, triton.cdiv(head_dim, COMBINE_BLOCK_D))
         decode_combine_kernel[combine_grid](*combine_arguments(out, part_o, part_lse, stride_o=out.stride()[:3],
                                                                q_heads=q_heads, q_len=q_len, num_splits=num_splits),
@@ -126,21 +146,22 @@ def launch_decode(
     return handle
 
 
-def split_arguments(q: Any, k: Any, v: Any, out: Any, part_o: Any, part_lse: Any, seqlens: Any, *,
+def split_arguments(q: Any, k: Any, v: Any, out: Any, part_o: Any, part_lse: Any, seqlens: Any, counters: Any, *,
                     stride_q: tuple[int, ...], stride_k: tuple[int, ...], stride_v: tuple[int, ...],
                     stride_o: tuple[int, ...], q_heads: int, kv_heads: int, q_len: int, kv_cap: int,
                     num_splits: int, scale: float) -> tuple[Any, ...]:
     """The split kernel's positional arguments, in its order (one place: launch and
     precompile). Strides are (batch, head, row) of q, k, v and out."""
-    return (q, k, v, out, part_o, part_lse, seqlens, *stride_q, *stride_k, *stride_v, *stride_o,
+    return (q, k, v, out, part_o, part_lse, seqlens, counters, *stride_q, *stride_k, *stride_v, *stride_o,
             q_heads, kv_heads, q_heads // kv_heads, q_len, kv_cap, num_splits, scale * LOG2_E)
 
 
 def split_options(config: Config, *, head_dim: int, kv_group: int, q_len: int, causal: bool,
-                  has_seqlens: bool) -> dict[str, Any]:
+                  has_seqlens: bool, fused_combine: bool = False) -> dict[str, Any]:
     """The split kernel's constexprs and launch options for a config."""
     return {"HEAD_DIM": head_dim, "BLOCK_H": decode_block_h(kv_group, q_len), "BLOCK_N": int(config["BLOCK_N"]),
             "IS_CAUSAL": bool(causal), "HAS_SEQLENS": has_seqlens, "USE_TMA": uses_tma(config),
+            "FUSED_COMBINE": fused_combine,
             "num_warps": int(config["num_warps"]), "num_stages": int(config["num_stages"])}
 
 
@@ -165,10 +186,11 @@ def warm_up(config: Config, *, batch: int, q_heads: int, kv_heads: int, q_len: i
     these shapes, without running it: the compile pool's job (objectives.precompile)."""
     buf = torch.empty(64, device="cuda", dtype=dtype)
     f32 = torch.empty(64, device="cuda", dtype=torch.float32)
+    i32 = torch.zeros(64, device="cuda", dtype=torch.int32)
     stride_q = (q_heads * q_len * head_dim, q_len * head_dim, head_dim)
     stride_k = (kv_heads * kv_len * head_dim, kv_len * head_dim, head_dim)
     splits = int(config["num_splits"])
-    args = split_arguments(buf, buf, buf, buf, f32, f32, buf, stride_q=stride_q, stride_k=stride_k,
+    args = split_arguments(buf, buf, buf, buf, f32, f32, buf, i32, stride_q=stride_q, stride_k=stride_k,
                            stride_v=stride_k, stride_o=stride_q, q_heads=q_heads, kv_heads=kv_heads, q_len=q_len,
                            kv_cap=kv_len, num_splits=splits, scale=1.0)
     decode_split_kernel.warmup(*args, **split_options(config, head_dim=head_dim, kv_group=q_heads // kv_heads,
@@ -182,6 +204,11 @@ def warm_up(config: Config, *, batch: int, q_heads: int, kv_heads: int, q_len: i
 @functools.lru_cache(maxsize=None)
 def _unused_float32(device: torch.device) -> torch.Tensor:
     return torch.empty(1, dtype=torch.float32, device=device)
+
+
+@functools.lru_cache(maxsize=None)
+def _unused_int32(device: torch.device) -> torch.Tensor:
+    return torch.zeros(1, dtype=torch.int32, device=device)
 
 
 def check_cache_seqlens(cache_seqlens: Any, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:

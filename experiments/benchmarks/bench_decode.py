@@ -134,9 +134,9 @@ def best_variants(measurements: Iterable[Measurement], top: int) -> tuple[dict[s
 
 def format_table(results: list[dict]) -> str:
     """The last thing printed: one Markdown line per row."""
-    head = ("| shape | best config | op us | default us | api us | cuDNN us | flash us | effic. us | "
+    head = ("| shape | best config | op us | fused us | default us | api us | cuDNN us | flash us | effic. us | "
             "op GB/s K+V | op/best SDPA |")
-    lines = [head, "|" + "---|" * 10]
+    lines = [head, "|" + "---|" * 11]
     for r in results:
         def us(name: str) -> str:
             v = r["us"].get(name, math.inf)
@@ -149,11 +149,13 @@ def format_table(results: list[dict]) -> str:
         cfg = r.get("best_config") or {}
         cfg_text = "/".join(str(cfg.get(k, "?")) for k in (*VARIANT_KNOBS, "num_splits"))
         gbps = r["kv_bytes"] / (op * 1e-6) / 1e9 if math.isfinite(op) else 0.0
-        lines.append(f"| {r['label']} | {cfg_text} | {us('op_best')} | {us('op_default')} | {us('op_api')} | {us('sdpa_cudnn')} | "
+        lines.append(f"| {r['label']} | {cfg_text} | {us('op_best')} | {us('op_best_fused')} | {us('op_default')} | "
+                     f"{us('op_api')} | {us('sdpa_cudnn')} | "
                      f"{us('sdpa_flash')} | {us('sdpa_efficient')} | {gbps:.0f} | {ratio:.2f} |")
     lines.append("best config = loads/BLOCK_N/num_warps/num_stages/num_splits; op = launch_decode with the best "
-                 "config, default = the config flash_attention picks, api = flash_attention(config=best) with its "
-                 "checks; op/best SDPA > 1 means the op is faster; "
+                 "config, fused = the same with the combine fused into the split kernel (one launch; n/a: one split, "
+                 "or its output differed), default = the config flash_attention picks, api = "
+                 "flash_attention(config=best) with its checks; op/best SDPA > 1 means the op is faster; "
                  f"H200 HBM peak ~{H200_PEAK_GBPS:.0f} GB/s")
     return "\n".join(lines)
 
@@ -354,6 +356,25 @@ class _Bench:
             # The checked op: validation, the lengths' host check, allocation (issue 13's item 4).
             "op_api": lambda: flash_attention(q, k, v, causal=w.causal, config=best, cache_seqlens=seqlens),
         }
+        if int(best["num_splits"]) > 1:
+            fused_out = torch.full_like(q, float("nan"))
+
+            def fused() -> object:
+                return launch_decode(q, k, v, fused_out, causal=w.causal, scale=scale, config=best,
+                                     cache_seqlens=seqlens, workspace=workspace, combine="fused")
+
+            # Timed only if it agrees with the launched combine (checked against the reference
+            # in the sweep), call after call: a missing fence would show as a differing row.
+            fns["op_best"]()
+            agree = True
+            for _ in range(10):
+                fused_out.fill_(float("nan"))
+                fused()
+                agree = agree and bool(torch.allclose(fused_out.float(), out.float(), rtol=2e-2, atol=2e-3))
+            if agree:
+                fns["op_best_fused"] = fused
+            else:
+                note += " fused combine differs from the launched one: not timed;"
         backends = {"sdpa_cudnn": SDPBackend.CUDNN_ATTENTION, "sdpa_flash": SDPBackend.FLASH_ATTENTION,
                     "sdpa_efficient": SDPBackend.EFFICIENT_ATTENTION}
         for name, backend in backends.items():

@@ -17,9 +17,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from flashtune.experiments.evaluation import priors
 from flashtune.experiments.study import measurers, workers
@@ -29,11 +27,13 @@ from flashtune.experiments.study.storage import DEFAULT_STORAGE, close_storage, 
 from flashtune.experiments.tracking import report
 from flashtune.experiments.tracking.tracker import DEFAULT_TRACKING_URI, check_tracking_uri, sqlite_path
 from flashtune.objectives.hardware import HardwareSpec, load_spec
-from flashtune.objectives.peers import PeerTime, time_peers
 from flashtune.objectives.types import SUITE, Measurement, Status, Workload
 from flashtune.runtime.baselines import fallback_config
 from flashtune.search import make_strategy, option_value, strategy_names
 from flashtune.search.space import SearchSpace
+
+if TYPE_CHECKING:
+    from flashtune.objectives.peers import PeerTime
 
 #: The search strategy of a study that names none.
 DEFAULT_STRATEGY = "portfolio"  # GP and TPE sharing one budget (BENCHMARKS.md, "Search: the portfolio default")
@@ -184,6 +184,12 @@ def _peer_times(measurer: Any, study: Any) -> list[PeerTime] | None:
     (None when replaying: recorded tables hold no peers, and this machine may have no GPU)."""
     if measurer.kind != "live":
         return None
+    # Lazy: the tuning process never imports torch otherwise (workers measure); a live
+    # run on a GPU has it anyway.
+    import torch
+
+    from flashtune.objectives.peers import time_peers  # lazy: imports torch (above)
+
     return time_peers(study.workload, torch.device("cuda"))
 
 

@@ -1,6 +1,7 @@
 """Decode kernel on the GPU (``pytest -m gpu``): bf16/fp16 against the float32 reference on
 the issue's decode shapes (q_len 1 and 4, kv_len 1, 77, 4097, GQA 32/8 and MQA, per-sequence
-lengths including 0 and 1), a CUDA graph capturing a decode launch, and the default config."""
+lengths including 0 and 1), a CUDA graph capturing a decode launch, the default config, and
+the fused combine (the split kernel's last program merging the splits) against the launched one."""
 
 import pytest
 import torch
@@ -91,7 +92,8 @@ def test_default_config_on_the_issue_rows():
         assert err < TOLERANCE["bfloat16"], (b, hq, hkv, nk, d, err)
 
 
-def test_cuda_graph_replays_a_decode_step_with_new_lengths():
+@pytest.mark.parametrize("combine", ["launch", "fused"])
+def test_cuda_graph_replays_a_decode_step_with_new_lengths(combine):
     q, k, v = _qkv(4, 32, 8, 1, 4096, 128, torch.bfloat16)
     config = CONFIGS[2]  # pointer loads, 128 splits: the split and combine launches both captured
     seqlens = torch.tensor([4096, 100, 1, 0], dtype=torch.int32, device="cuda")
@@ -100,7 +102,7 @@ def test_cuda_graph_replays_a_decode_step_with_new_lengths():
 
     def step():
         launch_decode(q, k, v, out, causal=True, scale=128 ** -0.5, config=config, cache_seqlens=seqlens,
-                      workspace=workspace)
+                      workspace=workspace, combine=combine)
 
     step()  # compile outside the capture
     stream = torch.cuda.Stream()
@@ -133,3 +135,21 @@ def test_capture_skips_the_host_check_and_the_kernel_clamps():
     torch.cuda.synchronize()
     assert relative_error(out[:1], reference_attention(q[:1], k[:1], v[:1])) < TOLERANCE["bfloat16"]
     assert torch.count_nonzero(out[1]) == 0
+
+
+@pytest.mark.parametrize("config", CONFIGS[1:], ids=lambda c: f"{c['loads']}{c['BLOCK_N']}s{c['num_splits']}")
+@pytest.mark.parametrize("b,hq,hkv,nk", [(1, 32, 8, 32768), (8, 32, 8, 8192), (2, 32, 1, 4097)])
+def test_fused_combine_matches_the_launched_one_call_after_call(b, hq, hkv, nk, config):
+    # The last split merges partials other SMs wrote in the same launch: a missing fence
+    # shows as a row that differs now and then, so the same call runs 20 times.
+    q, k, v = _qkv(b, hq, hkv, 1, nk, 128, torch.bfloat16)
+    workspace = DecodeWorkspace.for_query(q)
+    launched, fused = torch.empty_like(q), torch.empty_like(q)
+    launch_decode(q, k, v, launched, causal=True, scale=128 ** -0.5, config=config, workspace=workspace)
+    assert relative_error(launched, _reference(q, k, v, True, None)) < TOLERANCE["bfloat16"]
+    for _ in range(20):
+        fused.fill_(float("nan"))
+        launch_decode(q, k, v, fused, causal=True, scale=128 ** -0.5, config=config, workspace=workspace,
+                      combine="fused")
+        torch.testing.assert_close(fused, launched, rtol=2e-2, atol=2e-3)
+    assert torch.count_nonzero(workspace.counters) == 0

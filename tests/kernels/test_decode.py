@@ -183,3 +183,48 @@ def test_prefill_config_with_cache_seqlens_is_refused():
     with pytest.raises(ValueError, match="cache_seqlens needs the decode kernel"):
         q, k, v = _qkv(1, 2, 2, 1, 8, 32)
         flash_attention(q, k, v, config=prefill, cache_seqlens=torch.tensor([4], dtype=torch.int32))
+
+
+def _fused(q, k, v, causal, config, lengths=None, workspace=None):
+    out = torch.empty_like(q)
+    seqlens = None if lengths is None else torch.tensor(lengths, dtype=torch.int32)
+    launch_decode(q, k, v, out, causal=causal, scale=q.shape[-1] ** -0.5, config=config, cache_seqlens=seqlens,
+                  workspace=workspace, combine="fused")
+    err = relative_error(out, _reference(q, k, v, causal, lengths))
+    assert err < TOL[q.dtype], f"relative error {err:.2e} for {config} (fused combine)"
+    return out
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("num_splits,loads", [(2, "pointer"), (4, "pointer"), (4, "tma")])
+def test_fused_combine_matches_the_reference(causal, num_splits, loads):
+    # GQA 8/2, q_len 3 (speculative decoding), ragged lengths with an empty sequence and
+    # more splits than some sequences have tiles.
+    q, k, v = _qkv(3, 8, 2, 3, 90, 32)
+    out = _fused(q, k, v, causal, _decode(num_splits, block_n=16, loads=loads), lengths=[0, 17, 90])
+    assert torch.count_nonzero(out[0]) == 0
+
+
+def test_fused_combine_over_several_row_blocks_and_the_launched_combine_agree():
+    # 32 heads on 1 KV head x q_len 4: 128 packed rows, two row blocks of 64 (two counters).
+    q, k, v = _qkv(1, 32, 1, 4, 70, 16, dtype=torch.float32)
+    fused = _fused(q, k, v, True, _decode(4, block_n=16))
+    launched = torch.empty_like(q)
+    launch_decode(q, k, v, launched, causal=True, scale=16 ** -0.5, config=_decode(4, block_n=16))
+    torch.testing.assert_close(fused, launched, rtol=1e-5, atol=1e-6)
+
+
+def test_fused_combine_leaves_its_counters_at_zero_for_the_next_call():
+    # Reused as a CUDA graph reuses it: the same workspace, call after call.
+    q, k, v = _qkv(2, 4, 2, 1, 64, 32)
+    ws = DecodeWorkspace.for_query(q, num_splits=8)
+    for seed, splits in ((1, 8), (2, 8), (3, 2)):
+        q, k, v = _qkv(2, 4, 2, 1, 64, 32, seed=seed)
+        _fused(q, k, v, False, _decode(splits, block_n=16), workspace=ws)
+        assert torch.count_nonzero(ws.counters) == 0
+
+
+def test_unknown_combine_is_refused():
+    q, k, v = _qkv(1, 4, 2, 1, 64, 32)
+    with pytest.raises(ValueError, match="combine='late'"):
+        launch_decode(q, k, v, torch.empty_like(q), causal=False, scale=1.0, config=_decode(2), combine="late")

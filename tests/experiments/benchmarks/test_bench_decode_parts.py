@@ -50,5 +50,5 @@ def test_table_ratio_and_bandwidth():
               "us": {"op_best": 40.0, "op_default": 45.0, "op_api": 60.0, "sdpa_cudnn": 50.0, "sdpa_flash": 59.0,
                      "sdpa_efficient": math.inf}}
     line = bd.format_table([result]).splitlines()[2]
-    assert "| tma/64/4/3/32 | 40.0 | 45.0 | 60.0 | 50.0 | 59.0 | n/a | 3350 | 1.25 |" in line
+    assert "| tma/64/4/3/32 | 40.0 | n/a | 45.0 | 60.0 | 50.0 | 59.0 | n/a | 3350 | 1.25 |" in line
     assert bd._finite({"a": [math.inf, 1.0]}) == {"a": [None, 1.0]}
