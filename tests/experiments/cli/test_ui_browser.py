@@ -30,7 +30,7 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networki
                  "--disable-sync", "--no-first-run"]
 STUDY = "browser-study"
 #: More trials than MLflow's charts draw by default (10): the charts must hold the best ones.
-TRIALS = 12
+TRIALS = 16
 
 
 def read_urls(proc: subprocess.Popen, timeout_s: float) -> tuple[str, str]:
