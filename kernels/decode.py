@@ -181,24 +181,30 @@ def combine_options(head_dim: int) -> dict[str, Any]:
 
 
 def warm_up(config: Config, *, batch: int, q_heads: int, kv_heads: int, q_len: int, kv_len: int, head_dim: int,
-            dtype: torch.dtype, causal: bool) -> None:
+            dtype: torch.dtype, causal: bool, device: str = "cuda", combine: str = "launch") -> Any:
     """Compile (into Triton's cache) what ``launch_decode`` runs for contiguous inputs of
-    these shapes, without running it: the compile pool's job (objectives.precompile)."""
-    buf = torch.empty(64, device="cuda", dtype=dtype)
-    f32 = torch.empty(64, device="cuda", dtype=torch.float32)
-    i32 = torch.zeros(64, device="cuda", dtype=torch.int32)
+    these shapes, without running it: the compile pool's job (objectives.precompile).
+    Returns the split kernel's compiled kernel. ``device``: where the stand-in buffers live
+    (only their dtype and alignment are read)."""
+    buf = torch.empty(64, device=device, dtype=dtype)
+    f32 = torch.empty(64, device=device, dtype=torch.float32)
+    i32 = torch.zeros(64, device=device, dtype=torch.int32)
     stride_q = (q_heads * q_len * head_dim, q_len * head_dim, head_dim)
     stride_k = (kv_heads * kv_len * head_dim, kv_len * head_dim, head_dim)
     splits = int(config["num_splits"])
     args = split_arguments(buf, buf, buf, buf, f32, f32, buf, i32, stride_q=stride_q, stride_k=stride_k,
                            stride_v=stride_k, stride_o=stride_q, q_heads=q_heads, kv_heads=kv_heads, q_len=q_len,
                            kv_cap=kv_len, num_splits=splits, scale=1.0)
-    decode_split_kernel.warmup(*args, **split_options(config, head_dim=head_dim, kv_group=q_heads // kv_heads,
-                                                      q_len=q_len, causal=causal, has_seqlens=False), grid=(1,))
-    if splits > 1:
+    fused = combine == "fused" and splits > 1
+    split = decode_split_kernel.warmup(*args, **split_options(config, head_dim=head_dim, kv_group=q_heads // kv_heads,
+                                                              q_len=q_len, causal=causal, has_seqlens=False,
+                                                              fused_combine=fused),
+                                       grid=(1,))
+    if splits > 1 and not fused:
         decode_combine_kernel.warmup(*combine_arguments(buf, f32, f32, stride_o=stride_q, q_heads=q_heads,
                                                         q_len=q_len, num_splits=splits),
                                      **combine_options(head_dim), grid=(1,))
+    return split
 
 
 @functools.lru_cache(maxsize=None)

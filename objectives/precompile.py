@@ -13,6 +13,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 from concurrent.futures import Future, ProcessPoolExecutor
+from typing import Any
 
 from flashtune.kernels.config import Config
 from flashtune.kernels.space import LEAN_LOADS, validate_config
@@ -30,7 +31,7 @@ def _compile(config: dict, workload: dict) -> tuple[str, float]:
     # failing config again and records its output with the trial; here its first line will do.
     with captured_output() as compiler:
         try:
-            _warm_up(validate_config(config), Workload.from_dict(workload))
+            compile_config(validate_config(config), Workload.from_dict(workload))
         except Exception as exc:  # noqa: BLE001 - reported to the parent; the worker will classify it
             failure = exc
     if failure is not None:
@@ -38,8 +39,13 @@ def _compile(config: dict, workload: dict) -> tuple[str, float]:
     return "", time.perf_counter() - started
 
 
-def _warm_up(cfg: Config, w: Workload) -> None:
-    """Compile ``cfg`` (complete: implied knobs filled in) for ``w`` into Triton's cache; raises what Triton raises."""
+def compile_config(cfg: Config, w: Workload, device: str = "cuda") -> Any:
+    """Compile ``cfg`` (complete: implied knobs filled in) for ``w`` into Triton's cache; raises what Triton raises.
+
+    Returns Triton's compiled kernel (the decode kernel's split kernel). ``device``: where
+    the stand-in buffers live; only their dtype, alignment and strides are read, so
+    ``"cpu"`` serves a compile for a named target without a GPU (objectives/aot.py).
+    """
     import math
 
     import torch
@@ -49,28 +55,26 @@ def _warm_up(cfg: Config, w: Workload) -> None:
     from flashtune.kernels.decode import warm_up  # the pool process only, as above
 
     if cfg["kernel"] == "decode":
-        warm_up(cfg, batch=w.batch, q_heads=w.q_heads, kv_heads=w.kv_heads, q_len=w.q_len, kv_len=w.kv_len,
-                head_dim=w.head_dim, dtype=TORCH_DTYPES[w.dtype], causal=w.causal)
-        return
+        return warm_up(cfg, batch=w.batch, q_heads=w.q_heads, kv_heads=w.kv_heads, q_len=w.q_len, kv_len=w.kv_len,
+                       head_dim=w.head_dim, dtype=TORCH_DTYPES[w.dtype], causal=w.causal, device=device)
     if cfg["loads"] in LEAN_LOADS:
         # Host descriptors carry the tensors' shapes and strides: warm up through the
         # launcher on uninitialised buffers of the workload's own shapes.
         dtype = TORCH_DTYPES[w.dtype]
-        q, out = (torch.empty(w.batch, w.q_heads, w.q_len, w.head_dim, device="cuda", dtype=dtype)
+        q, out = (torch.empty(w.batch, w.q_heads, w.q_len, w.head_dim, device=device, dtype=dtype)
                   for _ in range(2))
-        k, v = (torch.empty(w.batch, w.kv_heads, w.kv_len, w.head_dim, device="cuda", dtype=dtype)
+        k, v = (torch.empty(w.batch, w.kv_heads, w.kv_len, w.head_dim, device=device, dtype=dtype)
                 for _ in range(2))
-        launch(q, k, v, out, causal=w.causal, scale=1 / math.sqrt(w.head_dim), config=cfg, warmup=True)
-        return
+        return launch(q, k, v, out, causal=w.causal, scale=1 / math.sqrt(w.head_dim), config=cfg, warmup=True)
     # Tiny buffers: warm-up reads pointers' dtype and alignment and the integer values
     # (Triton specializes strides equal to 1 or divisible by 16), not data; the strides
     # are those of the contiguous inputs the launcher sees (fp8: quantize_fp8's layout).
-    out = torch.empty(64, device="cuda", dtype=TORCH_DTYPES[w.dtype])
+    out = torch.empty(64, device=device, dtype=TORCH_DTYPES[w.dtype])
     stride_q = (w.q_heads * w.q_len * w.head_dim, w.q_len * w.head_dim, w.head_dim)
     stride_k = (w.kv_heads * w.kv_len * w.head_dim, w.kv_len * w.head_dim, w.head_dim)
     if cfg["use_fp8"]:
-        qkv = torch.empty(64, device="cuda", dtype=torch.float8_e4m3fn)
-        scales = torch.empty(3, device="cuda", dtype=torch.float32)
+        qkv = torch.empty(64, device=device, dtype=torch.float8_e4m3fn)
+        scales = torch.empty(3, device=device, dtype=torch.float32)
         row = fp8_v_row(w.kv_len)  # V^T: (batch, head, head_dim, row), read as (.., n, d)
         stride_v = (w.kv_heads * w.head_dim * row, w.head_dim * row, 1, row)
     else:
@@ -80,8 +84,8 @@ def _warm_up(cfg: Config, w: Workload) -> None:
                             stride_v=stride_v, stride_o=stride_q, batch=w.batch, q_heads=w.q_heads,
                             kv_heads=w.kv_heads, q_len=w.q_len, kv_len=w.kv_len,
                             scale=1 / math.sqrt(w.head_dim))
-    attention_forward_kernel.warmup(*args, **compile_options(cfg, head_dim=w.head_dim, causal=w.causal),
-                                    grid=(1,))
+    return attention_forward_kernel.warmup(*args, **compile_options(cfg, head_dim=w.head_dim, causal=w.causal),
+                                           grid=(1,))
 
 
 class CompilePool:

@@ -1,0 +1,116 @@
+"""Compiling for the H200 on this CPU box gives the H200's own registers, spills and shared memory.
+
+The recorded tables hold what the H200 reported for each config it ran (Triton's
+``n_regs``, ``n_spills``, ``metadata.shared``). objectives/aot.py compiles the same config
+for sm90 here, without a GPU. Compiled in a child process: this suite imports the kernels
+under the interpreter (tests/conftest.py), where nothing compiles.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from flashtune.objectives.types import Measurement
+
+ROOT = Path(__file__).resolve().parents[2]
+DATA = ROOT / "experiments" / "data"
+
+#: Tables measured on today's kernel sources: decode (the split kernel has not changed since),
+#: the lean descriptor kernel. Two configs each, spills included.
+EXACT = [
+    ("h200_decode/b1_hq32kv8_q1k4096_d128_full_bfloat16.jsonl", {"BLOCK_N": 64, "num_warps": 4, "num_stages": 3}),
+    ("h200_decode/b1_hq32kv8_q1k4096_d128_full_bfloat16.jsonl", {"BLOCK_N": 128, "num_warps": 2, "num_stages": 3}),
+    ("h200_lean/b1_h32_n16384_d128_causal_bfloat16.jsonl", {"BLOCK_M": 128, "BLOCK_N": 64, "loads": "lean_overlap",
+                                                             "num_stages": 2, "num_warps": 4}),
+    ("h200_lean/b4_h32_n4096_d128_full_bfloat16.jsonl", {"BLOCK_M": 64, "BLOCK_N": 64, "loads": "lean_ws",
+                                                          "num_stages": 1, "num_warps": 8}),
+]
+
+_CHILD = """
+import json, sys
+from flashtune.kernels.space import validate_config
+from flashtune.objectives.aot import compiled_resources
+from flashtune.objectives.hardware import load_spec
+from flashtune.objectives.types import Measurement
+out = []
+for row in json.load(sys.stdin):
+    m = Measurement.from_dict(row)
+    r = compiled_resources(validate_config(m.config), m.workload, load_spec("h200"))
+    out.append([r.registers, r.spills, r.shared_bytes])
+print(json.dumps(out))
+"""
+
+
+def _recorded(table: str, knobs: dict) -> dict:
+    for line in (DATA / table).read_text().splitlines():
+        row = json.loads(line)
+        if row["status"] == "ok" and all(row["config"].get(k, v if k != "loads" else "pointer") == v
+                                          for k, v in knobs.items()):
+            return row
+    raise AssertionError(f"{table}: no ok row with {knobs}")
+
+
+def _compile_in_child(rows: list[dict]) -> list[list[int]]:
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["CUDA_VISIBLE_DEVICES"] = ""  # the same answer on a machine with a GPU
+    done = subprocess.run([sys.executable, "-c", _CHILD], input=json.dumps(rows), capture_output=True, text=True,
+                          env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_compiled_for_sm90_here_matches_what_the_h200_reported() -> None:
+    rows = [_recorded(table, knobs) for table, knobs in EXACT]
+    got = _compile_in_child(rows)
+    for row, (registers, spills, shared) in zip(rows, got):
+        m = Measurement.from_dict(row)
+        assert (registers, spills, shared) == (m.registers, m.spills, m.shared_bytes), (m.workload.name, dict(m.config))
+    assert any(m[1] > 0 for m in got), "the sample should hold a config that spills"
+
+
+_FUSED_CHILD = """
+import torch
+from flashtune.kernels.config import Config
+from flashtune.kernels.decode import warm_up
+from flashtune.objectives.aot import compiling_for, resource_usage
+from flashtune.objectives.hardware import load_spec
+config = Config(kernel="decode", BLOCK_N=64, num_splits=32, num_warps=4, num_stages=3, loads="pointer")
+with compiling_for(load_spec("h200")):
+    for combine in ("launch", "fused"):
+        k = warm_up(config, batch=1, q_heads=32, kv_heads=8, q_len=1, kv_len=4096, head_dim=128,
+                    dtype=torch.bfloat16, causal=False, device="cpu", combine=combine)
+        ptx = k.asm["ptx"].splitlines()
+        atom = [i for i, l in enumerate(ptx) if "atom.global.gpu.acq_rel.add" in l]
+        bars = [i for i, l in enumerate(ptx) if l.strip().startswith("bar.sync")]
+        cg = sum("ld.global.cg" in l for l in ptx)
+        usage = resource_usage(k.asm["cubin"])
+        print(combine, len(atom), int(bool(atom) and any(b < atom[0] for b in bars)), cg, usage["REG"], usage["STACK"])
+"""
+
+
+def test_the_fused_combine_compiles_for_sm90_with_its_fence() -> None:
+    # What the GPU would need to merge splits safely, read from the code Triton makes for the
+    # H200: one GPU-scope acq_rel add, after a CTA barrier, and the partials read past L1.
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    done = subprocess.run([sys.executable, "-c", _FUSED_CHILD], capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = dict((line.split()[0], [int(x) for x in line.split()[1:]]) for line in done.stdout.strip().splitlines())
+    atoms, barrier_first, cg_loads, registers, stack = lines["fused"]
+    assert atoms == 1 and barrier_first == 1 and cg_loads > 0
+    assert lines["launch"][0] == 0  # no counting without the fused combine
+    assert stack == 0 and registers <= 255  # the default decode config keeps its no-spill budget
+
+
+def test_compiling_under_the_interpreter_is_refused() -> None:
+    from flashtune.objectives.aot import compiling_for
+    from flashtune.objectives.hardware import load_spec
+
+    with pytest.raises(RuntimeError, match="TRITON_INTERPRET"):
+        with compiling_for(load_spec("h200")):
+            pass
