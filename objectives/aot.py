@@ -31,12 +31,22 @@ from pathlib import Path
 
 from flashtune.kernels.config import Config
 from flashtune.kernels.dtypes import interpreting
+from flashtune.objectives.compiler_output import captured_output, describe_failure
 from flashtune.objectives.hardware import HardwareSpec
 from flashtune.objectives.precompile import compile_config
 from flashtune.objectives.types import Workload
 
 #: Warp size of every NVIDIA GPU Triton targets.
 _WARP_SIZE = 32
+
+
+class CompileFailed(RuntimeError):
+    """The config does not compile for the target; the message is the compiler's first
+    meaningful line (its whole output in ``output``)."""
+
+    def __init__(self, message: str, output: str) -> None:
+        super().__init__(message)
+        self.output = output
 
 
 @dataclass(frozen=True)
@@ -86,9 +96,19 @@ def compiling_for(hardware: HardwareSpec) -> Iterator[None]:
 
 def compiled_resources(config: Config, workload: Workload, hardware: HardwareSpec) -> CompiledResources:
     """Compile ``config`` (complete) for ``workload`` on ``hardware``'s architecture and read
-    its resource usage. Raises what Triton raises for a config that does not compile."""
-    with compiling_for(hardware):
-        kernel = compile_config(config, workload, device="cpu")
+    its resource usage.
+
+    Raises:
+        CompileFailed: the compiler refused the config (what it printed is kept, not shown).
+    """
+    failure: Exception | None = None
+    with compiling_for(hardware), captured_output() as compiler:
+        try:
+            kernel = compile_config(config, workload, device="cpu")
+        except Exception as exc:  # noqa: BLE001 - every compiler error becomes CompileFailed
+            failure = exc
+    if failure is not None:
+        raise CompileFailed(describe_failure(failure, compiler), compiler.text) from failure
     usage = resource_usage(kernel.asm["cubin"])
     return CompiledResources(registers=usage["REG"], spills=(usage["STACK"] + usage["LOCAL"]) // 4,
                              shared_bytes=int(kernel.metadata.shared))

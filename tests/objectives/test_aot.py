@@ -107,6 +107,44 @@ def test_the_fused_combine_compiles_for_sm90_with_its_fence() -> None:
     assert stack == 0 and registers <= 255  # the default decode config keeps its no-spill budget
 
 
+_FAILURE_CHILD = """
+from flashtune.kernels.config import Config
+from flashtune.kernels.space import validate_config
+from flashtune.objectives.aot import CompileFailed, compiled_resources
+from flashtune.objectives.feasibility import check
+from flashtune.objectives.hardware import load_spec
+from flashtune.objectives.types import Workload
+h200, w = load_spec("h200"), Workload.parse("4,32,4096,128")
+for knobs in (dict(BLOCK_M=128, BLOCK_N=64, num_warps=4, num_stages=2, loads="tma_ws"),
+              dict(BLOCK_M=128, BLOCK_N=128, num_warps=8, num_stages=3, loads="tma_ws")):
+    config = validate_config(Config(**knobs))
+    verdict = check(config, w, h200)
+    try:
+        r = compiled_resources(config, w, h200)
+        print(int(verdict.feasible), "compiled", r.shared_bytes)
+    except CompileFailed as exc:
+        print(int(verdict.feasible), "failed", str(exc).replace(" ", "_"))
+"""
+
+
+def test_a_predicted_compile_failure_fails_here_and_a_feasible_config_compiles() -> None:
+    # The feasibility model's rule for tma_ws at 4 warps came from the H200; the compiler
+    # here, targeting sm90, agrees, names the pass, and prints nothing on the terminal.
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    done = subprocess.run([sys.executable, "-c", _FAILURE_CHILD], capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "reproducer" not in done.stdout + done.stderr  # the MLIR dump went into the exception
+    predicted, compiled = (line.split() for line in done.stdout.strip().splitlines()[-2:])
+    assert predicted[:2] == ["0", "failed"] and "NVGPUWarpSpecialization" in predicted[2]
+    assert compiled[:2] == ["1", "compiled"] and int(compiled[2]) <= load_h200_smem()
+
+
+def load_h200_smem() -> int:
+    from flashtune.objectives.hardware import load_spec
+
+    return load_spec("h200").shared_memory_per_block_bytes
+
+
 def test_compiling_under_the_interpreter_is_refused() -> None:
     from flashtune.objectives.aot import compiling_for
     from flashtune.objectives.hardware import load_spec
