@@ -72,6 +72,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.sample < 1:
         raise SystemExit("--sample must be at least 1")
+    missing = [str(t) for t in args.tables if not t.exists()]
+    if missing:
+        raise SystemExit(f"--tables: no such file or folder: {', '.join(missing)}")
     paths = [p for t in args.tables for p in (sorted(t.glob("*.jsonl")) if t.is_dir() else [t])]
     if not paths:
         raise SystemExit(f"no *.jsonl table in {[str(t) for t in args.tables]}")
