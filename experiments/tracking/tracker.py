@@ -274,8 +274,17 @@ class MlflowTracker(SharedTracking):
         rather than its GenAI ones (traces, prompts), which hold nothing for a study.
         """
         key, value = view_tag(self.study_name, _now_ms())
-        self.client.set_experiment_tag(self.experiment_id, key, value)
-        self.client.set_experiment_tag(self.experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
+        for attempt in range(3):
+            try:
+                self.client.set_experiment_tag(self.experiment_id, key, value)
+                self.client.set_experiment_tag(self.experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
+                return
+            except Exception as exc:  # noqa: BLE001 - a convenience: never worth a study
+                # Workers of a shared study write the same tags at once; a store that
+                # inserts rather than upserts then refuses all but one. Theirs will do.
+                if attempt == 2:
+                    _log.warning("study %r: could not save its MLflow UI view: %s", self.study_name, exc)
+                time.sleep(0.2)
 
     # -- parent ----------------------------------------------------------------------------
 
