@@ -214,7 +214,9 @@ class MlflowTracker(SharedTracking):
             self._shared_reconcile(trials)
             self.client.update_run(self.parent_run_id, status="RUNNING")
             self._opened = True
-            self.client.log_batch(self.parent_run_id, params=[Param(k, v) for k, v in self._parent_params.items()])
+            # Every worker logs the same params; two inserting at once collide on SQLite.
+            params = [Param(k, v) for k, v in self._parent_params.items()]
+            retry_insert_race(lambda: self.client.log_batch(self.parent_run_id, params=params))
             return
         parent = self._find_parent()
         if parent is None:
@@ -274,17 +276,12 @@ class MlflowTracker(SharedTracking):
         rather than its GenAI ones (traces, prompts), which hold nothing for a study.
         """
         key, value = view_tag(self.study_name, _now_ms())
-        for attempt in range(3):
-            try:
-                self.client.set_experiment_tag(self.experiment_id, key, value)
-                self.client.set_experiment_tag(self.experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
-                return
-            except Exception as exc:  # noqa: BLE001 - a convenience: never worth a study
-                # Workers of a shared study write the same tags at once; a store that
-                # inserts rather than upserts then refuses all but one. Theirs will do.
-                if attempt == 2:
-                    _log.warning("study %r: could not save its MLflow UI view: %s", self.study_name, exc)
-                time.sleep(0.2)
+        try:  # workers of a shared study write the same tags at once
+            retry_insert_race(lambda: self.client.set_experiment_tag(self.experiment_id, key, value))
+            retry_insert_race(lambda: self.client.set_experiment_tag(self.experiment_id, EXPERIMENT_KIND_TAG,
+                                                                      EXPERIMENT_KIND))
+        except Exception as exc:  # noqa: BLE001 - a convenience: never worth a study
+            _log.warning("study %r: could not save its MLflow UI view: %s", self.study_name, exc)
 
     # -- parent ----------------------------------------------------------------------------
 
@@ -466,6 +463,25 @@ def _schema_race(exc: BaseException) -> bool:
     """Whether ``exc`` is another process creating the same database schema right now."""
     text = f"{type(exc).__name__} {exc}"
     return any(word in text for word in ("UniqueViolation", "duplicate key", "already exists"))
+
+
+def insert_race(exc: BaseException) -> bool:
+    """Whether ``exc`` is another process inserting the same row a moment earlier."""
+    text = f"{type(exc).__name__} {exc}"
+    return any(word in text for word in ("UNIQUE constraint failed", "UniqueViolation", "duplicate key"))
+
+
+def retry_insert_race(write: Callable[[], object], attempts: int = 4) -> None:
+    """Run ``write``; when another process inserted the same row first, run it again (the
+    row is there now, and MLflow accepts an identical param or tag written twice)."""
+    for attempt in range(attempts):
+        try:
+            write()
+            return
+        except Exception as exc:
+            if attempt == attempts - 1 or not insert_race(exc):
+                raise
+            time.sleep(0.1 * (attempt + 1))
 
 
 def _now_ms() -> int:

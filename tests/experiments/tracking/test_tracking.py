@@ -164,3 +164,30 @@ def test_no_success_logs_no_best(tmp_path, stores, h200, mlflow_client) -> None:
     assert mlflow_client.get_metric_history(result.parent_run_id, "best_ms") == []
     parent = mlflow_client.get_run(result.parent_run_id)
     assert parent.data.metrics["trials_failed"] == 4 and not math.isinf(parent.data.metrics["trials"])
+
+
+def test_a_write_that_loses_an_insert_race_is_run_again(stores) -> None:
+    # Two workers logging the same params at once: SQLite refuses the second insert. The
+    # retry finds the row there and MLflow accepts the identical param.
+    import sqlite3
+
+    from mlflow import MlflowClient
+    from mlflow.entities import Param
+
+    from flashtune.experiments.tracking.tracker import retry_insert_race
+
+    client = MlflowClient(tracking_uri=stores["tracking_uri"])
+    run = client.create_run(client.create_experiment("race"))
+    calls = []
+
+    def write() -> None:
+        calls.append(1)
+        if len(calls) == 1:
+            client.log_batch(run.info.run_id, params=[Param("BLOCK_M", "64")])  # the other worker's insert
+            raise sqlite3.IntegrityError("UNIQUE constraint failed: params.key, params.run_uuid")
+        client.log_batch(run.info.run_id, params=[Param("BLOCK_M", "64")])
+
+    retry_insert_race(write)
+    assert len(calls) == 2 and client.get_run(run.info.run_id).data.params == {"BLOCK_M": "64"}
+    with pytest.raises(ValueError, match="other"):
+        retry_insert_race(lambda: (_ for _ in ()).throw(ValueError("other")))
