@@ -17,17 +17,17 @@ import statistics
 from pathlib import Path
 
 import torch
-from torch.nn.attention import SDPBackend
 from triton.testing import do_bench
 
 from flashtune.kernels.attention import launch
 from flashtune.kernels.space import validate_config
 from flashtune.objectives.bench import make_inputs
-from flashtune.objectives.peers import sdpa_call
+from flashtune.objectives.peers import PEERS, sdpa_call
 from flashtune.objectives.replay import load_table
 from flashtune.objectives.types import SUITE, Workload
 
-_PEERS = {"sdpa_cudnn": SDPBackend.CUDNN_ATTENTION, "sdpa_flash": SDPBackend.FLASH_ATTENTION}  # JSON keys
+#: The peers (objectives.peers.PEERS) under the keys this script's JSON has always used.
+_PEERS = {"sdpa_cudnn": PEERS["SDPA cuDNN"], "sdpa_flash": PEERS["SDPA flash"]}
 
 
 def bench_workload(workload: Workload, configs: dict[str, list], rounds: int) -> dict[str, float]:

@@ -35,7 +35,7 @@ from flashtune.experiments.study.storage import tune_sqlite_connections
 from flashtune.experiments.tracking import report
 from flashtune.experiments.tracking.mlflow_db import prepare_sqlite_db
 from flashtune.experiments.tracking.shared import SharedTracking
-from flashtune.experiments.tracking.ui_view import view_tag, view_url_path
+from flashtune.experiments.tracking.ui_view import view_tag
 from flashtune.search.loop import Trial
 from flashtune.experiments.tracking.tags import (  # noqa: F401 - re-exported: the tracker's vocabulary
     PARENT_TAG,
@@ -263,11 +263,6 @@ class MlflowTracker(SharedTracking):
         finally:
             self.client.set_terminated(self.parent_run_id, status=status)
 
-    @property
-    def runs_url_path(self) -> str:
-        """The UI path of this study's view: its trials, fastest first (append to the UI's base URL)."""
-        return view_url_path(self.experiment_id, self.study_name)
-
     def _save_ui_view(self) -> None:
         """The study's saved view and the experiment's kind, for the MLflow UI.
 
@@ -461,8 +456,7 @@ def mlflow_client(uri: str) -> MlflowClient:
 
 def _schema_race(exc: BaseException) -> bool:
     """Whether ``exc`` is another process creating the same database schema right now."""
-    text = f"{type(exc).__name__} {exc}"
-    return any(word in text for word in ("UniqueViolation", "duplicate key", "already exists"))
+    return insert_race(exc) or "already exists" in str(exc)
 
 
 def insert_race(exc: BaseException) -> bool:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from flashtune.objectives.hardware import load_spec
 from flashtune.objectives.types import Measurement
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -37,6 +38,7 @@ import json, sys
 from flashtune.kernels.space import validate_config
 from flashtune.objectives.aot import compiled_resources
 from flashtune.objectives.hardware import load_spec
+from flashtune.objectives.hardware import load_spec
 from flashtune.objectives.types import Measurement
 out = []
 for row in json.load(sys.stdin):
@@ -56,13 +58,18 @@ def _recorded(table: str, knobs: dict) -> dict:
     raise AssertionError(f"{table}: no ok row with {knobs}")
 
 
-def _compile_in_child(rows: list[dict]) -> list[list[int]]:
+def _run_child(script: str, stdin: str = "") -> subprocess.CompletedProcess:
+    """``script`` in a fresh interpreter whose kernels are real JIT functions (no interpreter)."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["CUDA_VISIBLE_DEVICES"] = ""  # the same answer on a machine with a GPU
-    done = subprocess.run([sys.executable, "-c", _CHILD], input=json.dumps(rows), capture_output=True, text=True,
-                          env=env, timeout=600)
+    done = subprocess.run([sys.executable, "-c", script], input=stdin, capture_output=True, text=True, env=env,
+                          timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return done
+
+
+def _compile_in_child(rows: list[dict]) -> list[list[int]]:
+    return json.loads(_run_child(_CHILD, json.dumps(rows)).stdout.strip().splitlines()[-1])
 
 
 def test_compiled_for_sm90_here_matches_what_the_h200_reported() -> None:
@@ -97,9 +104,7 @@ with compiling_for(load_spec("h200")):
 def test_the_fused_combine_compiles_for_sm90_with_its_fence() -> None:
     # What the GPU would need to merge splits safely, read from the code Triton makes for the
     # H200: one GPU-scope acq_rel add, after a CTA barrier, and the partials read past L1.
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    done = subprocess.run([sys.executable, "-c", _FUSED_CHILD], capture_output=True, text=True, env=env, timeout=600)
-    assert done.returncode == 0, done.stderr[-2000:]
+    done = _run_child(_FUSED_CHILD)
     lines = dict((line.split()[0], [int(x) for x in line.split()[1:]]) for line in done.stdout.strip().splitlines())
     atoms, barrier_first, cg_loads, registers, stack = lines["fused"]
     assert atoms == 1 and barrier_first == 1 and cg_loads > 0
@@ -130,24 +135,15 @@ for knobs in (dict(BLOCK_M=128, BLOCK_N=64, num_warps=4, num_stages=2, loads="tm
 def test_a_predicted_compile_failure_fails_here_and_a_feasible_config_compiles() -> None:
     # The feasibility model's rule for tma_ws at 4 warps came from the H200; the compiler
     # here, targeting sm90, agrees, names the pass, and prints nothing on the terminal.
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    done = subprocess.run([sys.executable, "-c", _FAILURE_CHILD], capture_output=True, text=True, env=env, timeout=600)
-    assert done.returncode == 0, done.stderr[-2000:]
+    done = _run_child(_FAILURE_CHILD)
     assert "reproducer" not in done.stdout + done.stderr  # the MLIR dump went into the exception
     predicted, compiled = (line.split() for line in done.stdout.strip().splitlines()[-2:])
     assert predicted[:2] == ["0", "failed"] and "NVGPUWarpSpecialization" in predicted[2]
-    assert compiled[:2] == ["1", "compiled"] and int(compiled[2]) <= load_h200_smem()
-
-
-def load_h200_smem() -> int:
-    from flashtune.objectives.hardware import load_spec
-
-    return load_spec("h200").shared_memory_per_block_bytes
+    assert compiled[:2] == ["1", "compiled"] and int(compiled[2]) <= load_spec("h200").shared_memory_per_block_bytes
 
 
 def test_compiling_under_the_interpreter_is_refused() -> None:
     from flashtune.objectives.aot import compiling_for
-    from flashtune.objectives.hardware import load_spec
 
     with pytest.raises(RuntimeError, match="TRITON_INTERPRET"):
         with compiling_for(load_spec("h200")):
