@@ -19,6 +19,8 @@ import torch
 
 from flashtune.kernels.attention import launch
 from flashtune.kernels.space import validate_config
+from flashtune.objectives.feasibility import check
+from flashtune.objectives.hardware import HardwareSpec
 from flashtune.objectives.peers import time_peers, tflops
 from flashtune.objectives.replay import load_table
 from flashtune.objectives.types import SUITE, Workload
@@ -56,6 +58,33 @@ def _config_call(workload: Workload, config, scale: float):  # noqa: ANN001, ANN
     return make
 
 
+def _geomean(values: list[float]) -> float:
+    return math.exp(sum(map(math.log, values)) / len(values))
+
+
+def _precompile(groups: dict[Workload, dict[str, list]]) -> None:
+    """Compile every workload's configs ahead in a pool of processes (Triton compiles one
+    kernel at a time in this one); a config that does not compile is dropped, said so."""
+    from flashtune.objectives.precompile import CompilePool
+
+    pool = CompilePool()
+    for w, by_label in groups.items():
+        for group in by_label.values():
+            for c in group:
+                pool.submit(c, w)
+    for w, by_label in groups.items():
+        for label, group in by_label.items():
+            kept = []
+            for c in group:
+                error, _ = pool.wait(c, w) or ("", 0.0)
+                if error:
+                    print(f"  {w.name}: {c.to_dict()} does not compile, dropped: {error}")
+                else:
+                    kept.append(c)
+            by_label[label] = kept
+    pool.close()
+
+
 def _best(result: dict[str, float], label: str, group: list) -> tuple[float, dict | None]:
     names = [n for n in result if n.startswith(label + "#")]
     if not names:
@@ -72,8 +101,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds")
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--only", action="append", default=[], help="workload names to run (default: the suite)")
+    parser.add_argument("--also", type=json.loads, action="append", default=[], metavar="CONFIG_JSON",
+                        help="a config (JSON, implied knobs filled in) to time on every workload it fits beside "
+                             "the recorded bests (repeatable: new variants not in the tables)")
     args = parser.parse_args(argv)
-    results = []
+    also = [validate_config(c) for c in args.also]
+    hardware = HardwareSpec.from_device()
+    plan: dict[Workload, dict[str, list]] = {}
     for workload in SUITE:
         if args.only and workload.name not in args.only:
             continue
@@ -84,16 +118,28 @@ def main(argv: list[str] | None = None) -> int:
         rows = [m for t in tables for m in load_table(t)]
         ok = sorted((m for m in rows if m.ok), key=lambda m: m.median_ms)
         configs = [validate_config(m.config) for m in ok]  # older tables omit knobs added since
-        groups = {
+        new = [c for c in also if check(c, workload, hardware).feasible]
+        plan[workload] = {
             "bf16": [c for c in configs if not c["use_fp8"]][: args.top],
             "fp8": [c for c in configs if c["use_fp8"]][: args.top],
+            "new": [c for c in new if not c["use_fp8"]],
+            "new_fp8": [c for c in new if c["use_fp8"]],
         }
+    _precompile(plan)
+    results = []
+    for workload, groups in plan.items():
         result, forms = bench_workload(workload, groups, args.rounds)
-        ours, config = _best(result, "bf16", groups["bf16"])
-        fp8, fp8_config = _best(result, "fp8", groups["fp8"])
+        recorded, recorded_config = _best(result, "bf16", groups["bf16"])
+        newest, new_config = _best(result, "new", groups["new"])
+        ours, config = max((recorded, recorded_config), (newest, new_config), key=lambda t: t[0])
+        fp8, fp8_config = max(_best(result, "fp8", groups["fp8"]), _best(result, "new_fp8", groups["new_fp8"]),
+                              key=lambda t: t[0])
         results.append({"workload": workload.name, "flashtune": ours, "config": config, "fp8": fp8,
                         "fp8_config": fp8_config, **{n: result[n] for n in _PEER_KEYS},
-                        "peer_forms": forms})
+                        "peer_forms": forms, "recorded_best": recorded, "recorded_config": recorded_config,
+                        "new_best": newest, "new_config": new_config,
+                        "new_each": {json.dumps(c.to_dict()): result[f"{label}#{i}"]
+                                     for label in ("new", "new_fp8") for i, c in enumerate(groups[label])}})
     print(f"\n{torch.cuda.get_device_name()} | torch {torch.__version__}")
     print("| workload | flashtune TFLOP/s | SDPA cuDNN | SDPA flash | vs cuDNN | vs flash | best config | fp8 | fp8 / bf16 |")
     print("|---|---|---|---|---|---|---|---|---|")
@@ -108,7 +154,18 @@ def main(argv: list[str] | None = None) -> int:
             print(f"|   peers' fastest GQA form: {r['peer_forms']} |")
     ratios = [r["flashtune"] / r["sdpa_cudnn"] for r in results if r["sdpa_cudnn"]]
     if ratios:
-        print(f"geometric mean vs cuDNN: {math.exp(sum(map(math.log, ratios)) / len(ratios)):.3f}x")
+        print(f"geometric mean vs cuDNN: {_geomean(ratios):.3f}x")
+    if also:
+        print("\n| workload | recorded best | vs cuDNN | new variants' best | vs cuDNN | new config |")
+        print("|---|---|---|---|---|---|")
+        for r in results:
+            cudnn = r["sdpa_cudnn"] or math.nan
+            print(f"| {r['workload']} | {r['recorded_best']:.0f} | {r['recorded_best'] / cudnn:.2f}x | "
+                  f"{r['new_best']:.0f} | {r['new_best'] / cudnn:.2f}x | {r['new_config']} |")
+        for key in ("recorded_best", "new_best"):
+            vs = [r[key] / r["sdpa_cudnn"] for r in results if r["sdpa_cudnn"] and r[key]]
+            if vs:
+                print(f"geometric mean vs cuDNN, {key.replace('_', ' ')}: {_geomean(vs):.3f}x")
     if args.json:
         args.json.write_text(json.dumps(results, indent=2) + "\n")
     return 0
