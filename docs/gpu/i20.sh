@@ -15,8 +15,8 @@ export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 exec > >(tee "$OUT/i20.log") 2>&1
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit,temperature.gpu --format=csv,noheader
-timeout -k 5 40 python3 docs/gpu/peer_clock.py idle | tee -a "$OUT/clock.jsonl"
-timeout -k 5 150 python3 -m pytest -m gpu tests/gpu/test_oneloop_gpu.py tests/gpu/test_peers_gpu.py -q \
+timeout -k 5 30 python3 docs/gpu/peer_clock.py idle | tee -a "$OUT/clock.jsonl"
+timeout -k 5 130 python3 -m pytest -m gpu tests/gpu/test_oneloop_gpu.py tests/gpu/test_peers_gpu.py -q \
   -p no:cacheprovider --junitxml "$OUT/gpu_tests.xml" 2>&1 | tail -25
 C='"loads": "lean_ws_oneloop"'
 ALSO=()
@@ -33,7 +33,7 @@ for l in lean lean_ws; do
   ALSO+=(--also "{\"BLOCK_M\": 128, \"BLOCK_N\": 64, \"num_warps\": 4, \"num_stages\": 1, \"loads\": \"$l\"}")
   ALSO+=(--also "{\"BLOCK_M\": 64, \"BLOCK_N\": 128, \"num_warps\": 4, \"num_stages\": 1, \"loads\": \"$l\"}")
 done
-timeout -k 5 300 python3 -m flashtune.experiments.benchmarks.bench_peers --tables experiments/data/h200_grown \
+timeout -k 5 250 python3 -m flashtune.experiments.benchmarks.bench_peers --tables experiments/data/h200_grown \
   --tables experiments/data/h200_lean --top 2 --rounds 3 "${ALSO[@]}" --json "$OUT/peers.json" 2>&1 | tail -40
-timeout -k 5 60 python3 docs/gpu/peer_clock.py loaded --load-s 20 | tee -a "$OUT/clock.jsonl"
+timeout -k 5 45 python3 docs/gpu/peer_clock.py loaded --load-s 20 | tee -a "$OUT/clock.jsonl"
 nvidia-smi --query-gpu=clocks.sm,power.draw,temperature.gpu --format=csv,noheader
