@@ -205,6 +205,7 @@ def _launch_one_loop(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: tor
     options = dict(HEAD_DIM=head_dim, BLOCK_M=variant.BLOCK_M, BLOCK_N=variant.BLOCK_N, IS_CAUSAL=bool(causal),
                    WARP_SPECIALIZE=variant.warp_specialize and flat, FP8=fp8, BH_MAJOR=variant.bh_major,
                    FLAT=flat, EVEN_M=q_len % variant.BLOCK_M == 0,
+                   MASK=bool(causal) or kv_len % variant.BLOCK_N != 0, EMPTY_ROWS=bool(causal) and q_len > kv_len,
                    num_warps=variant.num_warps, num_stages=variant.num_stages)
     if warmup:
         return one_loop_attention_kernel.warmup(*args, grid=grid, **options)
