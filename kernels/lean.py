@@ -28,7 +28,10 @@ PREFERRED_DESC = "flat"
 #: on the host. Not per-head device descriptors ("head"): on the H200 (bench_prefill,
 #: 2026-12-01) host-made descriptors ran 0-10 % faster, and the warp-specialized loop with
 #: device-made ones fails to compile at 4 warps (PassManager::run failed) where the
-#: host-made ones compile.
+#: host-made ones compile -- but compile unspecialized: at 4 warps ``lean_ws`` is ``lean``
+#: (same registers, spills and shared memory for sm90, same time on the H200; BENCHMARKS.md
+#: "Prefill: the minimal kernel's costs, one at a time"); ``one_loop`` is the form that
+#: specializes there.
 FALLBACK_DESC = "rank4"
 
 
