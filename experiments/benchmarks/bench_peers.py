@@ -21,6 +21,7 @@ from flashtune.kernels.attention import launch
 from flashtune.kernels.space import validate_config
 from flashtune.objectives.feasibility import check
 from flashtune.objectives.hardware import HardwareSpec
+from flashtune.objectives.precompile import CompilePool
 from flashtune.objectives.peers import time_peers, tflops
 from flashtune.objectives.replay import load_table
 from flashtune.objectives.types import SUITE, Workload
@@ -65,8 +66,6 @@ def _geomean(values: list[float]) -> float:
 def _precompile(groups: dict[Workload, dict[str, list]]) -> None:
     """Compile every workload's configs ahead in a pool of processes (Triton compiles one
     kernel at a time in this one); a config that does not compile is dropped, said so."""
-    from flashtune.objectives.precompile import CompilePool
-
     pool = CompilePool()
     for w, by_label in groups.items():
         for group in by_label.values():

@@ -194,7 +194,7 @@ def _peer_times(measurer: Any, study: Any, best: Any) -> list[PeerTime] | None:
     import torch
 
     from flashtune.kernels.attention import launch  # lazy: imports torch and triton (above)
-    from flashtune.objectives.peers import PeerTime, time_peers
+    from flashtune.objectives.peers import PeerTime, time_peers  # lazy: imports torch (above)
 
     workload = study.workload
     beside = {}
