@@ -10,12 +10,12 @@ each seen on its own:
 
 - a second key loop with a runtime bound, before or after the specialized one (the lean
   kernel's masked band and ragged tail): here every key block runs in the one loop, each
-  score masked by a per-row limit (one compare and select a score; at head_dim 128 a dot
-  costs 512 FLOPs a score);
+  score masked by a per-row limit when the launch needs a mask at all (causal, or a ragged
+  key tail: one compare and select a score);
 - a branch in the epilogue (the lean kernel's descriptor store of full tiles, pointer
-  store of a ragged last tile): here Q and O go through rank-4 descriptors, which clip at
-  the head's end, so every tile stores the same way;
-- descriptors made on the host: here they are made on the device, once a program.
+  store of a ragged last tile): here which store a launch uses is a constexpr (``EVEN_M``);
+- descriptors made on the host, and rank-4 Q/O descriptors: here flat 2-D descriptors are
+  made on the device, once a program (rank-4 ones, unspecialized, for strided inputs).
 
 The loop runs keys [0, hi) of the tile: hi is kv_len, or under a causal mask the last key
 any of its rows sees.

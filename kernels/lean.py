@@ -53,7 +53,7 @@ class LeanVariant:
     persistent: bool = False
     programs_per_sm: int = 1  # persistent programs per SM (small tiles leave room for two)
     bh_major: bool = False
-    #: Every key block in one loop, device-made rank-4 descriptors (``_flash_fwd_oneloop``:
+    #: Every key block in one loop, descriptors made on the device (``_flash_fwd_oneloop``:
     #: the form Triton 3.6 warp-specializes at 4 warps); ``desc``, ``host_desc``,
     #: ``q_desc``, ``scale_early``, ``lazy_rescale`` and ``overlap`` do not apply to it.
     one_loop: bool = False
@@ -62,7 +62,7 @@ class LeanVariant:
         if self.desc not in DESC_MODES:
             raise ValueError(f"desc must be one of {DESC_MODES}, got {self.desc!r}")
         if self.one_loop and self.persistent:
-            raise ValueError("one_loop has no persistent grid (its one loop is the key loop)")
+            raise ValueError("one_loop has no persistent grid (it launches one program a tile)")
 
     def label(self) -> str:
         """A short readable name: tile, warps, stages, then the switches that are on."""

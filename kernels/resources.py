@@ -125,8 +125,8 @@ def known_failure(config: Mapping[str, Value], compute_capability: tuple[int, in
         return ("Triton 3.6's warp-specialization pass fails on the tma_ws kernel at 4 warps with "
                 "BLOCK_M >= 64 (RuntimeError: PassManager::run failed, every such config on the H200)")
     if config.get("loads") == "lean_ws_oneloop" and config.get("grid") == "persistent":
-        # By construction: its one loop is the key loop (a loop over tiles around it stops
-        # the warp-specialization pass it exists for); kernels/_flash_fwd_oneloop.py.
+        # Not implemented (kernels/_flash_fwd_oneloop.py launches one program a tile; whether
+        # a loop over tiles around its key loop still warp-specializes was not tried).
         return "loads='lean_ws_oneloop' runs one program a tile: it has no persistent grid"
     if config.get("loads") == "tma_ws" and config.get("grid") == "persistent" and config.get("use_fp8"):
         # Seen once, on the H200 (Triton 3.6.0, 2026-12-01, tests/gpu/test_kernel_gpu.py's
