@@ -72,13 +72,14 @@ def shared_memory_bytes(
             extra += block_m * head_dim * dtype_bytes
         if config.get("loads") == "lean_overlap":
             extra += block_n * head_dim * dtype_bytes
-    if config.get("loads") == "lean_ws_oneloop" and int(config["num_warps"]) == 4:
+    if (config.get("loads") == "lean_ws_oneloop" and int(config["num_warps"]) == 4
+            and uses_wgmma(config, compute_capability, block_h)):
         # Compiled for sm90 (objectives/aot.py, Triton 3.6, 2026-12-01: bf16 and fp8, head
-        # dims 64-256, tiles 64-128, 1-3 stages; exact on each): the warp-specialized loop
-        # at 4 warps keeps one more buffer of 128 rows x head_dim x 2 bytes, whatever the
-        # tile and dtype, and its mbarriers (392-536 bytes seen; 1 KB counted). At 8 warps
-        # the plain figure held (or over-predicted).
-        extra += 256 * head_dim + 1024
+        # dims 64-256, BLOCK_M 64-256, 1-5 stages; exact on each): the warp-specialized loop
+        # at 4 warps keeps one more buffer of max(BLOCK_M, 128) rows x head_dim x 2 bytes,
+        # whatever the dtype, and its mbarriers (392-536 bytes seen; 1 KB counted). At 8
+        # warps, and at BLOCK_M 32 (no wgmma), the plain figure held or over-predicted.
+        extra += max(block_m, 128) * head_dim * 2 + 1024
     if stages == 1 or uses_wgmma(config, compute_capability, block_h):
         return q_tile + stages * kv_tile + extra
     # The scratch of the mma.sync path: for the decode kernel it is its 16-bit P tile
