@@ -25,6 +25,7 @@ from flashtune.objectives.types import Workload
 CASES = [
     ("2,16,8192,256", dict(BLOCK_M=128, BLOCK_N=64, num_warps=4, num_stages=1), True),  # the minimal kernel's D256 tile
     ("4,32,4096,128", dict(BLOCK_M=128, BLOCK_N=128, num_warps=4, num_stages=2, use_fp8=True), True),
+    ("4,32,4096,128,causal", dict(BLOCK_M=256, BLOCK_N=32, num_warps=4, num_stages=1), True),  # a 256-row buffer
     ("2,8/2,1000,128,causal", dict(BLOCK_M=128, BLOCK_N=128, num_warps=4, num_stages=2), False),  # ragged, GQA
 ]
 
