@@ -15,6 +15,7 @@ import torch
 import triton
 
 from flashtune.kernels._flash_fwd_lean import lean_attention_kernel
+from flashtune.kernels._flash_fwd_oneloop import one_loop_attention_kernel
 from flashtune.kernels.config import Value
 from flashtune.kernels.launch_support import device_sm_count, use_descriptor_scratch
 
@@ -27,7 +28,10 @@ PREFERRED_DESC = "flat"
 #: on the host. Not per-head device descriptors ("head"): on the H200 (bench_prefill,
 #: 2026-12-01) host-made descriptors ran 0-10 % faster, and the warp-specialized loop with
 #: device-made ones fails to compile at 4 warps (PassManager::run failed) where the
-#: host-made ones compile.
+#: host-made ones compile -- but compile unspecialized: at 4 warps ``lean_ws`` is ``lean``
+#: (same registers, spills and shared memory for sm90, same time on the H200; BENCHMARKS.md
+#: "Prefill: the minimal kernel's costs, one at a time"); ``one_loop`` is the form that
+#: specializes there.
 FALLBACK_DESC = "rank4"
 
 
@@ -49,13 +53,22 @@ class LeanVariant:
     persistent: bool = False
     programs_per_sm: int = 1  # persistent programs per SM (small tiles leave room for two)
     bh_major: bool = False
+    #: Every key block in one loop, descriptors made on the device (``_flash_fwd_oneloop``:
+    #: the form Triton 3.6 warp-specializes at 4 warps); ``desc``, ``host_desc``,
+    #: ``q_desc``, ``scale_early``, ``lazy_rescale`` and ``overlap`` do not apply to it.
+    one_loop: bool = False
 
     def __post_init__(self) -> None:
         if self.desc not in DESC_MODES:
             raise ValueError(f"desc must be one of {DESC_MODES}, got {self.desc!r}")
+        if self.one_loop and self.persistent:
+            raise ValueError("one_loop has no persistent grid (it launches one program a tile)")
 
     def label(self) -> str:
         """A short readable name: tile, warps, stages, then the switches that are on."""
+        if self.one_loop:
+            return " ".join([f"{self.BLOCK_M}x{self.BLOCK_N}", f"{self.num_warps}w", f"{self.num_stages}st", "oneloop"]
+                            + [name for name, on in (("ws", self.warp_specialize), ("bhmajor", self.bh_major)) if on])
         parts = [f"{self.BLOCK_M}x{self.BLOCK_N}", f"{self.num_warps}w", f"{self.num_stages}st", self.desc]
         if self.desc != "head":
             parts.append("host" if self.host_desc else "dev")
@@ -76,9 +89,10 @@ def variant_for(config: Mapping[str, Value], *tensors: torch.Tensor) -> LeanVari
     return LeanVariant(
         BLOCK_M=int(config["BLOCK_M"]), BLOCK_N=int(config["BLOCK_N"]), num_warps=int(config["num_warps"]),
         num_stages=int(config["num_stages"]), desc=desc, host_desc=desc != "head", q_desc=True,
-        overlap=config["loads"] == "lean_overlap", warp_specialize=config["loads"] == "lean_ws",
+        overlap=config["loads"] == "lean_overlap", warp_specialize=config["loads"] in ("lean_ws", "lean_ws_oneloop"),
         persistent=config.get("grid") == "persistent",
         bh_major=config.get("tile_order") == "longest_first",
+        one_loop=config["loads"] == "lean_ws_oneloop",
     )
 
 
@@ -121,6 +135,9 @@ def launch_lean(
             ``programs_per_sm``.
         warmup: compile into Triton's cache without launching (the precompile pool).
     """
+    if variant.one_loop:
+        return _launch_one_loop(q, k, v, out, causal=causal, scale=scale, variant=variant, scales=scales,
+                                warmup=warmup)
     batch, q_heads, q_len, head_dim = q.shape
     kv_heads, kv_len = k.shape[1], k.shape[2]
     fp8 = scales is not None
@@ -169,6 +186,33 @@ def launch_lean(
     if warmup:
         return lean_attention_kernel.warmup(*args, grid=grid, **options)
     return lean_attention_kernel[grid](*args, **options)
+
+
+def _launch_one_loop(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, *, causal: bool,
+                     scale: float, variant: LeanVariant, scales: torch.Tensor | None, warmup: bool) -> Any:
+    """``launch_lean`` for a ``one_loop`` variant (its descriptors are made on the device)."""
+    use_descriptor_scratch()
+    batch, q_heads, q_len, head_dim = q.shape
+    kv_heads, kv_len = k.shape[1], k.shape[2]
+    fp8 = scales is not None
+    # Flat descriptors where every tensor's (batch, heads, len) collapse into rows (fp8's
+    # V^T: (batch, heads, head_dim)); else rank-4 ones, with which Triton 3.6's
+    # warp-specialization pass fails at 4 warps and BLOCK_M 128 (aot.py, sm90): those
+    # layouts run the same loop unspecialized.
+    flat = all(flat_compatible(t) for t in (q, k, v, out))
+    m_blocks = triton.cdiv(q_len, variant.BLOCK_M)
+    grid = (batch * q_heads, m_blocks) if variant.bh_major else (m_blocks, batch * q_heads)
+    args = (q, k, v, out, scales if fp8 else q, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3],
+            *out.stride()[:3], batch, q_heads, kv_heads, q_len, kv_len, v.shape[3] if fp8 else head_dim,
+            scale * LOG2_E)
+    options = dict(HEAD_DIM=head_dim, BLOCK_M=variant.BLOCK_M, BLOCK_N=variant.BLOCK_N, IS_CAUSAL=bool(causal),
+                   WARP_SPECIALIZE=variant.warp_specialize and flat, FP8=fp8, BH_MAJOR=variant.bh_major,
+                   FLAT=flat, EVEN_M=q_len % variant.BLOCK_M == 0,
+                   MASK=bool(causal) or kv_len % variant.BLOCK_N != 0, EMPTY_ROWS=bool(causal) and q_len > kv_len,
+                   num_warps=variant.num_warps, num_stages=variant.num_stages)
+    if warmup:
+        return one_loop_attention_kernel.warmup(*args, grid=grid, **options)
+    return one_loop_attention_kernel[grid](*args, **options)
 
 
 def _sm_count(device: torch.device) -> int:

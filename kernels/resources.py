@@ -72,6 +72,14 @@ def shared_memory_bytes(
             extra += block_m * head_dim * dtype_bytes
         if config.get("loads") == "lean_overlap":
             extra += block_n * head_dim * dtype_bytes
+    if (config.get("loads") == "lean_ws_oneloop" and int(config["num_warps"]) == 4
+            and uses_wgmma(config, compute_capability, block_h)):
+        # Compiled for sm90 (objectives/aot.py, Triton 3.6, 2026-12-01: bf16 and fp8, head
+        # dims 64-256, BLOCK_M 64-256, 1-5 stages; exact on each): the warp-specialized loop
+        # at 4 warps keeps one more buffer of max(BLOCK_M, 128) rows x head_dim x 2 bytes,
+        # whatever the dtype, and its mbarriers (392-536 bytes seen; 1 KB counted). At 8
+        # warps, and at BLOCK_M 32 (no wgmma), the plain figure held or over-predicted.
+        extra += max(block_m, 128) * head_dim * 2 + 1024
     if stages == 1 or uses_wgmma(config, compute_capability, block_h):
         return q_tile + stages * kv_tile + extra
     # The scratch of the mma.sync path: for the decode kernel it is its 16-bit P tile
@@ -109,13 +117,18 @@ COMPILER_ERROR_MARKERS = ("PassManager::run failed", "MLIR", "LLVM ERROR", "ptxa
 def known_failure(config: Mapping[str, Value], compute_capability: tuple[int, int] = (9, 0)) -> str:
     """Why ``config`` cannot run correctly whatever the workload ('' when nothing is known).
 
-    Measured, not guessed: each rule names where its failure was recorded.
+    Measured, not guessed: each rule names where its failure was recorded (or, for a
+    combination a kernel does not implement, why).
     """
     if config.get("loads") == "tma_ws" and int(config["num_warps"]) == 4 and uses_wgmma(config, compute_capability):
         # Every such config of the H200 sweep at commit 411ddd8 (Triton 3.6.0, 2026-12-01):
         # 90 a workload, all 7 suite workloads; BLOCK_M 32 (no wgmma) compiled.
         return ("Triton 3.6's warp-specialization pass fails on the tma_ws kernel at 4 warps with "
                 "BLOCK_M >= 64 (RuntimeError: PassManager::run failed, every such config on the H200)")
+    if config.get("loads") == "lean_ws_oneloop" and config.get("grid") == "persistent":
+        # Not implemented (kernels/_flash_fwd_oneloop.py launches one program a tile; whether
+        # a loop over tiles around its key loop still warp-specializes was not tried).
+        return "loads='lean_ws_oneloop' runs one program a tile: it has no persistent grid"
     if config.get("loads") == "tma_ws" and config.get("grid") == "persistent" and config.get("use_fp8"):
         # Seen once, on the H200 (Triton 3.6.0, 2026-12-01, tests/gpu/test_kernel_gpu.py's
         # odd-length sample: BLOCK_M 32, BLOCK_N 64, 4 warps, 5 stages): the fp8 V^T descriptor

@@ -40,8 +40,11 @@ TUNABLES: Mapping[str, tuple[Value, ...]] = MappingProxyType(
         # descriptors, made once on the host where heads are contiguous; nothing but the
         # dots and the softmax in the hot loop); ``lean_ws`` warp-specializes its unmasked
         # loop; ``lean_overlap`` issues block j+1's Q @ K^T before block j's softmax
-        # (FlashAttention 3's in-warpgroup overlap of the softmax with the GEMMs).
-        "loads": ("pointer", "tma", "tma_ws", "lean", "lean_ws", "lean_overlap"),
+        # (FlashAttention 3's in-warpgroup overlap of the softmax with the GEMMs);
+        # ``lean_ws_oneloop``: every key block in one warp-specialized loop, masked per row,
+        # device-made descriptors (kernels/_flash_fwd_oneloop.py: the form Triton 3.6
+        # warp-specializes at 4 warps; tiles grid only).
+        "loads": ("pointer", "tma", "tma_ws", "lean", "lean_ws", "lean_overlap", "lean_ws_oneloop"),
         # e4m3 Q, K, V with per-tensor scales (Hopper, Ada); checked against its own budget.
         "use_fp8": (False, True),
         # How programs map to tiles: one program per (query block, batch, head) tile, or a
@@ -103,7 +106,7 @@ IMPLIED: Mapping[str, Value] = MappingProxyType(
 )
 
 #: ``loads`` values served by the lean descriptor kernel.
-LEAN_LOADS = ("lean", "lean_ws", "lean_overlap")
+LEAN_LOADS = ("lean", "lean_ws", "lean_overlap", "lean_ws_oneloop")
 
 #: A config that compiles and fits every GPU flashtune knows at every head dim
 #: (about 50 KB of shared memory at head_dim 256); slow but safe.

@@ -13,47 +13,75 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import statistics
 from pathlib import Path
 
 import torch
-from triton.testing import do_bench
 
 from flashtune.kernels.attention import launch
 from flashtune.kernels.space import validate_config
-from flashtune.objectives.bench import make_inputs
-from flashtune.objectives.peers import PEERS, sdpa_call
+from flashtune.objectives.feasibility import check
+from flashtune.objectives.hardware import HardwareSpec
+from flashtune.objectives.precompile import CompilePool
+from flashtune.objectives.peers import time_peers, tflops
 from flashtune.objectives.replay import load_table
 from flashtune.objectives.types import SUITE, Workload
 
 #: The peers (objectives.peers.PEERS) under the keys this script's JSON has always used.
-_PEERS = {"sdpa_cudnn": PEERS["SDPA cuDNN"], "sdpa_flash": PEERS["SDPA flash"]}
+_PEER_KEYS = {"sdpa_cudnn": "SDPA cuDNN", "sdpa_flash": "SDPA flash"}
 
 
-def bench_workload(workload: Workload, configs: dict[str, list], rounds: int) -> dict[str, float]:
-    """Median TFLOP/s of each named config list's members and of the peers, interleaved."""
-    q, k, v = make_inputs(workload, seed=1234, dev=torch.device("cuda"))
-    out = torch.empty_like(q)
+def bench_workload(workload: Workload, configs: dict[str, list], rounds: int) -> tuple[dict[str, float], dict[str, str]]:
+    """Median TFLOP/s of each named config list's members and of the peers (their fastest
+    call form), interleaved (``objectives.peers.time_side_by_side``, as the main job times
+    them); and the form each peer ran fastest in."""
     scale = 1.0 / math.sqrt(workload.head_dim)
-    fns = {}
+    beside = {}
     for label, group in configs.items():
         for i, config in enumerate(group):
-            fns[f"{label}#{i}"] = (lambda c=config: launch(q, k, v, out, causal=workload.causal, scale=scale, config=c))
-    for name, backend in _PEERS.items():
-        fns[name] = sdpa_call(backend, q, k, v, workload.causal)
-    samples: dict[str, list[float]] = {name: [] for name in fns}
-    for _ in range(rounds):
-        for name, fn in fns.items():
-            try:
-                samples[name].append(float(do_bench(fn, warmup=25, rep=100, return_mode="median")))
-            except RuntimeError as exc:  # a backend that does not take this shape
-                print(f"  {workload.name}: {name} unavailable: {str(exc).splitlines()[0]}")
-                samples[name].append(math.inf)
-    tflops = {}
-    for name, ms in samples.items():
-        med = statistics.median(ms)
-        tflops[name] = workload.flops / (med * 1e-3) / 1e12 if math.isfinite(med) else 0.0
-    return tflops
+            beside[f"{label}#{i}"] = _config_call(workload, config, scale)
+    peers, timed = time_peers(workload, torch.device("cuda"), rounds=rounds, beside=beside)
+    for name, error in timed.errors.items():
+        print(f"  {workload.name}: {name} unavailable: {error}")
+    if timed.sm_clock_mhz:
+        print(f"  {workload.name}: SM clock {timed.sm_clock_mhz[0]:.0f}-{timed.sm_clock_mhz[1]:.0f} MHz")
+    result = {name: tflops(workload, timed.median_ms[name]) for name in beside}
+    by_name = {p.name: p for p in peers}
+    for key, name in _PEER_KEYS.items():
+        result[key] = tflops(workload, by_name[name].median_ms)
+    return result, {key: by_name[name].form for key, name in _PEER_KEYS.items()}
+
+
+def _config_call(workload: Workload, config, scale: float):  # noqa: ANN001, ANN202 - Config -> factory
+    def make(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor):  # noqa: ANN202
+        out = torch.empty_like(q)
+        return lambda: launch(q, k, v, out, causal=workload.causal, scale=scale, config=config)
+
+    return make
+
+
+def _geomean(values: list[float]) -> float:
+    return math.exp(sum(map(math.log, values)) / len(values))
+
+
+def _precompile(groups: dict[Workload, dict[str, list]]) -> None:
+    """Compile every workload's configs ahead in a pool of processes (Triton compiles one
+    kernel at a time in this one); a config that does not compile is dropped, said so."""
+    pool = CompilePool()
+    for w, by_label in groups.items():
+        for group in by_label.values():
+            for c in group:
+                pool.submit(c, w)
+    for w, by_label in groups.items():
+        for label, group in by_label.items():
+            kept = []
+            for c in group:
+                error, _ = pool.wait(c, w) or ("", 0.0)
+                if error:
+                    print(f"  {w.name}: {c.to_dict()} does not compile, dropped: {error}")
+                else:
+                    kept.append(c)
+            by_label[label] = kept
+    pool.close()
 
 
 def _best(result: dict[str, float], label: str, group: list) -> tuple[float, dict | None]:
@@ -72,8 +100,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds")
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--only", action="append", default=[], help="workload names to run (default: the suite)")
+    parser.add_argument("--also", type=json.loads, action="append", default=[], metavar="CONFIG_JSON",
+                        help="a config (JSON, implied knobs filled in) to time on every workload it fits beside "
+                             "the recorded bests (repeatable: new variants not in the tables)")
     args = parser.parse_args(argv)
-    results = []
+    also = [validate_config(c) for c in args.also]
+    hardware = HardwareSpec.from_device()
+    plan: dict[Workload, dict[str, list]] = {}
     for workload in SUITE:
         if args.only and workload.name not in args.only:
             continue
@@ -84,28 +117,54 @@ def main(argv: list[str] | None = None) -> int:
         rows = [m for t in tables for m in load_table(t)]
         ok = sorted((m for m in rows if m.ok), key=lambda m: m.median_ms)
         configs = [validate_config(m.config) for m in ok]  # older tables omit knobs added since
-        groups = {
+        new = [c for c in also if check(c, workload, hardware).feasible]
+        plan[workload] = {
             "bf16": [c for c in configs if not c["use_fp8"]][: args.top],
             "fp8": [c for c in configs if c["use_fp8"]][: args.top],
+            "new": [c for c in new if not c["use_fp8"]],
+            "new_fp8": [c for c in new if c["use_fp8"]],
         }
-        result = bench_workload(workload, groups, args.rounds)
-        ours, config = _best(result, "bf16", groups["bf16"])
-        fp8, fp8_config = _best(result, "fp8", groups["fp8"])
+    _precompile(plan)
+    results = []
+    for workload, groups in plan.items():
+        result, forms = bench_workload(workload, groups, args.rounds)
+        recorded, recorded_config = _best(result, "bf16", groups["bf16"])
+        newest, new_config = _best(result, "new", groups["new"])
+        ours, config = max((recorded, recorded_config), (newest, new_config), key=lambda t: t[0])
+        fp8, fp8_config = max(_best(result, "fp8", groups["fp8"]), _best(result, "new_fp8", groups["new_fp8"]),
+                              key=lambda t: t[0])
         results.append({"workload": workload.name, "flashtune": ours, "config": config, "fp8": fp8,
-                        "fp8_config": fp8_config, **{n: result[n] for n in _PEERS}})
+                        "fp8_config": fp8_config, **{n: result[n] for n in _PEER_KEYS},
+                        "peer_forms": forms, "recorded_best": recorded, "recorded_config": recorded_config,
+                        "new_best": newest, "new_config": new_config,
+                        "new_each": {json.dumps(c.to_dict()): result[f"{label}#{i}"]
+                                     for label in ("new", "new_fp8") for i, c in enumerate(groups[label])}})
     print(f"\n{torch.cuda.get_device_name()} | torch {torch.__version__}")
     print("| workload | flashtune TFLOP/s | SDPA cuDNN | SDPA flash | vs cuDNN | vs flash | best config | fp8 | fp8 / bf16 |")
     print("|---|---|---|---|---|---|---|---|---|")
     for r in results:
-        vs = {n: (r["flashtune"] / r[n] if r[n] else math.nan) for n in _PEERS}
+        vs = {n: (r["flashtune"] / r[n] if r[n] else math.nan) for n in _PEER_KEYS}
         fp8 = f"{r['fp8']:.0f} | {r['fp8'] / r['flashtune']:.2f}x" if r["fp8"] else "- | -"
         print(f"| {r['workload']} | {r['flashtune']:.0f} | {r['sdpa_cudnn']:.0f} | {r['sdpa_flash']:.0f} | "
               f"{vs['sdpa_cudnn']:.2f}x | {vs['sdpa_flash']:.2f}x | {r['config']} | {fp8} |")
         if r["fp8_config"]:
             print(f"|   fp8 config: {r['fp8_config']} |")
+        if "enable_gqa" in r["peer_forms"].values():
+            print(f"|   peers' fastest GQA form: {r['peer_forms']} |")
     ratios = [r["flashtune"] / r["sdpa_cudnn"] for r in results if r["sdpa_cudnn"]]
     if ratios:
-        print(f"geometric mean vs cuDNN: {math.exp(sum(map(math.log, ratios)) / len(ratios)):.3f}x")
+        print(f"geometric mean vs cuDNN: {_geomean(ratios):.3f}x")
+    if also:
+        print("\n| workload | recorded best | vs cuDNN | new variants' best | vs cuDNN | new config |")
+        print("|---|---|---|---|---|---|")
+        for r in results:
+            cudnn = r["sdpa_cudnn"] or math.nan
+            print(f"| {r['workload']} | {r['recorded_best']:.0f} | {r['recorded_best'] / cudnn:.2f}x | "
+                  f"{r['new_best']:.0f} | {r['new_best'] / cudnn:.2f}x | {r['new_config']} |")
+        for key in ("recorded_best", "new_best"):
+            vs = [r[key] / r["sdpa_cudnn"] for r in results if r["sdpa_cudnn"] and r[key]]
+            if vs:
+                print(f"geometric mean vs cuDNN, {key.replace('_', ' ')}: {_geomean(vs):.3f}x")
     if args.json:
         args.json.write_text(json.dumps(results, indent=2) + "\n")
     return 0

@@ -155,7 +155,7 @@ def run_tune(args: argparse.Namespace) -> int:
                                     worker=_worker_index(args), heartbeat_s=args.heartbeat, priors=priors))
         # The figure a user came for: the tuned config against what runs without tuning.
         defaults = [_default_measurement(measurer, r.study) for r in results]
-        peers = [_peer_times(measurer, r.study) for r in results]
+        peers = [_peer_times(measurer, r.study, r.best) for r in results]
     except BaseException as exc:
 
         if isinstance(exc, (StudyInterrupted, KeyboardInterrupt)):
@@ -179,18 +179,40 @@ def _default_measurement(measurer: Any, study: Any) -> Measurement:
     return measurer.evaluator(study.workload)(fallback_config(study.hardware, study.workload))
 
 
-def _peer_times(measurer: Any, study: Any) -> list[PeerTime] | None:
-    """torch SDPA's backends on the study's workload, timed here and now on a live GPU
-    (None when replaying: recorded tables hold no peers, and this machine may have no GPU)."""
+def _peer_times(measurer: Any, study: Any, best: Any) -> list[PeerTime] | None:
+    """torch SDPA's backends on the study's workload, timed here and now on a live GPU in
+    interleaved rounds beside the tuned config (re-timed, so that the ratio compares the
+    same minutes of the card: a peer timed alone after the study ran at another SM clock
+    than the trials, BENCHMARKS.md "Peers timed as users call them"); None when replaying
+    (recorded tables hold no peers, and this machine may have no GPU)."""
     if measurer.kind != "live":
         return None
     # Lazy: the tuning process never imports torch otherwise (workers measure); a live
     # run on a GPU has it anyway.
+    import math
+
     import torch
 
-    from flashtune.objectives.peers import time_peers  # lazy: imports torch (above)
+    from flashtune.kernels.attention import launch  # lazy: imports torch and triton (above)
+    from flashtune.objectives.peers import PeerTime, time_peers  # lazy: imports torch (above)
 
-    return time_peers(study.workload, torch.device("cuda"))
+    workload = study.workload
+    beside = {}
+    if best is not None:
+        def tuned(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Any:
+            out = torch.empty_like(q)
+            return lambda: launch(q, k, v, out, causal=workload.causal, scale=1 / math.sqrt(workload.head_dim),
+                                  config=best.config)
+
+        beside[_TUNED] = tuned
+    peers, timed = time_peers(workload, torch.device("cuda"), beside=beside)
+    if best is not None:
+        peers.append(PeerTime(_TUNED, timed.median_ms.get(_TUNED), timed.errors.get(_TUNED, "")))
+    return peers
+
+
+#: The tuned config's entry among the peer times (re-timed beside them).
+_TUNED = "tuned config"
 
 
 def outcome_text(result: Any, default: Measurement, peers: list[PeerTime] | None = None, *,
@@ -223,18 +245,29 @@ def outcome_text(result: Any, default: Measurement, peers: list[PeerTime] | None
 
 
 def _peer_lines(best: Any, peers: list[PeerTime] | None) -> list[str]:
+    """Each peer's time; as a ratio to the tuned config re-timed in the same rounds (the
+    ``_TUNED`` entry), else to the study's best when that entry is missing."""
     if peers is None:
         return ["SDPA peers:     timed on a live GPU only (this run replays recorded times)"]
+    retimed = next((p for p in peers if p.name == _TUNED), None)
+    tuned_ms, same_run = (retimed.median_ms, True) if retimed and retimed.median_ms else (
+        best.cost_ms if best is not None else None, False)
     lines = []
+    if retimed is not None:
+        lines.append(f"{'re-timed:':<15} the tuned config {retimed.median_ms:.4g} ms beside the peers"
+                     if retimed.median_ms else f"{'re-timed:':<15} the tuned config failed ({retimed.error})")
     for peer in peers:
+        if peer.name == _TUNED:
+            continue
+        form = f" ({peer.form})" if peer.form == "enable_gqa" else ""
         if peer.median_ms is None:
             lines.append(f"{peer.name + ':':<15} unavailable for this shape ({peer.error})")
-        elif best is None:
-            lines.append(f"{peer.name + ':':<15} {peer.median_ms:.4g} ms")
+        elif tuned_ms is None:
+            lines.append(f"{peer.name + ':':<15} {peer.median_ms:.4g} ms{form}")
         else:
             # Above 1x: the tuned config is faster than this peer.
-            lines.append(f"{peer.name + ':':<15} {peer.median_ms:.4g} ms; the tuned config runs at "
-                         f"{peer.median_ms / best.cost_ms:.2f}x its speed (same run)")
+            lines.append(f"{peer.name + ':':<15} {peer.median_ms:.4g} ms{form}; the tuned config runs at "
+                         f"{peer.median_ms / tuned_ms:.2f}x its speed ({'same rounds' if same_run else 'study time'})")
     return lines
 
 

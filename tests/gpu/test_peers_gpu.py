@@ -1,5 +1,5 @@
 """GPU check of the peers the main job prints (``pytest -m gpu``): SDPA's cuDNN and flash
-backends time on a suite shape, and a GQA shape runs through the expanded heads."""
+backends time on a suite shape, and a GQA shape runs in both forms (enable_gqa, expanded)."""
 
 import pytest
 import torch
@@ -16,8 +16,9 @@ pytestmark = [
 @pytest.mark.parametrize("shape", ["4,32,4096,128", "4,32/8,4096,128,causal"])
 def test_both_peers_time_a_suite_shape(shape: str) -> None:
     workload = Workload.parse(shape)
-    times = time_peers(workload, torch.device("cuda"), rep_ms=20)
+    times, timed = time_peers(workload, torch.device("cuda"), rep_ms=20, rounds=1)
     assert [t.name for t in times] == list(PEERS)
+    assert len(timed.median_ms) == len(PEERS) * (2 if workload.q_heads != workload.kv_heads else 1)
     for peer in times:
         assert peer.median_ms is not None and peer.error == "", peer
         # Above 1000 TFLOP/s would mean the peer did not run (the H200's bf16 peak is 989).

@@ -56,8 +56,14 @@ def test_peer_lines_give_each_peer_as_a_ratio_or_why_it_did_not_run() -> None:
     best = Trial(number=3, config=config, measurement=measured, elapsed_s=1.0)
     lines = _peer_lines(best, [PeerTime("SDPA cuDNN", 0.55), PeerTime("SDPA flash", None, "No available kernel")])
     assert lines == [
-        "SDPA cuDNN:     0.55 ms; the tuned config runs at 1.10x its speed (same run)",
+        "SDPA cuDNN:     0.55 ms; the tuned config runs at 1.10x its speed (study time)",
         "SDPA flash:     unavailable for this shape (No available kernel)",
+    ]
+    # Re-timed beside the peers in the same rounds: the ratio is to that time, not the study's.
+    lines = _peer_lines(best, [PeerTime("SDPA cuDNN", 0.55, form="enable_gqa"), PeerTime("tuned config", 0.6)])
+    assert lines == [
+        "re-timed:       the tuned config 0.6 ms beside the peers",
+        "SDPA cuDNN:     0.55 ms (enable_gqa); the tuned config runs at 0.92x its speed (same rounds)",
     ]
 
 
@@ -67,7 +73,7 @@ def test_peers_refused_by_the_device_are_reported_not_raised() -> None:
     from flashtune.objectives.peers import PEERS, time_peers
 
     # cuDNN has no CPU kernel: it comes back with torch's reason (flash has one on a CPU).
-    times = time_peers(WORKLOAD.__class__.parse("1,2,64,64"), torch.device("cpu"), rep_ms=1)
+    times, _ = time_peers(WORKLOAD.__class__.parse("1,2,64,64"), torch.device("cpu"), rep_ms=1, rounds=1)
     assert [t.name for t in times] == list(PEERS)
     assert times[0].median_ms is None and "No viable backend" in times[0].error
     assert all((t.median_ms is None) != (t.error == "") for t in times), times

@@ -1,0 +1,186 @@
+"""FlashAttention forward in one warp-specialized loop (``loads="lean_ws_oneloop"``).
+
+Same contract as ``_flash_fwd`` and ``_flash_fwd_lean`` (grouped-query heads, causal
+aligned bottom-right, any lengths, fp8 with per-tensor scales and V transposed, rows that
+see no key write zeros), written so that Triton 3.6's automatic warp specialization
+applies at 4 warps, where the lean kernel's ``lean_ws`` loop compiles without it
+(compiled for sm90 on a CPU with ``objectives/aot.py``, BENCHMARKS.md "Prefill: the
+minimal kernel's costs, one at a time"). What the warp-specialization pass refused there,
+each seen on its own:
+
+- a second key loop with a runtime bound, before or after the specialized one (the lean
+  kernel's masked band and ragged tail): here every key block runs in the one loop, each
+  score masked by a per-row limit when the launch needs a mask at all (causal, or a ragged
+  key tail: one compare and select a score);
+- a branch in the epilogue (the lean kernel's descriptor store of full tiles, pointer
+  store of a ragged last tile): here which store a launch uses is a constexpr (``EVEN_M``);
+- descriptors made on the host, and rank-4 Q/O descriptors: here flat 2-D descriptors are
+  made on the device, once a program (rank-4 ones, unspecialized, for strided inputs).
+
+The loop runs keys [0, hi) of the tile: hi is kv_len, or under a causal mask the last key
+any of its rows sees.
+"""
+
+import triton
+import triton.language as tl
+
+from flashtune.kernels._flash_fwd import normalize, tile_coords
+
+
+@triton.jit
+def _row_descriptor(base, rows, cols, stride, BLOCK: tl.constexpr, WIDTH: tl.constexpr):
+    """A 2-D descriptor over ``rows`` rows of ``cols`` elements (the flat layouts)."""
+    return tl.make_tensor_descriptor(base, shape=[rows, cols], strides=[stride, 1], block_shape=[BLOCK, WIDTH])
+
+
+@triton.jit
+def _head_descriptor(base, batch, heads, rows, cols, stride_z, stride_h, stride_r, BLOCK: tl.constexpr,
+                     WIDTH: tl.constexpr):
+    """A rank-4 descriptor (batch, heads, rows, cols) with the tensor's own strides: clips per head."""
+    return tl.make_tensor_descriptor(base, shape=[batch, heads, rows, cols], strides=[stride_z, stride_h, stride_r, 1],
+                                     block_shape=[1, 1, BLOCK, WIDTH])
+
+
+@triton.jit
+def _load(desc, z, h, row0, row, col, BLOCK: tl.constexpr, WIDTH: tl.constexpr, FLAT: tl.constexpr):
+    """The [BLOCK, WIDTH] block at (row, col) of the (z, h) slice (flat: its rows start at ``row0``)."""
+    if FLAT:
+        return desc.load([row0 + row, col])
+    else:
+        return desc.load([z, h, row, col]).reshape([BLOCK, WIDTH])
+
+
+@triton.jit
+def one_loop_attention_kernel(
+    Q, K, V, Out, Scales,
+    stride_qz, stride_qh, stride_qm,
+    stride_kz, stride_kh, stride_kn,
+    stride_vz, stride_vh, stride_vr,
+    stride_oz, stride_oh, stride_om,
+    batch, q_heads, kv_heads, q_len, kv_len, v_cols, qk_scale,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    IS_CAUSAL: tl.constexpr,
+    WARP_SPECIALIZE: tl.constexpr,
+    FP8: tl.constexpr,
+    BH_MAJOR: tl.constexpr,
+    FLAT: tl.constexpr,
+    EVEN_M: tl.constexpr,
+    MASK: tl.constexpr,
+    EMPTY_ROWS: tl.constexpr,
+):
+    """One tile of (BLOCK_M queries, one batch and query head) a program.
+
+    V is (batch, kv_heads, kv_len, head_dim), or with ``FP8`` V^T (batch, kv_heads,
+    head_dim, v_cols) with its rows padded to ``v_cols`` (``stride_vr``: the stride of
+    V's rows either way).
+
+    ``FLAT``: every tensor has (batch, heads, len) contiguous and is read through one 2-D
+    descriptor over all its rows (the form that warp-specializes at 4 warps): a ragged tail
+    block reads the next head's first rows, which the mask drops, and with ``EVEN_M``
+    false (q_len not a multiple of BLOCK_M, a launch-time fact, so no runtime branch) the
+    output goes by masked pointer stores. Otherwise rank-4 descriptors with the tensors'
+    own strides, which clip per head.
+
+    ``MASK`` (causal, or kv_len not a multiple of BLOCK_N) and ``EMPTY_ROWS`` (causal with
+    q_len > kv_len: some rows see no key) are launch-time facts too: without them the loop
+    runs no compare, select or guard (on the H200 the always-masked loop ran 475 TFLOP/s at
+    D128 4,32,4096 non-causal where the minimal kernel, which has none, ran 531).
+    """
+    num_m_blocks = tl.cdiv(q_len, BLOCK_M)
+    tile = tl.program_id(1) * tl.num_programs(0) + tl.program_id(0)
+    pid_m, pid_zh = tile_coords(tile, num_m_blocks, batch * q_heads, IS_CAUSAL, BH_MAJOR)
+    z = pid_zh // q_heads
+    h = pid_zh % q_heads
+    kv_h = h // (q_heads // kv_heads)  # grouped-query: a group of query heads shares one K/V head
+    start_m = pid_m * BLOCK_M
+    # First rows of this (batch, head) in the flat layouts (unused by rank-4 descriptors).
+    q_row0 = pid_zh * q_len
+    k_row0 = (z * kv_heads + kv_h) * kv_len
+    vt_row0 = (z * kv_heads + kv_h) * HEAD_DIM
+
+    if FLAT:
+        q_desc = _row_descriptor(Q, batch * q_heads * q_len, HEAD_DIM, stride_qm, BLOCK_M, HEAD_DIM)
+        o_desc = _row_descriptor(Out, batch * q_heads * q_len, HEAD_DIM, stride_om, BLOCK_M, HEAD_DIM)
+        k_desc = _row_descriptor(K, batch * kv_heads * kv_len, HEAD_DIM, stride_kn, BLOCK_N, HEAD_DIM)
+        if FP8:
+            v_desc = _row_descriptor(V, batch * kv_heads * HEAD_DIM, v_cols, stride_vr, HEAD_DIM, BLOCK_N)
+        else:
+            v_desc = _row_descriptor(V, batch * kv_heads * kv_len, HEAD_DIM, stride_vr, BLOCK_N, HEAD_DIM)
+    else:
+        q_desc = _head_descriptor(Q, batch, q_heads, q_len, HEAD_DIM, stride_qz, stride_qh, stride_qm,
+                                  BLOCK_M, HEAD_DIM)
+        o_desc = _head_descriptor(Out, batch, q_heads, q_len, HEAD_DIM, stride_oz, stride_oh, stride_om,
+                                  BLOCK_M, HEAD_DIM)
+        k_desc = _head_descriptor(K, batch, kv_heads, kv_len, HEAD_DIM, stride_kz, stride_kh, stride_kn,
+                                  BLOCK_N, HEAD_DIM)
+        if FP8:
+            v_desc = _head_descriptor(V, batch, kv_heads, HEAD_DIM, v_cols, stride_vz, stride_vh, stride_vr,
+                                      HEAD_DIM, BLOCK_N)
+        else:
+            v_desc = _head_descriptor(V, batch, kv_heads, kv_len, HEAD_DIM, stride_vz, stride_vh, stride_vr,
+                                      BLOCK_N, HEAD_DIM)
+    if FP8:
+        qk_scale = qk_scale * tl.load(Scales) * tl.load(Scales + 1)
+
+    q = _load(q_desc, z, h, q_row0, start_m, 0, BLOCK_M, HEAD_DIM, FLAT)
+    offs_m = start_m + tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    if IS_CAUSAL:
+        # Bottom-right: query i sees keys j <= i + (kv_len - q_len).
+        causal_offset = kv_len - q_len
+        limit = tl.minimum(offs_m + causal_offset + 1, kv_len)
+        hi = tl.maximum(tl.minimum(start_m + BLOCK_M + causal_offset, kv_len), 0)
+    else:
+        limit = tl.zeros([BLOCK_M], dtype=tl.int32) + kv_len
+        hi = kv_len
+
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+    for start_n in tl.range(0, hi, BLOCK_N, warp_specialize=WARP_SPECIALIZE):
+        start_n = tl.multiple_of(start_n, BLOCK_N)
+        k = _load(k_desc, z, kv_h, k_row0, start_n, 0, BLOCK_N, HEAD_DIM, FLAT).T
+        qk = tl.dot(q, k)
+        if MASK:
+            # Keys past kv_len (zeros, or the next head's rows with flat descriptors) and,
+            # when causal, past the row's diagonal get no weight.
+            qk = tl.where((start_n + offs_n)[None, :] < limit[:, None], qk * qk_scale, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(qk, 1))
+            if EMPTY_ROWS:
+                # A row with no visible key so far keeps m = -inf; subtract 0 instead so
+                # that exp2 gives 0 rather than NaN (-inf - -inf).
+                m_sub = tl.where(m_new == float("-inf"), 0.0, m_new)
+            else:
+                # Every row sees key 0 in the first block: m is finite from then on.
+                m_sub = m_new
+            p = tl.math.exp2(qk - m_sub[:, None])
+        else:
+            # The scale folded into exp2's FMA, as the minimal kernel does.
+            m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
+            m_sub = m_new
+            p = tl.math.exp2(qk * qk_scale - m_sub[:, None])
+        alpha = tl.math.exp2(m_i - m_sub)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None]
+        if FP8:
+            v = _load(v_desc, z, kv_h, vt_row0, 0, start_n, HEAD_DIM, BLOCK_N, FLAT).T
+            # P stretched to e4m3's range (undone by normalize), as the other kernels do.
+            acc = tl.dot((p * 448.0).to(v.dtype), v, acc)
+        else:
+            v = _load(v_desc, z, kv_h, k_row0, start_n, 0, BLOCK_N, HEAD_DIM, FLAT)
+            acc = tl.dot(p.to(v.dtype), v, acc)
+        m_i = m_new
+
+    out = normalize(acc, l_i, Scales, FP8).to(Out.dtype.element_ty)
+    if not FLAT:
+        o_desc.store([z, h, start_m, 0], out.reshape([1, 1, BLOCK_M, HEAD_DIM]))
+    elif EVEN_M:
+        o_desc.store([q_row0 + start_m, 0], out)
+    else:
+        # A flat descriptor does not clip at the head's end: rows past q_len are the next head's.
+        offs_d = tl.arange(0, HEAD_DIM)
+        o_ptrs = Out + z.to(tl.int64) * stride_oz + h.to(tl.int64) * stride_oh \
+            + offs_m[:, None] * stride_om + offs_d[None, :]
+        tl.store(o_ptrs, out, mask=offs_m[:, None] < q_len)
