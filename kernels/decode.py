@@ -78,6 +78,7 @@ def launch_decode(
     cache_seqlens: torch.Tensor | None = None,
     workspace: DecodeWorkspace | None = None,
     combine: str = "launch",
+    kv_start: torch.Tensor | None = None,
 ) -> Any:
     """Launch the decode kernel(s) into ``out``; inputs and config already validated.
 
@@ -94,6 +95,8 @@ def launch_decode(
         config: a validated decode config (``kernel="decode"``).
         cache_seqlens: int32 (batch,) contiguous on q's device, or None (all of the cache).
             Values outside [0, capacity] are clamped in the kernel, not checked here.
+        kv_start: int32 (batch,) contiguous on q's device, or None (keys from 0): the first
+            key of each sequence (left padding); clamped to [0, length] in the kernel.
         workspace: split scratch at least ``DecodeWorkspace.for_query(q, num_splits)``'s size.
         combine: ``launch`` (a second kernel merges the splits) or ``fused`` (the split
             kernel's last program per row block does: one launch). Not yet a knob of the
@@ -125,11 +128,12 @@ def launch_decode(
         part_o = part_lse = _unused_float32(q.device)
         counters = _unused_int32(q.device)
     seqlens = cache_seqlens if cache_seqlens is not None else out  # not read without HAS_SEQLENS
+    starts = kv_start if kv_start is not None else seqlens  # not read without HAS_KV_START
     if uses_tma(config):
         # Device-side descriptors live in a scratch buffer that Triton asks for at launch.
         use_descriptor_scratch()
     fused = combine == "fused" and num_splits > 1
-    args = split_arguments(q, k, v, out, part_o, part_lse, seqlens, counters, stride_q=q.stride()[:3],
+    args = split_arguments(q, k, v, out, part_o, part_lse, seqlens, counters, starts, stride_q=q.stride()[:3],
                            stride_k=k.stride()[:3],
                            stride_v=v.stride()[:3], stride_o=out.stride()[:3], q_heads=q_heads, kv_heads=kv_heads,
                            q_len=q_len, kv_cap=kv_cap, num_splits=num_splits, scale=scale)
@@ -137,7 +141,8 @@ def launch_decode(
     handle = decode_split_kernel[grid](*args, **split_options(config, head_dim=head_dim, kv_group=kv_group,
                                                               q_len=q_len, causal=causal,
                                                               has_seqlens=cache_seqlens is not None,
-                                                              fused_combine=fused))
+                                                              fused_combine=fused,
+                                                              has_kv_start=kv_start is not None))
     if num_splits > 1 and not fused:
         combine_grid = (rows, triton.cdiv(head_dim, COMBINE_BLOCK_D))
         decode_combine_kernel[combine_grid](*combine_arguments(out, part_o, part_lse, stride_o=out.stride()[:3],
@@ -146,22 +151,23 @@ def launch_decode(
     return handle
 
 
-def split_arguments(q: Any, k: Any, v: Any, out: Any, part_o: Any, part_lse: Any, seqlens: Any, counters: Any, *,
+def split_arguments(q: Any, k: Any, v: Any, out: Any, part_o: Any, part_lse: Any, seqlens: Any, counters: Any,
+                    kv_start: Any, *,
                     stride_q: tuple[int, ...], stride_k: tuple[int, ...], stride_v: tuple[int, ...],
                     stride_o: tuple[int, ...], q_heads: int, kv_heads: int, q_len: int, kv_cap: int,
                     num_splits: int, scale: float) -> tuple[Any, ...]:
     """The split kernel's positional arguments, in its order (one place: launch and
     precompile). Strides are (batch, head, row) of q, k, v and out."""
-    return (q, k, v, out, part_o, part_lse, seqlens, counters, *stride_q, *stride_k, *stride_v, *stride_o,
+    return (q, k, v, out, part_o, part_lse, seqlens, counters, kv_start, *stride_q, *stride_k, *stride_v, *stride_o,
             q_heads, kv_heads, q_heads // kv_heads, q_len, kv_cap, num_splits, scale * LOG2_E)
 
 
 def split_options(config: Config, *, head_dim: int, kv_group: int, q_len: int, causal: bool,
-                  has_seqlens: bool, fused_combine: bool = False) -> dict[str, Any]:
+                  has_seqlens: bool, fused_combine: bool = False, has_kv_start: bool = False) -> dict[str, Any]:
     """The split kernel's constexprs and launch options for a config."""
     return {"HEAD_DIM": head_dim, "BLOCK_H": decode_block_h(kv_group, q_len), "BLOCK_N": int(config["BLOCK_N"]),
             "IS_CAUSAL": bool(causal), "HAS_SEQLENS": has_seqlens, "USE_TMA": uses_tma(config),
-            "FUSED_COMBINE": fused_combine,
+            "FUSED_COMBINE": fused_combine, "HAS_KV_START": has_kv_start,
             "num_warps": int(config["num_warps"]), "num_stages": int(config["num_stages"])}
 
 
@@ -192,7 +198,7 @@ def warm_up(config: Config, *, batch: int, q_heads: int, kv_heads: int, q_len: i
     stride_q = (q_heads * q_len * head_dim, q_len * head_dim, head_dim)
     stride_k = (kv_heads * kv_len * head_dim, kv_len * head_dim, head_dim)
     splits = int(config["num_splits"])
-    args = split_arguments(buf, buf, buf, buf, f32, f32, buf, i32, stride_q=stride_q, stride_k=stride_k,
+    args = split_arguments(buf, buf, buf, buf, f32, f32, buf, i32, i32, stride_q=stride_q, stride_k=stride_k,
                            stride_v=stride_k, stride_o=stride_q, q_heads=q_heads, kv_heads=kv_heads, q_len=q_len,
                            kv_cap=kv_len, num_splits=splits, scale=1.0)
     fused = combine == "fused" and splits > 1
@@ -242,6 +248,30 @@ def check_cache_seqlens(cache_seqlens: Any, q: torch.Tensor, k: torch.Tensor) ->
         if high > capacity:
             raise ValueError(f"cache_seqlens: a length of {high} is longer than the cache (k.shape[2] = {capacity})")
     return cache_seqlens.contiguous()
+
+
+def check_kv_start(kv_start: Any, q: torch.Tensor, k: torch.Tensor, cache_seqlens: torch.Tensor | None) -> torch.Tensor:
+    """Raise ValueError naming ``kv_start`` unless it is an int32 (batch,) tensor on q's
+    device with every value in [0, that sequence's length] (``cache_seqlens[b]``, else
+    k.shape[2]); return it contiguous. Values are read on the host as for
+    :func:`check_cache_seqlens` (not inside CUDA-graph capture: the kernel clamps them)."""
+    if not isinstance(kv_start, torch.Tensor):
+        raise ValueError(f"kv_start must be a torch.Tensor of int32, got {type(kv_start).__name__}")
+    batch = q.shape[0]
+    if kv_start.dtype != torch.int32:
+        raise ValueError(f"kv_start.dtype must be torch.int32, got {kv_start.dtype}")
+    if tuple(kv_start.shape) != (batch,):
+        raise ValueError(f"kv_start must have shape (batch,) = ({batch},), got {tuple(kv_start.shape)}")
+    if kv_start.device != q.device:
+        raise ValueError(f"kv_start must be on q's device {q.device}, got {kv_start.device}")
+    if not _capturing(q.device):
+        ends = cache_seqlens if cache_seqlens is not None else torch.full_like(kv_start, k.shape[2])
+        bad = torch.nonzero((kv_start < 0) | (kv_start > ends))
+        if bad.numel():
+            b = int(bad[0, 0])
+            raise ValueError(f"kv_start[{b}] = {int(kv_start[b])} is outside [0, {int(ends[b])}] "
+                             f"(the sequence's length: cache_seqlens[{b}], else k.shape[2])")
+    return kv_start.contiguous()
 
 
 def _capturing(device: torch.device) -> bool:

@@ -113,8 +113,8 @@ def test_default_config_picks_the_decode_kernel_for_short_queries():
 
 
 def test_decode_config_serves_a_long_query_against_a_cache():
-    # Past DECODE_MAX_Q_LEN the default is prefill, but an explicit decode config (or
-    # cache_seqlens) still runs the decode kernel, which is correct for any q_len.
+    # Past DECODE_MAX_Q_LEN the default is prefill (with cache_seqlens too), but an explicit
+    # decode config still runs the decode kernel, which is correct for any q_len.
     _check(*_qkv(1, 2, 1, 20, 40, 32), True, _decode(2, block_n=16))
     _check(*_qkv(1, 2, 1, 20, 40, 32), True, None, lengths=[33])
 
@@ -178,11 +178,10 @@ def test_bad_cache_seqlens(seqlens, match):
         _bad(seqlens)
 
 
-def test_prefill_config_with_cache_seqlens_is_refused():
+def test_prefill_config_with_cache_seqlens_runs_the_prefill_kernel():
+    # The prefill kernel takes per-sequence lengths too (a static cache's prefill).
     prefill = Config(BLOCK_M=32, BLOCK_N=32, num_warps=4, num_stages=2)
-    with pytest.raises(ValueError, match="cache_seqlens needs the decode kernel"):
-        q, k, v = _qkv(1, 2, 2, 1, 8, 32)
-        flash_attention(q, k, v, config=prefill, cache_seqlens=torch.tensor([4], dtype=torch.int32))
+    _check(*_qkv(2, 2, 2, 1, 40, 32), True, prefill, lengths=[4, 33])
 
 
 def _fused(q, k, v, causal, config, lengths=None, workspace=None):
