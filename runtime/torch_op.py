@@ -23,16 +23,16 @@ OP_NAME = "flashtune::flash_attention"
 @torch.library.custom_op(OP_NAME, mutates_args=())
 def flash_attention_op(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False, scale: Optional[float] = None,
-    cache_seqlens: Optional[torch.Tensor] = None,
+    cache_seqlens: Optional[torch.Tensor] = None, kv_start: Optional[torch.Tensor] = None,
 ) -> torch.Tensor:
     """The runtime's tuned attention; see :func:`flashtune.runtime.flash_attention`."""
-    return _tuned(q, k, v, causal=causal, scale=scale, cache_seqlens=cache_seqlens)
+    return _tuned(q, k, v, causal=causal, scale=scale, cache_seqlens=cache_seqlens, kv_start=kv_start)
 
 
 @flash_attention_op.register_fake
 def _flash_attention_fake(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False, scale: Optional[float] = None,
-    cache_seqlens: Optional[torch.Tensor] = None,
+    cache_seqlens: Optional[torch.Tensor] = None, kv_start: Optional[torch.Tensor] = None,
 ) -> torch.Tensor:
     # Same shape, dtype and device as q, contiguous: what the launcher allocates.
     return torch.empty_like(q, memory_format=torch.contiguous_format)
