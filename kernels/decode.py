@@ -77,7 +77,7 @@ def launch_decode(
     config: Config,
     cache_seqlens: torch.Tensor | None = None,
     workspace: DecodeWorkspace | None = None,
-    combine: str = "launch",
+    combine: str | None = None,
     kv_start: torch.Tensor | None = None,
 ) -> Any:
     """Launch the decode kernel(s) into ``out``; inputs and config already validated.
@@ -99,13 +99,15 @@ def launch_decode(
             key of each sequence (left padding); clamped to [0, length] in the kernel.
         workspace: split scratch at least ``DecodeWorkspace.for_query(q, num_splits)``'s size.
         combine: ``launch`` (a second kernel merges the splits) or ``fused`` (the split
-            kernel's last program per row block does: one launch). Not yet a knob of the
-            declared space: ``fused`` awaits its GPU measurement (BENCHMARKS.md, "Decode").
+            kernel's last program per row block does: one launch); None: the config's
+            ``combine`` knob (``launch`` for a config recorded without it).
 
     Returns:
         Triton's compiled handle of the split kernel (registers, spills, shared memory),
         or None under the interpreter.
     """
+    if combine is None:
+        combine = config.get("combine", "launch")
     if combine not in COMBINES:
         raise ValueError(f"combine={combine!r} is not one of {list(COMBINES)}")
     batch, q_heads, q_len, head_dim = q.shape
@@ -187,7 +189,7 @@ def combine_options(head_dim: int) -> dict[str, Any]:
 
 
 def warm_up(config: Config, *, batch: int, q_heads: int, kv_heads: int, q_len: int, kv_len: int, head_dim: int,
-            dtype: torch.dtype, causal: bool, device: str = "cuda", combine: str = "launch") -> Any:
+            dtype: torch.dtype, causal: bool, device: str = "cuda", combine: str | None = None) -> Any:
     """Compile (into Triton's cache) what ``launch_decode`` runs for contiguous inputs of
     these shapes, without running it: the compile pool's job (objectives.precompile).
     Returns the split kernel's compiled kernel. ``device``: where the stand-in buffers live
@@ -198,6 +200,7 @@ def warm_up(config: Config, *, batch: int, q_heads: int, kv_heads: int, q_len: i
     stride_q = (q_heads * q_len * head_dim, q_len * head_dim, head_dim)
     stride_k = (kv_heads * kv_len * head_dim, kv_len * head_dim, head_dim)
     splits = int(config["num_splits"])
+    combine = config.get("combine", "launch") if combine is None else combine
     args = split_arguments(buf, buf, buf, buf, f32, f32, buf, i32, i32, stride_q=stride_q, stride_k=stride_k,
                            stride_v=stride_k, stride_o=stride_q, q_heads=q_heads, kv_heads=kv_heads, q_len=q_len,
                            kv_cap=kv_len, num_splits=splits, scale=1.0)
@@ -345,7 +348,11 @@ def decode_default_for(*, batch: int, q_heads: int, kv_heads: int, q_len: int, k
       every GPU flashtune knows), or 2 when batch x kv_heads alone already gives two
       programs per SM: then residency, not depth, keeps the memory busy (batch 64: 136 us
       at 2 stages, 148 at 3);
-    * num_splits from :func:`choose_num_splits`.
+    * num_splits from :func:`choose_num_splits`;
+    * the combine fused into the split kernel, except with per-sequence lengths: on the
+      H200 (bench_decode, 2026-12-01) fused was 35 vs 83 us at 1,32/8,4096, 79.2 vs 88.1 at
+      q_len 4 and 79.6 vs 82.1 at 8,32/8,8192, within 1 % at 32k-128k keys, but 65.9 vs
+      56.5 with per-sequence lengths (its last split waits for the longest sequence's).
     """
     group = q_heads // kv_heads
     programs = batch * kv_heads * triton.cdiv(group * q_len, decode_block_h(group, q_len))
@@ -354,4 +361,4 @@ def decode_default_for(*, batch: int, q_heads: int, kv_heads: int, q_len: int, k
     block_n = min(max(DEFAULT_TILE_BYTES // (head_dim * 2), 32), 128)
     stages = 2 if programs >= PROGRAMS_PER_SM_TARGET * sm_count else 3
     return Config(kernel="decode", BLOCK_N=block_n, num_splits=splits, num_warps=4, num_stages=stages,
-                  loads="pointer")
+                  loads="pointer", combine="launch" if per_sequence_lengths else "fused")

@@ -36,6 +36,8 @@ from flashtune.runtime.resolve import Resolution, resolve, uses_fp8
 from flashtune.runtime.store import Key, Store, triton_version
 
 ENV_STORE = "FLASHTUNE_STORE"
+#: Resolution origins whose config was measured for its bucket (kept as recorded).
+STORE_ORIGINS = ("exact", "nearest")
 #: Set to 1 to let the store serve fp8 configs (other numerics than the inputs' dtype).
 ENV_ALLOW_FP8 = "FLASHTUNE_ALLOW_FP8"
 
@@ -302,11 +304,18 @@ class Dispatcher:
             # Per-sequence ranges with a config whose kernel cannot take them (fp8, the
             # lean kernel): the launcher's default for the shape serves.
             return _launcher(q, k, v, causal=causal, scale=scale, config=None, **extra)
+        served = config
+        resolution = self._resolutions.get(key)
+        measured = resolution is not None and resolution[1].origin in STORE_ORIGINS
+        if extra and config.get("combine") == "fused" and not measured:
+            # The default's fused combine is slower with per-sequence lengths (its last
+            # split waits for the longest sequence: kernels.decode.decode_default_for).
+            config = config.replace(combine="launch")
         online = self._online
         if online is not None:
-            return online.run(key, config, lambda c: self._launch(key, c, q, k, v, causal, scale, extra), q, k)
+            return online.run(key, served, lambda c: self._launch(key, c, q, k, v, causal, scale, extra), q, k)
         out = self._launch(key, config, q, k, v, causal, scale, extra)
-        if ckey is not None and self._configs.get(key) == config:  # not replaced by a recovery
+        if ckey is not None and self._configs.get(key) == served:  # not replaced by a recovery
             prepared = _prepare(q, k, causal=causal, scale=scale, config=config, **extra)
             if prepared is not None:
                 self._calls[ckey] = prepared
