@@ -57,6 +57,26 @@ _LOGGED: set[str] = set()
 _LOG = logging.getLogger("flashtune.attention")
 
 
+class FallbackLog(logging.Handler):
+    """Collects the fallback lines (``with FallbackLog() as log: ...; log.lines``), for
+    benchmarks that report whether the kernel ran."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+    def __enter__(self) -> FallbackLog:
+        _LOGGED.clear()  # a reason logged before the block is logged again inside it
+        _LOG.addHandler(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        _LOG.removeHandler(self)
+
+
 def is_key_ranges(mask: Any) -> bool:
     """Whether ``mask`` is :func:`key_range_mask`'s (2, batch, 1, 1) int32 ranges (first, end)."""
     return (isinstance(mask, torch.Tensor) and mask.dtype == torch.int32 and mask.dim() == 4 and mask.shape[0] == 2
