@@ -7,11 +7,13 @@ runtime caches them); ``flashtune.kernels.flash_attention`` validates and calls 
 from __future__ import annotations
 
 import functools
+import os
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 import triton
+from triton import knobs
 
 from flashtune.kernels._flash_decode import decode_combine_kernel, decode_split_kernel
 from flashtune.kernels.config import Config
@@ -362,3 +364,109 @@ def decode_default_for(*, batch: int, q_heads: int, kv_heads: int, q_len: int, k
     stages = 2 if programs >= PROGRAMS_PER_SM_TARGET * sm_count else 3
     return Config(kernel="decode", BLOCK_N=block_n, num_splits=splits, num_warps=4, num_stages=stages,
                   loads="pointer", combine="launch" if per_sequence_lengths else "fused")
+
+
+#: Set to 0 to launch every prepared decode call through Triton's jit dispatcher.
+ENV_BIND = "FLASHTUNE_BIND_LAUNCH"
+
+
+def _int_class(x: int) -> tuple[bool, bool, bool]:
+    """What Triton specializes an integer argument on: equal to 1, divisible by 16, 64-bit."""
+    return x == 1, x % 16 == 0, x >= 2**31
+
+
+class BoundDecode:
+    """``launch_decode`` for one prepared shape with the compiled kernels bound.
+
+    Triton's jit dispatcher works out, on every launch, the specialization of every argument,
+    a cache key, the compiled kernel and its launch metadata: 16-25 us a launch on the H200
+    (BENCHMARKS.md, "Serving"), the larger part of a decode call's host time. Here what a
+    prepared call key fixes (grid, constexprs, q/out strides, head counts, scale) is built
+    once, and the compiled kernel of each specialization class of what still varies (the
+    cache's length and strides, the pointers' 16-byte alignment: a dynamic cache grows every
+    step) is kept: the first call of a class goes through the jit dispatcher (which compiles
+    or finds the kernel), later ones launch the compiled kernel object directly.
+
+    CUDA only (the interpreter has no compiled kernel); ``launch_decode``'s semantics.
+    """
+
+    __slots__ = ("config", "grid", "combine_grid", "split_options", "combine_options", "split_consts",
+                 "combine_consts", "fixed", "fused", "splits", "device_index", "kernels", "combine_kernel",
+                 "causal", "scale")
+
+    def __init__(self, q: torch.Tensor, k: torch.Tensor, *, causal: bool, scale: float, config: Config,
+                 has_seqlens: bool, has_kv_start: bool) -> None:
+        batch, q_heads, q_len, head_dim = q.shape
+        kv_heads = k.shape[1]
+        kv_group = q_heads // kv_heads
+        self.config, self.causal, self.scale = config, causal, scale
+        self.splits = int(config["num_splits"])
+        self.fused = config.get("combine", "launch") == "fused" and self.splits > 1
+        block_h = decode_block_h(kv_group, q_len)
+        rows = batch * q_heads * q_len
+        self.grid = (self.splits, batch * kv_heads, triton.cdiv(kv_group * q_len, block_h))
+        self.combine_grid = (rows, triton.cdiv(head_dim, COMBINE_BLOCK_D), 1)
+        self.split_options = split_options(config, head_dim=head_dim, kv_group=kv_group, q_len=q_len, causal=causal,
+                                           has_seqlens=has_seqlens, fused_combine=self.fused,
+                                           has_kv_start=has_kv_start)
+        self.combine_options = combine_options(head_dim)
+        # The constexprs in the kernels' declared order (a compiled kernel takes every argument).
+        names = decode_split_kernel.arg_names
+        self.split_consts = tuple(self.split_options[n] for n in names[len(names) - 8:])
+        names = decode_combine_kernel.arg_names
+        self.combine_consts = tuple(self.combine_options[n] for n in names[len(names) - 3:])
+        out_strides = (q_heads * q_len * head_dim, q_len * head_dim, head_dim)
+        self.fixed = (q.stride()[:3], out_strides, (q_heads, kv_heads, kv_group, q_len))
+        self.device_index = q.device.index if q.device.index is not None else torch.cuda.current_device()
+        self.kernels: dict[tuple[Any, ...], Any] = {}
+        self.combine_kernel: Any = None
+
+    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
+                 cache_seqlens: torch.Tensor | None, kv_start: torch.Tensor | None,
+                 workspace: DecodeWorkspace | None) -> None:
+        if workspace is not None:
+            part_o, part_lse, counters = workspace.partial_out, workspace.partial_lse, workspace.counters
+        else:
+            part_o = part_lse = _unused_float32(q.device)
+            counters = _unused_int32(q.device)
+        seqlens = cache_seqlens if cache_seqlens is not None else out
+        starts = kv_start if kv_start is not None else seqlens
+        sk, sv = k.stride(), v.stride()
+        kv_cap = k.shape[2]
+        stride_q, stride_o, (q_heads, kv_heads, kv_group, q_len) = self.fixed
+        args = (q, k, v, out, part_o, part_lse, seqlens, counters, starts, *stride_q, sk[0], sk[1], sk[2],
+                sv[0], sv[1], sv[2], *stride_o, q_heads, kv_heads, kv_group, q_len, kv_cap, self.splits,
+                self.scale * LOG2_E)
+        key = (_int_class(kv_cap), _int_class(sk[0]), _int_class(sk[1]), _int_class(sk[2]), _int_class(sv[0]),
+               _int_class(sv[1]), _int_class(sv[2]), q.data_ptr() % 16, k.data_ptr() % 16, v.data_ptr() % 16,
+               seqlens.data_ptr() % 16, starts.data_ptr() % 16)
+        if uses_tma(self.config):
+            use_descriptor_scratch()
+        kernel = self.kernels.get(key)
+        hooked = _hooked(knobs.runtime.launch_enter_hook) or _hooked(knobs.runtime.launch_exit_hook)
+        if kernel is None or hooked:
+            self.kernels[key] = decode_split_kernel[self.grid](*args, **self.split_options)
+        else:
+            stream = torch._C._cuda_getCurrentRawStream(self.device_index)
+            kernel.run(*self.grid, stream, kernel.function, kernel.packed_metadata, None, None, None,
+                       *args, *self.split_consts)
+        if self.splits > 1 and not self.fused:
+            cargs = (out, part_o, part_lse, *stride_o, q_heads, q_len, self.splits)
+            combine = self.combine_kernel
+            if combine is None or hooked:
+                self.combine_kernel = decode_combine_kernel[self.combine_grid](*cargs, **self.combine_options)
+            else:
+                stream = torch._C._cuda_getCurrentRawStream(self.device_index)
+                combine.run(*self.combine_grid, stream, combine.function, combine.packed_metadata, None, None, None,
+                            *cargs, *self.combine_consts)
+
+
+def _hooked(hook: Any) -> bool:
+    """Whether a launch hook is set (a profiler's): bound launches skip hooks, so then the
+    dispatcher, which calls them, launches instead. Triton 3.6 keeps an empty chain."""
+    return hook is not None and bool(getattr(hook, "calls", True))
+
+
+def binding_enabled() -> bool:
+    """Whether prepared decode calls launch bound kernels (``$FLASHTUNE_BIND_LAUNCH``, default on)."""
+    return os.environ.get(ENV_BIND, "1").lower() not in ("0", "false", "no")

@@ -124,6 +124,69 @@ def run_case(model: Any, name: str, *, mode: str, batch: int, prompt: int, new_t
     }
 
 
+def host_time(*, batch: int, kv_len: int, calls: int = 200, repeats: int = 9) -> dict[str, dict[str, float]]:
+    """Host and device microseconds per call of decode (batch, 32/8, 1 query, kv_len, 128, bf16):
+    the runtime op (prepared, bound launch), the same through Triton's jit dispatcher
+    (``$FLASHTUNE_BIND_LAUNCH=0``), the op with per-sequence key ranges (a static cache),
+    and SDPA's cuDNN and flash backends (heads expanded, as transformers' sdpa path does).
+
+    Host: wall time of ``calls`` calls issued back to back without a synchronization (few
+    enough that the launch queue never fills), median of ``repeats``. Device: CUDA events
+    around the same loop after a synchronization (the larger of the two bounds a call).
+    """
+    import os
+
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from flashtune.kernels import decode as decode_mod
+    from flashtune.runtime.dispatch import flash_attention, reload_store
+
+    g = torch.Generator(device="cuda").manual_seed(0)
+    q = torch.randn(batch, 32, 1, 128, device="cuda", generator=g, dtype=torch.bfloat16)
+    k = torch.randn(batch, 8, kv_len, 128, device="cuda", generator=g, dtype=torch.bfloat16)
+    v = torch.randn_like(k)
+    k_x, v_x = k.repeat_interleave(4, 1), v.repeat_interleave(4, 1)
+    ends = torch.full((batch,), kv_len - 7, dtype=torch.int32, device="cuda")
+    starts = torch.zeros(batch, dtype=torch.int32, device="cuda")
+
+    def sdpa(backend: Any) -> Any:
+        def call() -> Any:
+            with sdpa_kernel(backend):
+                return torch.nn.functional.scaled_dot_product_attention(q, k_x, v_x)
+        return call
+
+    cases = {
+        "op (bound launch)": lambda: flash_attention(q, k, v, causal=True),
+        "op (jit dispatcher)": lambda: flash_attention(q, k, v, causal=True),
+        "op + key ranges (bound)": lambda: flash_attention(q, k, v, causal=True, cache_seqlens=ends, kv_start=starts),
+        "sdpa cudnn": sdpa(SDPBackend.CUDNN_ATTENTION),
+        "sdpa flash": sdpa(SDPBackend.FLASH_ATTENTION),
+    }
+    result = {}
+    for label, call in cases.items():
+        os.environ[decode_mod.ENV_BIND] = "0" if "jit" in label else "1"
+        reload_store()  # prepared calls are rebuilt, binding or not
+        for _ in range(20):
+            call()
+        torch.cuda.synchronize()
+        host, device = [], []
+        for _ in range(repeats):
+            torch.cuda.synchronize()
+            start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            began = time.perf_counter()
+            for _ in range(calls):
+                call()
+            host.append((time.perf_counter() - began) / calls * 1e6)
+            stop.record()
+            torch.cuda.synchronize()
+            device.append(start.elapsed_time(stop) / calls * 1e3)
+        result[label] = {"host_us": statistics.median(host), "wall_us": statistics.median(device)}
+    os.environ.pop(decode_mod.ENV_BIND, None)
+    reload_store()
+    return result
+
+
 def table(result: dict[str, Any]) -> str:
     lines = [f"{'mode':>7} {'batch':>5} {'prompt':>6} {'SDPA tok/s':>11} {'op tok/s':>10} {'op/SDPA':>8} "
              f"{'TF max|dlogit|':>15} {'TF argmax':>10} fallback"]
@@ -169,6 +232,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--budget-s", type=float, default=1e9, help="skip the cells left after this many seconds")
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--host-time", action="store_true", help="first, host us per decode call: op vs SDPA")
     args = parser.parse_args(argv)
     import transformers
 
@@ -177,8 +241,15 @@ def main(argv: list[str] | None = None) -> int:
     longest = max(args.prompts + args.static_prompts)
     model = build_model(layers=args.layers, hidden=args.hidden, heads=args.heads, kv_heads=args.kv_heads,
                         vocab=args.vocab, max_len=longest + args.new_tokens, device=device, dtype=torch.bfloat16)
+    host = {}
+    if args.host_time and device.type == "cuda":
+        for batch, kv_len in ((1, 4096), (8, 8192)):
+            host[f"{batch},32/8,1/{kv_len},128"] = rows = host_time(batch=batch, kv_len=kv_len)
+            print(f"host time, decode {batch},32/8,1/{kv_len},128 bf16 (us per call: host / wall)")
+            for label, r in rows.items():
+                print(f"  {label:<26} {r['host_us']:>7.1f} / {r['wall_us']:>7.1f}", flush=True)
     began = time.perf_counter()
-    result: dict[str, Any] = {"cases": [], "setup": {
+    result: dict[str, Any] = {"host_time": host, "cases": [], "setup": {
         "layers": args.layers, "hidden": args.hidden, "heads": args.heads, "kv_heads": args.kv_heads,
         "vocab": args.vocab, "new_tokens": args.new_tokens, "rounds": args.rounds, "dtype": "bfloat16",
         "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",

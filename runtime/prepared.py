@@ -32,7 +32,7 @@ from flashtune.kernels.attention import (
     resolve_scale,
 )
 from flashtune.kernels.config import Config
-from flashtune.kernels.decode import DecodeWorkspace, launch_decode
+from flashtune.kernels.decode import BoundDecode, DecodeWorkspace, binding_enabled, launch_decode
 from flashtune.kernels.launch_support import use_descriptor_scratch
 from flashtune.kernels.space import LEAN_LOADS, kernel_of
 
@@ -112,7 +112,7 @@ class PreparedDecode:
     """
 
     __slots__ = ("batch", "head_dim", "out_shape", "out_dtype", "device", "causal", "scale", "config",
-                 "with_seqlens", "with_kv_start", "workspaces", "splits", "tma")
+                 "with_seqlens", "with_kv_start", "workspaces", "splits", "tma", "bound")
 
     def __init__(self, q: torch.Tensor, k: torch.Tensor, *, causal: bool, scale: float | None, config: Config,
                  with_seqlens: bool, with_kv_start: bool = False) -> None:
@@ -123,6 +123,10 @@ class PreparedDecode:
         self.splits = int(config["num_splits"])
         self.tma = config.get("loads", "pointer") != "pointer"
         self.workspaces: dict[int, DecodeWorkspace] = {}
+        # The compiled kernels bound once (CUDA); None: every call through launch_decode.
+        self.bound = (BoundDecode(q, k, causal=causal, scale=self.scale, config=config, has_seqlens=with_seqlens,
+                                  has_kv_start=with_kv_start)
+                      if q.device.type == "cuda" and binding_enabled() else None)
 
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                  cache_seqlens: torch.Tensor | None = None, kv_start: torch.Tensor | None = None) -> torch.Tensor | None:
@@ -137,6 +141,9 @@ class PreparedDecode:
         if self.tma:
             check_descriptor_alignment(q, k, v)  # raises naming the argument
         out = torch.empty(self.out_shape, dtype=self.out_dtype, device=self.device)
+        if self.bound is not None:
+            self.bound(q, k, v, out, cache_seqlens, kv_start, self._workspace(q) if self.splits > 1 else None)
+            return out
         launch_decode(q, k, v, out, causal=self.causal, scale=self.scale, config=self.config,
                       cache_seqlens=cache_seqlens, kv_start=kv_start, workspace=self._workspace(q) if self.splits > 1 else None)
         return out
