@@ -16,6 +16,6 @@ exec > >(tee "$OUT/serving.log") 2>&1
 python3 -m pip install -q --no-deps --no-build-isolation -e . 2>&1 | tail -2
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu --format=csv,noheader
 python3 -c "import transformers, torch, triton; print('transformers', transformers.__version__, 'torch', torch.__version__, 'triton', triton.__version__)"
-timeout -k 5 120 python3 -m pytest -m gpu tests/gpu/test_serving_gpu.py -q -x -p no:cacheprovider \
+timeout -k 5 120 python3 -m pytest -m gpu tests/gpu/test_serving_gpu.py -q -p no:cacheprovider \
   --junitxml "$OUT/gpu_tests.xml" 2>&1 | tail -30
 timeout -k 5 250 python3 -m flashtune.runtime.bench_serving --host-time --budget-s 160 --json "$OUT/serving.json"
