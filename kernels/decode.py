@@ -6,6 +6,7 @@ runtime caches them); ``flashtune.kernels.flash_attention`` validates and calls 
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import os
 from dataclasses import dataclass
@@ -218,13 +219,28 @@ def warm_up(config: Config, *, batch: int, q_heads: int, kv_heads: int, q_len: i
     return split
 
 
-@functools.lru_cache(maxsize=None)
+#: True while a call must keep no device memory past its return: the op under
+#: ``torch.compile``, whose CUDA graphs (``mode="reduce-overhead"``) refuse tensors that
+#: outlive a captured call without being its outputs ("Detected 3 tensor(s) in the
+#: cudagraph pool not tracked as outputs": a cached split workspace, H200, 2026-12-01).
+TRANSIENT = contextvars.ContextVar("flashtune_transient_workspace", default=False)
+
+
 def _unused_float32(device: torch.device) -> torch.Tensor:
+    return torch.empty(1, dtype=torch.float32, device=device) if TRANSIENT.get() else _kept_float32(device)
+
+
+def _unused_int32(device: torch.device) -> torch.Tensor:
+    return torch.zeros(1, dtype=torch.int32, device=device) if TRANSIENT.get() else _kept_int32(device)
+
+
+@functools.lru_cache(maxsize=None)
+def _kept_float32(device: torch.device) -> torch.Tensor:
     return torch.empty(1, dtype=torch.float32, device=device)
 
 
 @functools.lru_cache(maxsize=None)
-def _unused_int32(device: torch.device) -> torch.Tensor:
+def _kept_int32(device: torch.device) -> torch.Tensor:
     return torch.zeros(1, dtype=torch.int32, device=device)
 
 

@@ -32,7 +32,7 @@ from flashtune.kernels.attention import (
     resolve_scale,
 )
 from flashtune.kernels.config import Config
-from flashtune.kernels.decode import BoundDecode, DecodeWorkspace, binding_enabled, launch_decode
+from flashtune.kernels.decode import TRANSIENT, BoundDecode, DecodeWorkspace, binding_enabled, launch_decode
 from flashtune.kernels.launch_support import use_descriptor_scratch
 from flashtune.kernels.space import LEAN_LOADS, kernel_of
 
@@ -149,6 +149,8 @@ class PreparedDecode:
         return out
 
     def _workspace(self, q: torch.Tensor) -> DecodeWorkspace:
+        if TRANSIENT.get():
+            return DecodeWorkspace.for_query(q, self.splits)  # nothing kept (kernels.decode.TRANSIENT)
         stream = _current_stream(self.device)
         workspace = self.workspaces.get(stream)
         if workspace is None:

@@ -133,3 +133,23 @@ def test_transformers_function_compiles_without_graph_breaks():
     compiled = torch.compile(layer, backend="aot_eager", fullgraph=True)
     expected = reference_attention(q, k, v, causal=True, scale=0.2).transpose(1, 2)
     assert relative_error(compiled(q, k, v), expected) < 5e-3
+
+
+def test_the_op_keeps_no_split_workspace_between_calls(tmp_path):
+    # CUDA graphs of compiled code refuse memory that outlives a captured call unless it is
+    # an output (H200: "3 tensor(s) in the cudagraph pool not tracked as outputs", the
+    # cached split workspace): through the custom op nothing is kept; the eager op keeps it.
+    from flashtune.runtime.dispatch import Dispatcher, get_dispatcher, set_store
+    from flashtune.runtime.prepared import PreparedDecode
+
+    set_store(tmp_path / "none.json")
+    q, k, v = _qkv(1, 4, 1, 1, 512, 32, dtype=torch.float32)
+    for _ in range(2):
+        out = torch.ops.flashtune.flash_attention(q, k, v, True, None)
+    decode = [p for p in get_dispatcher()._calls.values() if isinstance(p, PreparedDecode)]
+    assert decode and decode[0].splits > 1 and not decode[0].workspaces
+    assert relative_error(out, reference_attention(q, k, v, causal=True)) < 1e-4
+    eager = Dispatcher(tmp_path / "none.json")
+    for _ in range(2):
+        eager(q, k, v, causal=True)
+    assert any(p.workspaces for p in eager._calls.values() if isinstance(p, PreparedDecode))
