@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import statistics
 import sys
 import time
@@ -34,7 +35,9 @@ from typing import Any
 
 import torch
 
+from flashtune.kernels import decode as decode_mod
 from flashtune.runtime.bench_generate import build_model
+from flashtune.runtime.dispatch import flash_attention, reload_store
 from flashtune.runtime.hf_attention import FallbackLog, register, set_attention
 
 SDPA = "sdpa"
@@ -135,12 +138,7 @@ def host_time(*, batch: int, kv_len: int, calls: int = 200, repeats: int = 9) ->
     enough that the launch queue never fills), median of ``repeats``. Device: CUDA events
     around the same loop after a synchronization (the larger of the two bounds a call).
     """
-    import os
-
     from torch.nn.attention import SDPBackend, sdpa_kernel
-
-    from flashtune.kernels import decode as decode_mod
-    from flashtune.runtime.dispatch import flash_attention, reload_store
 
     g = torch.Generator(device="cuda").manual_seed(0)
     q = torch.randn(batch, 32, 1, 128, device="cuda", generator=g, dtype=torch.bfloat16)
