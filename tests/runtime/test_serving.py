@@ -190,3 +190,33 @@ def test_compiled_static_cache_step_has_no_graph_break_and_matches_sdpa(model, n
     assert explained.graph_break_count == 0 and explained.graph_count == 1
     ops = [n for g in explained.graphs for n in g.graph.nodes if "flashtune" in str(n.target)]
     assert len(ops) == model.config.num_hidden_layers  # one opaque node a layer
+
+
+@pytest.mark.parametrize(
+    "starts,ends,match",
+    [
+        ([0, 0], [16, 17], "cache_seqlens: a length of 17 is longer than the cache"),
+        ([0, 0], [-1, 16], "cache_seqlens must be >= 0"),
+        ([0, 0], [16, 16, 16], r"cache_seqlens must have shape \(batch,\) = \(2,\)"),
+        ([3, -1], [16, 16], r"kv_start\[1\] = -1 is outside"),
+        ([0, 9], [16, 8], r"kv_start\[1\] = 9 is outside \[0, 8\]"),
+        ([0], [16, 16], r"kv_start must have shape \(batch,\) = \(2,\)"),
+    ],
+)
+def test_bad_key_ranges_through_the_runtime_op_name_the_argument(tmp_path, starts, ends, match):
+    # Values are read on the first call of a call key (later calls of a prepared key are not
+    # synchronized with the GPU: the kernels clamp each range to the cache); shapes always.
+    from flashtune.runtime.dispatch import Dispatcher
+
+    dispatcher = Dispatcher(tmp_path / "none.json")
+    g = torch.Generator().manual_seed(0)
+    q, k = torch.randn(2, 4, 1, 32, generator=g), torch.randn(2, 2, 16, 32, generator=g)
+    bad = {"kv_start": torch.tensor(starts, dtype=torch.int32), "cache_seqlens": torch.tensor(ends, dtype=torch.int32)}
+    with pytest.raises(ValueError, match=match):
+        dispatcher(q, k, k, causal=True, **bad)
+    if len(starts) == len(ends) == 2:
+        return
+    good = {"kv_start": torch.zeros(2, dtype=torch.int32), "cache_seqlens": torch.full((2,), 16, dtype=torch.int32)}
+    dispatcher(q, k, k, causal=True, **good)  # prepares the call key
+    with pytest.raises(ValueError, match=match):
+        dispatcher(q, k, k, causal=True, **bad)
