@@ -132,7 +132,7 @@ def key_range_mask(batch_size: int, q_length: int | None = None, kv_length: int 
     cache_position = kwargs.get("cache_position")
     if q_length is None and cache_position is not None:  # transformers before 5.5
         q_length, q_offset = cache_position.shape[0], cache_position[0]
-    if mask_function is not None and mask_function is not causal_mask_function or kv_offset:
+    if (mask_function is not None and mask_function is not causal_mask_function) or kv_offset:
         # A sliding window, a chunked or custom mask: the dense mask, and SDPA.
         return sdpa_mask(batch_size=batch_size, q_length=q_length, kv_length=kv_length, q_offset=q_offset,
                          kv_offset=kv_offset, mask_function=mask_function, attention_mask=attention_mask, **kwargs)
