@@ -28,18 +28,20 @@ Per-sequence lengths (``HAS_SEQLENS``): sequence b attends to its first SeqLens[
 of a cache of capacity ``kv_cap``; the length is clamped to [0, kv_cap] here, so a bad
 value the launcher could not check (inside CUDA-graph capture) never reads out of bounds.
 Causal masking is aligned bottom-right against that length: query i sees key j when
-j <= i + (seqlen - q_len). Rows that see no key write zeros.
+j <= i + (seqlen - q_len). Rows that see no key write zeros. With ``HAS_KV_START`` the
+sequence's keys start at KvStart[b] (left padding), as in the prefill kernel
+(``sequence_keys``: the bases move to the first key, the sequence gets shorter).
 """
 
 import triton
 import triton.language as tl
 
-from flashtune.kernels._flash_fwd import _attend_tiles
+from flashtune.kernels._flash_fwd import _attend_tiles, sequence_keys
 
 
 @triton.jit(do_not_specialize=["q_heads", "kv_heads", "kv_group", "q_len", "num_splits"])
 def decode_split_kernel(
-    Q, K, V, Out, PartO, PartLse, SeqLens, Counters,
+    Q, K, V, Out, PartO, PartLse, SeqLens, Counters, KvStart,
     stride_qz, stride_qh, stride_qm,
     stride_kz, stride_kh, stride_kn,
     stride_vz, stride_vh, stride_vn,
@@ -52,6 +54,7 @@ def decode_split_kernel(
     HAS_SEQLENS: tl.constexpr,
     USE_TMA: tl.constexpr,
     FUSED_COMBINE: tl.constexpr,
+    HAS_KV_START: tl.constexpr,
 ):
     """Grid (num_splits, batch * kv_heads, row blocks): one key range of one KV head for
     BLOCK_H packed (query head, query position) rows. With ``FUSED_COMBINE`` the last split
@@ -74,10 +77,8 @@ def decode_split_kernel(
     k_base = K + z64 * stride_kz + off_kv_h.to(tl.int64) * stride_kh
     v_base = V + z64 * stride_vz + off_kv_h.to(tl.int64) * stride_vh
 
-    if HAS_SEQLENS:
-        seqlen = tl.minimum(tl.maximum(tl.load(SeqLens + off_z), 0), kv_cap)
-    else:
-        seqlen = kv_cap
+    seqlen, k_base, v_base = sequence_keys(SeqLens, KvStart, off_z, kv_cap, k_base, v_base, stride_kn, stride_vn,
+                                           HAS_SEQLENS, HAS_KV_START)
     if USE_TMA:
         # This (batch, KV head)'s cache as a descriptor ending at its length: rows past it
         # load as zeros (the masked loop masks them too). At least one row: a descriptor

@@ -18,6 +18,14 @@ operand K-major; P is cast to e4m3 for the second dot, as in FlashAttention 3.
 
 Causal masking is aligned bottom-right, as in FlashAttention 2: query i sees key j when
 j <= i + (kv_len - q_len). Rows that see no key at all write zeros.
+
+Per-sequence key ranges (``HAS_SEQLENS``, ``HAS_KV_START``): sequence b attends to keys
+[KvStart[b], SeqLens[b]) of a cache of capacity ``kv_len``, causal aligned bottom-right
+against SeqLens[b] (a static cache's filled length; left padding's first real key). Both
+are clamped to the capacity here, so a value the launcher could not check (inside a CUDA
+graph's capture) never reads out of bounds. The range start moves the K/V base pointers
+and shortens the sequence, so the tile loops and masks are the plain ones: a query that
+sees j <= i + (end - q_len) sees j' = j - start <= i + ((end - start) - q_len).
 """
 
 import triton
@@ -140,6 +148,22 @@ def head_kv_descriptors(k_base, v_base, kv_len, stride_kn, stride_vn, stride_vd,
 
 
 @triton.jit
+def sequence_keys(SeqLens, KvStart, off_z, kv_cap, k_base, v_base, stride_kn, stride_vn,
+                  HAS_SEQLENS: tl.constexpr, HAS_KV_START: tl.constexpr):
+    """(keys, K base, V base) of sequence ``off_z``: keys [KvStart, SeqLens) of the cache,
+    clamped to [0, kv_cap], as a sequence of their own (bases moved to the first key)."""
+    kv_len = kv_cap
+    if HAS_SEQLENS:
+        kv_len = tl.minimum(tl.maximum(tl.load(SeqLens + off_z), 0), kv_cap)
+    if HAS_KV_START:
+        first = tl.minimum(tl.maximum(tl.load(KvStart + off_z), 0), kv_len)
+        k_base += first.to(tl.int64) * stride_kn
+        v_base += first.to(tl.int64) * stride_vn
+        kv_len = kv_len - first
+    return kv_len, k_base, v_base
+
+
+@triton.jit
 def normalize(acc, l_i, Scales, FP8: tl.constexpr):
     """The output rows: acc / l (rows that saw no key: 0 / 1 = 0), fp8's scales undone."""
     l_safe = tl.where(l_i == 0.0, 1.0, l_i)
@@ -151,7 +175,7 @@ def normalize(acc, l_i, Scales, FP8: tl.constexpr):
 
 @triton.jit
 def _attend_tile(
-    Q, K, V, Out, Scales,
+    Q, K, V, Out, Scales, SeqLens, KvStart,
     stride_qz, stride_qh, stride_qm,
     stride_kz, stride_kh, stride_kn,
     stride_vz, stride_vh, stride_vn, stride_vd,
@@ -165,6 +189,8 @@ def _attend_tile(
     USE_TMA: tl.constexpr,
     WARP_SPECIALIZE: tl.constexpr,
     FP8: tl.constexpr,
+    HAS_SEQLENS: tl.constexpr,
+    HAS_KV_START: tl.constexpr,
 ):
     """One tile: queries [pid_m * BLOCK_M, +BLOCK_M) of the (batch, query head) pid_zh."""
     off_z = pid_zh // q_heads
@@ -179,12 +205,14 @@ def _attend_tile(
     k_base = K + off_z.to(tl.int64) * stride_kz + off_kv_h.to(tl.int64) * stride_kh
     v_base = V + off_z.to(tl.int64) * stride_vz + off_kv_h.to(tl.int64) * stride_vh
     o_base = Out + off_z.to(tl.int64) * stride_oz + off_h.to(tl.int64) * stride_oh
+    kv_len, k_base, v_base = sequence_keys(SeqLens, KvStart, off_z, kv_len, k_base, v_base, stride_kn, stride_vn,
+                                           HAS_SEQLENS, HAS_KV_START)
 
     if USE_TMA:
         # Per tile, because the descriptor's base is this tile's (batch, head) and its shape
         # ends at kv_len (rows past it load as zeros). A persistent program rewrites its
         # descriptors once per tile, after the previous tile's loads have all completed.
-        k_desc, v_desc = head_kv_descriptors(k_base, v_base, kv_len, stride_kn, stride_vn, stride_vd,
+        k_desc, v_desc = head_kv_descriptors(k_base, v_base, tl.maximum(kv_len, 1), stride_kn, stride_vn, stride_vd,
                                              HEAD_DIM, BLOCK_N, FP8)
     else:
         k_desc = k_base
@@ -219,7 +247,7 @@ def _attend_tile(
 
 @triton.jit
 def attention_forward_kernel(
-    Q, K, V, Out, Scales,
+    Q, K, V, Out, Scales, SeqLens, KvStart,
     stride_qz, stride_qh, stride_qm,
     stride_kz, stride_kh, stride_kn,
     stride_vz, stride_vh, stride_vn, stride_vd,
@@ -234,6 +262,8 @@ def attention_forward_kernel(
     FP8: tl.constexpr,
     PERSISTENT: tl.constexpr,
     BH_MAJOR: tl.constexpr,
+    HAS_SEQLENS: tl.constexpr,
+    HAS_KV_START: tl.constexpr,
 ):
     num_m_blocks = tl.cdiv(q_len, BLOCK_M)
     if PERSISTENT:
@@ -245,11 +275,11 @@ def attention_forward_kernel(
         for tile in tl.range(tl.program_id(0), num_tiles, tl.num_programs(0)):
             pid_m, pid_zh = tile_coords(tile, num_m_blocks, batch * q_heads, IS_CAUSAL, BH_MAJOR)
             _attend_tile(
-                Q, K, V, Out, Scales,
+                Q, K, V, Out, Scales, SeqLens, KvStart,
                 stride_qz, stride_qh, stride_qm, stride_kz, stride_kh, stride_kn,
                 stride_vz, stride_vh, stride_vn, stride_vd, stride_oz, stride_oh, stride_om,
                 q_heads, kv_group, q_len, kv_len, qk_scale, pid_m, pid_zh,
-                HEAD_DIM, BLOCK_M, BLOCK_N, IS_CAUSAL, USE_TMA, WARP_SPECIALIZE, FP8,
+                HEAD_DIM, BLOCK_M, BLOCK_N, IS_CAUSAL, USE_TMA, WARP_SPECIALIZE, FP8, HAS_SEQLENS, HAS_KV_START,
             )
     else:
         # One program per tile; the launcher's grid is (m-blocks, batch * heads), or
@@ -257,9 +287,9 @@ def attention_forward_kernel(
         tile = tl.program_id(1) * tl.num_programs(0) + tl.program_id(0)
         pid_m, pid_zh = tile_coords(tile, num_m_blocks, batch * q_heads, IS_CAUSAL, BH_MAJOR)
         _attend_tile(
-            Q, K, V, Out, Scales,
+            Q, K, V, Out, Scales, SeqLens, KvStart,
             stride_qz, stride_qh, stride_qm, stride_kz, stride_kh, stride_kn,
             stride_vz, stride_vh, stride_vn, stride_vd, stride_oz, stride_oh, stride_om,
             q_heads, kv_group, q_len, kv_len, qk_scale, pid_m, pid_zh,
-            HEAD_DIM, BLOCK_M, BLOCK_N, IS_CAUSAL, USE_TMA, WARP_SPECIALIZE, FP8,
+            HEAD_DIM, BLOCK_M, BLOCK_N, IS_CAUSAL, USE_TMA, WARP_SPECIALIZE, FP8, HAS_SEQLENS, HAS_KV_START,
         )

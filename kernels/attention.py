@@ -11,7 +11,7 @@ import triton
 
 from flashtune.kernels._flash_fwd import attention_forward_kernel
 from flashtune.kernels.config import Config, Value
-from flashtune.kernels.decode import check_cache_seqlens, default_decode_config, launch_decode
+from flashtune.kernels.decode import check_cache_seqlens, check_kv_start, default_decode_config, launch_decode
 from flashtune.kernels.dtypes import DTYPES, interpreting
 from flashtune.kernels.launch_support import LOG2_E, device_sm_count, use_descriptor_scratch
 from flashtune.kernels.lean import launch_lean, variant_for
@@ -77,6 +77,8 @@ def launch(
     scale: float,
     config: Config,
     warmup: bool = False,
+    cache_seqlens: torch.Tensor | None = None,
+    kv_start: torch.Tensor | None = None,
 ) -> Any:
     """Launch the kernel into ``out`` with an already validated config.
 
@@ -88,7 +90,14 @@ def launch(
     a fresh split workspace).
     """
     if kernel_of(config) == "decode":
-        return launch_decode(q, k, v, out, causal=causal, scale=scale, config=config)
+        return launch_decode(q, k, v, out, causal=causal, scale=scale, config=config, cache_seqlens=cache_seqlens,
+                             kv_start=kv_start)
+    if cache_seqlens is not None or kv_start is not None:
+        if not takes_key_ranges(config):
+            raise ValueError("cache_seqlens/kv_start need the decode kernel or a prefill config with pointer or "
+                             f"tma loads and no fp8, got {config.to_dict()}")
+        return _launch_kernel(q, k, v, out, q, (v.stride(0), v.stride(1), v.stride(2), v.stride(3)), causal=causal,
+                              scale=scale, config=config, warmup=warmup, seqlens=cache_seqlens, kv_start=kv_start)
     if config["use_fp8"]:
         q, k, v, scales = quantize_fp8(q, k, v)
         return launch_quantized(q, k, v, scales, out, causal=causal, scale=scale, config=config, warmup=warmup)
@@ -121,8 +130,16 @@ def launch_quantized(
                           warmup=warmup)
 
 
+def takes_key_ranges(config: Mapping[str, Value]) -> bool:
+    """Whether a config's kernel takes per-sequence key ranges (``cache_seqlens``, ``kv_start``):
+    the decode kernel, and the prefill kernel without fp8 or the lean loads."""
+    if kernel_of(config) == "decode":
+        return True
+    return not config.get("use_fp8", False) and config.get("loads", "pointer") not in LEAN_LOADS
+
+
 def _launch_kernel(q, k, v, out, scales, stride_v, *, causal: bool, scale: float, config: Config,
-                   warmup: bool = False) -> Any:
+                   warmup: bool = False, seqlens: Any = None, kv_start: Any = None) -> Any:
     if config["loads"] in LEAN_LOADS:
         # Host-side descriptors: no device scratch, and the launch stays capturable in a graph.
         return launch_lean(q, k, v, out, causal=causal, scale=scale, variant=variant_for(config, q, k, v, out),
@@ -134,8 +151,10 @@ def _launch_kernel(q, k, v, out, scales, stride_v, *, causal: bool, scale: float
     grid = launch_grid(config, q_len=q_len, batch_heads=batch * q_heads, device=q.device)
     args = kernel_arguments(q, k, v, out, scales, stride_q=q.stride()[:3], stride_k=k.stride()[:3],
                             stride_v=stride_v, stride_o=out.stride()[:3], batch=batch, q_heads=q_heads,
-                            kv_heads=k.shape[1], q_len=q_len, kv_len=k.shape[2], scale=scale)
-    options = compile_options(config, head_dim=head_dim, causal=causal)
+                            kv_heads=k.shape[1], q_len=q_len, kv_len=k.shape[2], scale=scale, seqlens=seqlens,
+                            kv_start=kv_start)
+    options = compile_options(config, head_dim=head_dim, causal=causal, has_seqlens=seqlens is not None,
+                              has_kv_start=kv_start is not None)
     if warmup:
         return attention_forward_kernel.warmup(*args, grid=grid, **options)
     return attention_forward_kernel[grid](*args, **options)
@@ -144,14 +163,17 @@ def _launch_kernel(q, k, v, out, scales, stride_v, *, causal: bool, scale: float
 def kernel_arguments(q: Any, k: Any, v: Any, out: Any, scales: Any, *, stride_q: tuple[int, ...],
                      stride_k: tuple[int, ...], stride_v: tuple[int, ...], stride_o: tuple[int, ...],
                      batch: int, q_heads: int, kv_heads: int, q_len: int, kv_len: int,
-                     scale: float) -> tuple[Any, ...]:
+                     scale: float, seqlens: Any = None, kv_start: Any = None) -> tuple[Any, ...]:
     """The kernel's positional arguments, in its order (one place: launch and precompile).
 
     Strides are (batch, head, row) for q, k and out, and (batch, head, row, column) for v;
     precompile passes the workload's strides with stand-in buffers, because Triton
     specializes a binary on the integers (equal to 1, divisible by 16), not on the data.
+    ``seqlens`` / ``kv_start``: the per-sequence key range (None: not read, ``out`` stands in).
     """
-    return (q, k, v, out, scales, *stride_q, *stride_k, *stride_v, *stride_o,
+    seqlens = out if seqlens is None else seqlens
+    kv_start = out if kv_start is None else kv_start
+    return (q, k, v, out, scales, seqlens, kv_start, *stride_q, *stride_k, *stride_v, *stride_o,
             batch, q_heads, q_heads // kv_heads, q_len, kv_len, scale * LOG2_E)
 
 
@@ -225,10 +247,13 @@ def fp8_v_row(kv_len: int) -> int:
     return triton.cdiv(kv_len, 16) * 16
 
 
-def compile_options(config: Config, *, head_dim: int, causal: bool) -> dict[str, Any]:
+def compile_options(config: Config, *, head_dim: int, causal: bool, has_seqlens: bool = False,
+                    has_kv_start: bool = False) -> dict[str, Any]:
     """The kernel's constexprs and launch options for a config (one place: launch and precompile)."""
     loads = config["loads"]
     return {
+        "HAS_SEQLENS": has_seqlens,
+        "HAS_KV_START": has_kv_start,
         "HEAD_DIM": head_dim,
         "BLOCK_M": int(config["BLOCK_M"]),
         "BLOCK_N": int(config["BLOCK_N"]),
@@ -260,6 +285,7 @@ def flash_attention(
     scale: float | None = None,
     config: Mapping[str, Value] | None = None,
     cache_seqlens: torch.Tensor | None = None,
+    kv_start: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Scaled dot-product attention, forward, with an explicit kernel config.
 
@@ -274,16 +300,19 @@ def flash_attention(
         config: the tunables of one kernel (``flashtune.kernels.space.TUNABLES`` for
             ``kernel="prefill"``, the default when the config omits it;
             ``DECODE_TUNABLES`` for ``kernel="decode"``). None picks the decode kernel
-            for q_len <= ``DECODE_MAX_Q_LEN`` or with ``cache_seqlens`` (split count from
-            the shape: ``flashtune.kernels.decode.choose_num_splits``), else the prefill
-            kernel's static safe default. ``flashtune.runtime.flash_attention`` picks
-            tuned ones.
+            for q_len <= ``DECODE_MAX_Q_LEN`` (split count from the shape:
+            ``flashtune.kernels.decode.choose_num_splits``), else the prefill kernel's
+            static safe default. ``flashtune.runtime.flash_attention`` picks tuned ones.
         cache_seqlens: optional int32 tensor (batch,) on q's device: sequence b attends to
-            its first ``cache_seqlens[b]`` keys of k/v (0 writes zeros). Decode kernel
-            only. Its values are checked on the host (one synchronization), except while
-            a CUDA graph is being captured, where a host read is illegal: there the
-            kernel clamps each length to [0, kv_len], so a bad one never reads out of
-            bounds.
+            its first ``cache_seqlens[b]`` keys of k/v (0 writes zeros), causal aligned
+            bottom-right against that length (a static cache's filled part). The decode
+            kernel, or the prefill kernel with pointer/tma loads and no fp8. Its values
+            are checked on the host (one synchronization), except while a CUDA graph is
+            being captured, where a host read is illegal: there the kernel clamps each
+            length to [0, kv_len], so a bad one never reads out of bounds.
+        kv_start: optional int32 tensor (batch,) on q's device: sequence b's keys start at
+            ``kv_start[b]`` (left padding: the pad keys before it are not attended);
+            within [0, its length]. Checked and clamped as ``cache_seqlens``.
 
     Returns:
         (batch, q_heads, q_len, head_dim) in q's dtype.
@@ -294,8 +323,8 @@ def flash_attention(
     check_inputs(q, k, v)
     if config is not None:
         cfg = validate_config(config)
-    elif uses_decode_kernel(q.shape[2]) or cache_seqlens is not None:
-        cfg = default_decode_config(q, k, per_sequence_lengths=cache_seqlens is not None)
+    elif uses_decode_kernel(q.shape[2]):
+        cfg = default_decode_config(q, k, per_sequence_lengths=cache_seqlens is not None or kv_start is not None)
     else:
         cfg = SAFE_DEFAULT
     if not isinstance(causal, bool):
@@ -305,20 +334,24 @@ def flash_attention(
     _check_fits(cfg, q, k)
     if cfg["loads"] != "pointer" and not cfg.get("use_fp8"):  # fp8 copies land aligned
         check_descriptor_alignment(q, k, v, with_q=cfg["loads"] in LEAN_LOADS)
-    if kernel_of(cfg) == "decode":
-        if cache_seqlens is not None:
-            cache_seqlens = check_cache_seqlens(cache_seqlens, q, k)
-        out = torch.empty_like(q, memory_format=torch.contiguous_format)
-        launch_decode(q, k, v, out, causal=causal, scale=scale_value, config=cfg, cache_seqlens=cache_seqlens)
-        return out
     if cache_seqlens is not None:
-        raise ValueError("cache_seqlens needs the decode kernel: pass a config with kernel='decode' "
-                         "(any q_len) or config=None")
+        cache_seqlens = check_cache_seqlens(cache_seqlens, q, k)
+    if kv_start is not None:
+        kv_start = check_kv_start(kv_start, q, k, cache_seqlens)
+    ranges = {"cache_seqlens": cache_seqlens, "kv_start": kv_start}
+    if kernel_of(cfg) == "decode":
+        out = torch.empty_like(q, memory_format=torch.contiguous_format)
+        launch_decode(q, k, v, out, causal=causal, scale=scale_value, config=cfg, **ranges)
+        return out
+    if (cache_seqlens is not None or kv_start is not None) and not takes_key_ranges(cfg):
+        raise ValueError("cache_seqlens/kv_start need the decode kernel or a prefill config with loads "
+                         f"'pointer'/'tma'/'tma_ws' and use_fp8=False, got loads={cfg['loads']!r}, "
+                         f"use_fp8={cfg['use_fp8']}")
     if cfg["use_fp8"]:
         _check_fp8_support(q)
     out = torch.empty_like(q, memory_format=torch.contiguous_format)
     try:
-        launch(q, k, v, out, causal=causal, scale=scale_value, config=cfg)
+        launch(q, k, v, out, causal=causal, scale=scale_value, config=cfg, **ranges)
     except RuntimeError as exc:
         if not any(marker in str(exc) for marker in COMPILER_ERROR_MARKERS):
             raise

@@ -6,12 +6,15 @@ runtime caches them); ``flashtune.kernels.flash_attention`` validates and calls 
 
 from __future__ import annotations
 
+import contextvars
 import functools
+import os
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 import triton
+from triton import knobs
 
 from flashtune.kernels._flash_decode import decode_combine_kernel, decode_split_kernel
 from flashtune.kernels.config import Config
@@ -77,7 +80,8 @@ def launch_decode(
     config: Config,
     cache_seqlens: torch.Tensor | None = None,
     workspace: DecodeWorkspace | None = None,
-    combine: str = "launch",
+    combine: str | None = None,
+    kv_start: torch.Tensor | None = None,
 ) -> Any:
     """Launch the decode kernel(s) into ``out``; inputs and config already validated.
 
@@ -94,15 +98,19 @@ def launch_decode(
         config: a validated decode config (``kernel="decode"``).
         cache_seqlens: int32 (batch,) contiguous on q's device, or None (all of the cache).
             Values outside [0, capacity] are clamped in the kernel, not checked here.
+        kv_start: int32 (batch,) contiguous on q's device, or None (keys from 0): the first
+            key of each sequence (left padding); clamped to [0, length] in the kernel.
         workspace: split scratch at least ``DecodeWorkspace.for_query(q, num_splits)``'s size.
         combine: ``launch`` (a second kernel merges the splits) or ``fused`` (the split
-            kernel's last program per row block does: one launch). Not yet a knob of the
-            declared space: ``fused`` awaits its GPU measurement (BENCHMARKS.md, "Decode").
+            kernel's last program per row block does: one launch); None: the config's
+            ``combine`` knob (``launch`` for a config recorded without it).
 
     Returns:
         Triton's compiled handle of the split kernel (registers, spills, shared memory),
         or None under the interpreter.
     """
+    if combine is None:
+        combine = config.get("combine", "launch")
     if combine not in COMBINES:
         raise ValueError(f"combine={combine!r} is not one of {list(COMBINES)}")
     batch, q_heads, q_len, head_dim = q.shape
@@ -125,11 +133,12 @@ def launch_decode(
         part_o = part_lse = _unused_float32(q.device)
         counters = _unused_int32(q.device)
     seqlens = cache_seqlens if cache_seqlens is not None else out  # not read without HAS_SEQLENS
+    starts = kv_start if kv_start is not None else seqlens  # not read without HAS_KV_START
     if uses_tma(config):
         # Device-side descriptors live in a scratch buffer that Triton asks for at launch.
         use_descriptor_scratch()
     fused = combine == "fused" and num_splits > 1
-    args = split_arguments(q, k, v, out, part_o, part_lse, seqlens, counters, stride_q=q.stride()[:3],
+    args = split_arguments(q, k, v, out, part_o, part_lse, seqlens, counters, starts, stride_q=q.stride()[:3],
                            stride_k=k.stride()[:3],
                            stride_v=v.stride()[:3], stride_o=out.stride()[:3], q_heads=q_heads, kv_heads=kv_heads,
                            q_len=q_len, kv_cap=kv_cap, num_splits=num_splits, scale=scale)
@@ -137,7 +146,8 @@ def launch_decode(
     handle = decode_split_kernel[grid](*args, **split_options(config, head_dim=head_dim, kv_group=kv_group,
                                                               q_len=q_len, causal=causal,
                                                               has_seqlens=cache_seqlens is not None,
-                                                              fused_combine=fused))
+                                                              fused_combine=fused,
+                                                              has_kv_start=kv_start is not None))
     if num_splits > 1 and not fused:
         combine_grid = (rows, triton.cdiv(head_dim, COMBINE_BLOCK_D))
         decode_combine_kernel[combine_grid](*combine_arguments(out, part_o, part_lse, stride_o=out.stride()[:3],
@@ -146,22 +156,23 @@ def launch_decode(
     return handle
 
 
-def split_arguments(q: Any, k: Any, v: Any, out: Any, part_o: Any, part_lse: Any, seqlens: Any, counters: Any, *,
+def split_arguments(q: Any, k: Any, v: Any, out: Any, part_o: Any, part_lse: Any, seqlens: Any, counters: Any,
+                    kv_start: Any, *,
                     stride_q: tuple[int, ...], stride_k: tuple[int, ...], stride_v: tuple[int, ...],
                     stride_o: tuple[int, ...], q_heads: int, kv_heads: int, q_len: int, kv_cap: int,
                     num_splits: int, scale: float) -> tuple[Any, ...]:
     """The split kernel's positional arguments, in its order (one place: launch and
     precompile). Strides are (batch, head, row) of q, k, v and out."""
-    return (q, k, v, out, part_o, part_lse, seqlens, counters, *stride_q, *stride_k, *stride_v, *stride_o,
+    return (q, k, v, out, part_o, part_lse, seqlens, counters, kv_start, *stride_q, *stride_k, *stride_v, *stride_o,
             q_heads, kv_heads, q_heads // kv_heads, q_len, kv_cap, num_splits, scale * LOG2_E)
 
 
 def split_options(config: Config, *, head_dim: int, kv_group: int, q_len: int, causal: bool,
-                  has_seqlens: bool, fused_combine: bool = False) -> dict[str, Any]:
+                  has_seqlens: bool, fused_combine: bool = False, has_kv_start: bool = False) -> dict[str, Any]:
     """The split kernel's constexprs and launch options for a config."""
     return {"HEAD_DIM": head_dim, "BLOCK_H": decode_block_h(kv_group, q_len), "BLOCK_N": int(config["BLOCK_N"]),
             "IS_CAUSAL": bool(causal), "HAS_SEQLENS": has_seqlens, "USE_TMA": uses_tma(config),
-            "FUSED_COMBINE": fused_combine,
+            "FUSED_COMBINE": fused_combine, "HAS_KV_START": has_kv_start,
             "num_warps": int(config["num_warps"]), "num_stages": int(config["num_stages"])}
 
 
@@ -181,7 +192,7 @@ def combine_options(head_dim: int) -> dict[str, Any]:
 
 
 def warm_up(config: Config, *, batch: int, q_heads: int, kv_heads: int, q_len: int, kv_len: int, head_dim: int,
-            dtype: torch.dtype, causal: bool, device: str = "cuda", combine: str = "launch") -> Any:
+            dtype: torch.dtype, causal: bool, device: str = "cuda", combine: str | None = None) -> Any:
     """Compile (into Triton's cache) what ``launch_decode`` runs for contiguous inputs of
     these shapes, without running it: the compile pool's job (objectives.precompile).
     Returns the split kernel's compiled kernel. ``device``: where the stand-in buffers live
@@ -192,7 +203,8 @@ def warm_up(config: Config, *, batch: int, q_heads: int, kv_heads: int, q_len: i
     stride_q = (q_heads * q_len * head_dim, q_len * head_dim, head_dim)
     stride_k = (kv_heads * kv_len * head_dim, kv_len * head_dim, head_dim)
     splits = int(config["num_splits"])
-    args = split_arguments(buf, buf, buf, buf, f32, f32, buf, i32, stride_q=stride_q, stride_k=stride_k,
+    combine = config.get("combine", "launch") if combine is None else combine
+    args = split_arguments(buf, buf, buf, buf, f32, f32, buf, i32, i32, stride_q=stride_q, stride_k=stride_k,
                            stride_v=stride_k, stride_o=stride_q, q_heads=q_heads, kv_heads=kv_heads, q_len=q_len,
                            kv_cap=kv_len, num_splits=splits, scale=1.0)
     fused = combine == "fused" and splits > 1
@@ -207,13 +219,28 @@ def warm_up(config: Config, *, batch: int, q_heads: int, kv_heads: int, q_len: i
     return split
 
 
-@functools.lru_cache(maxsize=None)
+#: True while a call must keep no device memory past its return: the op under
+#: ``torch.compile``, whose CUDA graphs (``mode="reduce-overhead"``) refuse tensors that
+#: outlive a captured call without being its outputs ("Detected 3 tensor(s) in the
+#: cudagraph pool not tracked as outputs": a cached split workspace, H200, 2026-12-01).
+TRANSIENT = contextvars.ContextVar("flashtune_transient_workspace", default=False)
+
+
 def _unused_float32(device: torch.device) -> torch.Tensor:
+    return torch.empty(1, dtype=torch.float32, device=device) if TRANSIENT.get() else _kept_float32(device)
+
+
+def _unused_int32(device: torch.device) -> torch.Tensor:
+    return torch.zeros(1, dtype=torch.int32, device=device) if TRANSIENT.get() else _kept_int32(device)
+
+
+@functools.lru_cache(maxsize=None)
+def _kept_float32(device: torch.device) -> torch.Tensor:
     return torch.empty(1, dtype=torch.float32, device=device)
 
 
 @functools.lru_cache(maxsize=None)
-def _unused_int32(device: torch.device) -> torch.Tensor:
+def _kept_int32(device: torch.device) -> torch.Tensor:
     return torch.zeros(1, dtype=torch.int32, device=device)
 
 
@@ -242,6 +269,30 @@ def check_cache_seqlens(cache_seqlens: Any, q: torch.Tensor, k: torch.Tensor) ->
         if high > capacity:
             raise ValueError(f"cache_seqlens: a length of {high} is longer than the cache (k.shape[2] = {capacity})")
     return cache_seqlens.contiguous()
+
+
+def check_kv_start(kv_start: Any, q: torch.Tensor, k: torch.Tensor, cache_seqlens: torch.Tensor | None) -> torch.Tensor:
+    """Raise ValueError naming ``kv_start`` unless it is an int32 (batch,) tensor on q's
+    device with every value in [0, that sequence's length] (``cache_seqlens[b]``, else
+    k.shape[2]); return it contiguous. Values are read on the host as for
+    :func:`check_cache_seqlens` (not inside CUDA-graph capture: the kernel clamps them)."""
+    if not isinstance(kv_start, torch.Tensor):
+        raise ValueError(f"kv_start must be a torch.Tensor of int32, got {type(kv_start).__name__}")
+    batch = q.shape[0]
+    if kv_start.dtype != torch.int32:
+        raise ValueError(f"kv_start.dtype must be torch.int32, got {kv_start.dtype}")
+    if tuple(kv_start.shape) != (batch,):
+        raise ValueError(f"kv_start must have shape (batch,) = ({batch},), got {tuple(kv_start.shape)}")
+    if kv_start.device != q.device:
+        raise ValueError(f"kv_start must be on q's device {q.device}, got {kv_start.device}")
+    if not _capturing(q.device):
+        ends = cache_seqlens if cache_seqlens is not None else torch.full_like(kv_start, k.shape[2])
+        bad = torch.nonzero((kv_start < 0) | (kv_start > ends))
+        if bad.numel():
+            b = int(bad[0, 0])
+            raise ValueError(f"kv_start[{b}] = {int(kv_start[b])} is outside [0, {int(ends[b])}] "
+                             f"(the sequence's length: cache_seqlens[{b}], else k.shape[2])")
+    return kv_start.contiguous()
 
 
 def _capturing(device: torch.device) -> bool:
@@ -315,7 +366,11 @@ def decode_default_for(*, batch: int, q_heads: int, kv_heads: int, q_len: int, k
       every GPU flashtune knows), or 2 when batch x kv_heads alone already gives two
       programs per SM: then residency, not depth, keeps the memory busy (batch 64: 136 us
       at 2 stages, 148 at 3);
-    * num_splits from :func:`choose_num_splits`.
+    * num_splits from :func:`choose_num_splits`;
+    * the combine fused into the split kernel, except with per-sequence lengths: on the
+      H200 (bench_decode, 2026-12-01) fused was 35 vs 83 us at 1,32/8,4096, 79.2 vs 88.1 at
+      q_len 4 and 79.6 vs 82.1 at 8,32/8,8192, within 1 % at 32k-128k keys, but 65.9 vs
+      56.5 with per-sequence lengths (its last split waits for the longest sequence's).
     """
     group = q_heads // kv_heads
     programs = batch * kv_heads * triton.cdiv(group * q_len, decode_block_h(group, q_len))
@@ -324,4 +379,110 @@ def decode_default_for(*, batch: int, q_heads: int, kv_heads: int, q_len: int, k
     block_n = min(max(DEFAULT_TILE_BYTES // (head_dim * 2), 32), 128)
     stages = 2 if programs >= PROGRAMS_PER_SM_TARGET * sm_count else 3
     return Config(kernel="decode", BLOCK_N=block_n, num_splits=splits, num_warps=4, num_stages=stages,
-                  loads="pointer")
+                  loads="pointer", combine="launch" if per_sequence_lengths else "fused")
+
+
+#: Set to 0 to launch every prepared decode call through Triton's jit dispatcher.
+ENV_BIND = "FLASHTUNE_BIND_LAUNCH"
+
+
+def _int_class(x: int) -> tuple[bool, bool, bool]:
+    """What Triton specializes an integer argument on: equal to 1, divisible by 16, 64-bit."""
+    return x == 1, x % 16 == 0, x >= 2**31
+
+
+class BoundDecode:
+    """``launch_decode`` for one prepared shape with the compiled kernels bound.
+
+    Triton's jit dispatcher works out, on every launch, the specialization of every argument,
+    a cache key, the compiled kernel and its launch metadata: 16-25 us a launch on the H200
+    (BENCHMARKS.md, "Serving"), the larger part of a decode call's host time. Here what a
+    prepared call key fixes (grid, constexprs, q/out strides, head counts, scale) is built
+    once, and the compiled kernel of each specialization class of what still varies (the
+    cache's length and strides, the pointers' 16-byte alignment: a dynamic cache grows every
+    step) is kept: the first call of a class goes through the jit dispatcher (which compiles
+    or finds the kernel), later ones launch the compiled kernel object directly.
+
+    CUDA only (the interpreter has no compiled kernel); ``launch_decode``'s semantics.
+    """
+
+    __slots__ = ("config", "grid", "combine_grid", "split_options", "combine_options", "split_consts",
+                 "combine_consts", "fixed", "fused", "splits", "device_index", "kernels", "combine_kernel",
+                 "causal", "scale")
+
+    def __init__(self, q: torch.Tensor, k: torch.Tensor, *, causal: bool, scale: float, config: Config,
+                 has_seqlens: bool, has_kv_start: bool) -> None:
+        batch, q_heads, q_len, head_dim = q.shape
+        kv_heads = k.shape[1]
+        kv_group = q_heads // kv_heads
+        self.config, self.causal, self.scale = config, causal, scale
+        self.splits = int(config["num_splits"])
+        self.fused = config.get("combine", "launch") == "fused" and self.splits > 1
+        block_h = decode_block_h(kv_group, q_len)
+        rows = batch * q_heads * q_len
+        self.grid = (self.splits, batch * kv_heads, triton.cdiv(kv_group * q_len, block_h))
+        self.combine_grid = (rows, triton.cdiv(head_dim, COMBINE_BLOCK_D), 1)
+        self.split_options = split_options(config, head_dim=head_dim, kv_group=kv_group, q_len=q_len, causal=causal,
+                                           has_seqlens=has_seqlens, fused_combine=self.fused,
+                                           has_kv_start=has_kv_start)
+        self.combine_options = combine_options(head_dim)
+        # The constexprs in the kernels' declared order (a compiled kernel takes every argument).
+        names = decode_split_kernel.arg_names
+        self.split_consts = tuple(self.split_options[n] for n in names[len(names) - 8:])
+        names = decode_combine_kernel.arg_names
+        self.combine_consts = tuple(self.combine_options[n] for n in names[len(names) - 3:])
+        out_strides = (q_heads * q_len * head_dim, q_len * head_dim, head_dim)
+        self.fixed = (q.stride()[:3], out_strides, (q_heads, kv_heads, kv_group, q_len))
+        self.device_index = q.device.index if q.device.index is not None else torch.cuda.current_device()
+        self.kernels: dict[tuple[Any, ...], Any] = {}
+        self.combine_kernel: Any = None
+
+    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
+                 cache_seqlens: torch.Tensor | None, kv_start: torch.Tensor | None,
+                 workspace: DecodeWorkspace | None) -> None:
+        if workspace is not None:
+            part_o, part_lse, counters = workspace.partial_out, workspace.partial_lse, workspace.counters
+        else:
+            part_o = part_lse = _unused_float32(q.device)
+            counters = _unused_int32(q.device)
+        seqlens = cache_seqlens if cache_seqlens is not None else out
+        starts = kv_start if kv_start is not None else seqlens
+        sk, sv = k.stride(), v.stride()
+        kv_cap = k.shape[2]
+        stride_q, stride_o, (q_heads, kv_heads, kv_group, q_len) = self.fixed
+        args = (q, k, v, out, part_o, part_lse, seqlens, counters, starts, *stride_q, sk[0], sk[1], sk[2],
+                sv[0], sv[1], sv[2], *stride_o, q_heads, kv_heads, kv_group, q_len, kv_cap, self.splits,
+                self.scale * LOG2_E)
+        key = (_int_class(kv_cap), _int_class(sk[0]), _int_class(sk[1]), _int_class(sk[2]), _int_class(sv[0]),
+               _int_class(sv[1]), _int_class(sv[2]), q.data_ptr() % 16, k.data_ptr() % 16, v.data_ptr() % 16,
+               seqlens.data_ptr() % 16, starts.data_ptr() % 16)
+        if uses_tma(self.config):
+            use_descriptor_scratch()
+        kernel = self.kernels.get(key)
+        hooked = _hooked(knobs.runtime.launch_enter_hook) or _hooked(knobs.runtime.launch_exit_hook)
+        if kernel is None or hooked:
+            self.kernels[key] = decode_split_kernel[self.grid](*args, **self.split_options)
+        else:
+            stream = torch._C._cuda_getCurrentRawStream(self.device_index)
+            kernel.run(*self.grid, stream, kernel.function, kernel.packed_metadata, None, None, None,
+                       *args, *self.split_consts)
+        if self.splits > 1 and not self.fused:
+            cargs = (out, part_o, part_lse, *stride_o, q_heads, q_len, self.splits)
+            combine = self.combine_kernel
+            if combine is None or hooked:
+                self.combine_kernel = decode_combine_kernel[self.combine_grid](*cargs, **self.combine_options)
+            else:
+                stream = torch._C._cuda_getCurrentRawStream(self.device_index)
+                combine.run(*self.combine_grid, stream, combine.function, combine.packed_metadata, None, None, None,
+                            *cargs, *self.combine_consts)
+
+
+def _hooked(hook: Any) -> bool:
+    """Whether a launch hook is set (a profiler's): bound launches skip hooks, so then the
+    dispatcher, which calls them, launches instead. Triton 3.6 keeps an empty chain."""
+    return hook is not None and bool(getattr(hook, "calls", True))
+
+
+def binding_enabled() -> bool:
+    """Whether prepared decode calls launch bound kernels (``$FLASHTUNE_BIND_LAUNCH``, default on)."""
+    return os.environ.get(ENV_BIND, "1").lower() not in ("0", "false", "no")

@@ -76,6 +76,11 @@ DECODE_TUNABLES: Mapping[str, tuple[Value, ...]] = MappingProxyType(
         # K/V tiles by pointer loads or by tensor descriptors (TMA, Hopper and newer):
         # decode is a stream of K/V tiles, and TMA moves a tile with one instruction.
         "loads": ("pointer", "tma"),
+        # How the splits' partials are merged: a second launch, or by the last split of
+        # each row block inside the split kernel (one launch a call: less host time and no
+        # launch gap). Last, so configs recorded before it enumerate in their old order;
+        # they omit it and mean ``launch`` (IMPLIED), what they were timed with.
+        "combine": ("launch", "fused"),
     }
 )
 
@@ -102,7 +107,8 @@ DECODE_MIN_BLOCK_H = 16
 #: after configs were recorded (tables, stores, priors) go here, so old configs keep
 #: meaning the kernel they were measured on.
 IMPLIED: Mapping[str, Value] = MappingProxyType(
-    {"loads": "pointer", "use_fp8": False, "grid": "tiles", "tile_order": "head_major", "kernel": "prefill"}
+    {"loads": "pointer", "use_fp8": False, "grid": "tiles", "tile_order": "head_major", "kernel": "prefill",
+     "combine": "launch"}
 )
 
 #: ``loads`` values served by the lean descriptor kernel.

@@ -27,14 +27,13 @@ import json
 import statistics
 import sys
 import time
-import warnings
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from flashtune.runtime.dispatch import explain, get_dispatcher
-from flashtune.runtime.hf_attention import register, set_attention
+from flashtune.runtime.hf_attention import FallbackLog, register, set_attention
 from flashtune.runtime.prepared import PreparedDecode
 
 SDPA = "sdpa"
@@ -112,8 +111,7 @@ def run_case(model: Any, name: str, *, batch: int, prompt: int, new_tokens: int,
     times: dict[str, list[float]] = {impl: [] for impl in impls}
     prefill: dict[str, list[float]] = {impl: [] for impl in impls}
     tokens: dict[str, torch.Tensor] = {}
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
+    with FallbackLog() as caught:
         for impl in impls:
             # Warm-up over every step's shape: Triton compiles per specialization and cuDNN
             # builds a plan per KV length, once a process; a shorter warm-up left SDPA's first
@@ -130,7 +128,7 @@ def run_case(model: Any, name: str, *, batch: int, prompt: int, new_tokens: int,
         for impl in impls + (("eager",) if prompt <= eager_max_prompt else ()):
             set_attention(model, impl)
             logits[impl] = teacher_forced_logits(model, ids, tokens[SDPA])
-    fallbacks = sorted({str(w.message) for w in caught if "flashtune attention" in str(w.message)})
+    fallbacks = sorted(set(caught.lines))
     decode_calls = sum(isinstance(p, PreparedDecode) for p in get_dispatcher()._calls.values())
     tps = {impl: batch * new_tokens / statistics.median(t) for impl, t in times.items()}
     result: dict[str, Any] = {

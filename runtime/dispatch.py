@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 import torch
 
-from flashtune.kernels.attention import TORCH_DTYPES
+from flashtune.kernels.attention import TORCH_DTYPES, takes_key_ranges
 from flashtune.kernels.attention import flash_attention as _launcher
 from flashtune.kernels.config import Config
 from flashtune.kernels.source_hash import kernel_source_hash
@@ -36,6 +36,8 @@ from flashtune.runtime.resolve import Resolution, resolve, uses_fp8
 from flashtune.runtime.store import Key, Store, triton_version
 
 ENV_STORE = "FLASHTUNE_STORE"
+#: Resolution origins whose config was measured for its bucket (kept as recorded).
+STORE_ORIGINS = ("exact", "nearest")
 #: Set to 1 to let the store serve fp8 configs (other numerics than the inputs' dtype).
 ENV_ALLOW_FP8 = "FLASHTUNE_ALLOW_FP8"
 
@@ -100,7 +102,8 @@ def safe_default(q: torch.Tensor, k: torch.Tensor) -> Config:
     return SAFE_DEFAULT
 
 
-def call_key(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float | None, seqlens: Any) -> CallKey:
+def call_key(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float | None, seqlens: Any,
+             kv_start: Any = None) -> CallKey:
     """The prepared-call key; raises (any error) on inputs that are not attention inputs.
 
     Holds everything the launcher's checks, the grid and the compile options depend on,
@@ -110,7 +113,7 @@ def call_key(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sc
     """
     shape_k = k.shape
     return (q.device, q.dtype, q.shape, q.stride(), k.device, k.dtype, shape_k[1], (shape_k[2] - 1).bit_length(),
-            v.device, v.dtype, causal, scale, seqlens is None)
+            v.device, v.dtype, causal, scale, seqlens is None, kv_start is None)
 
 
 class Dispatcher:
@@ -267,24 +270,29 @@ class Dispatcher:
             self._calls.clear()  # prepared calls bypass the tuner; none is kept while one is attached
 
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
-                 scale: float | None = None, cache_seqlens: torch.Tensor | None = None) -> torch.Tensor:
+                 scale: float | None = None, cache_seqlens: torch.Tensor | None = None,
+                 kv_start: torch.Tensor | None = None) -> torch.Tensor:
         """Attention with the tuned config; see :func:`flash_attention`."""
         # The hot path: a prepared call of this key (none while an online tuner times calls).
         try:
-            ckey = call_key(q, k, v, causal, scale, cache_seqlens)
+            ckey = call_key(q, k, v, causal, scale, cache_seqlens, kv_start)
             prepared = self._calls.get(ckey)
         except Exception:  # noqa: BLE001 - not attention inputs (or an unhashable scale): the slow path says why
             ckey, prepared = None, None
         if prepared is not None:
-            out = prepared(q, k, v) if cache_seqlens is None else prepared(q, k, v, cache_seqlens)
+            if cache_seqlens is None and kv_start is None:
+                out = prepared(q, k, v)
+            else:
+                out = prepared(q, k, v, cache_seqlens, kv_start)
             if out is not None:
                 return out
-        return self._call(ckey, q, k, v, causal, scale, cache_seqlens)
+        return self._call(ckey, q, k, v, causal, scale, cache_seqlens, kv_start)
 
     def _call(self, ckey: CallKey | None, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
-              scale: float | None, cache_seqlens: torch.Tensor | None) -> torch.Tensor:
+              scale: float | None, cache_seqlens: torch.Tensor | None,
+              kv_start: torch.Tensor | None = None) -> torch.Tensor:
         """A call without a prepared form: resolve, run the launcher (every check), prepare."""
-        extra = {} if cache_seqlens is None else {"cache_seqlens": cache_seqlens}
+        extra = {name: t for name, t in (("cache_seqlens", cache_seqlens), ("kv_start", kv_start)) if t is not None}
         try:
             key = cache_key(q, k, causal)
         except Exception:  # noqa: BLE001 - the launcher raises the TypeError/ValueError naming the argument
@@ -292,15 +300,22 @@ class Dispatcher:
         config = self._configs.get(key)
         if config is None:
             config = self._miss(key)
-        if extra and kernel_of(config) != "decode":
-            # Per-sequence lengths with a long query (a prefill bucket): only the decode
-            # kernel takes them; the launcher's decode default serves.
+        if extra and not takes_key_ranges(config):
+            # Per-sequence ranges with a config whose kernel cannot take them (fp8, the
+            # lean kernel): the launcher's default for the shape serves.
             return _launcher(q, k, v, causal=causal, scale=scale, config=None, **extra)
+        served = config
+        resolution = self._resolutions.get(key)
+        measured = resolution is not None and resolution[1].origin in STORE_ORIGINS
+        if extra and config.get("combine") == "fused" and not measured:
+            # The default's fused combine is slower with per-sequence lengths (its last
+            # split waits for the longest sequence: kernels.decode.decode_default_for).
+            config = config.replace(combine="launch")
         online = self._online
         if online is not None:
-            return online.run(key, config, lambda c: self._launch(key, c, q, k, v, causal, scale, extra), q, k)
+            return online.run(key, served, lambda c: self._launch(key, c, q, k, v, causal, scale, extra), q, k)
         out = self._launch(key, config, q, k, v, causal, scale, extra)
-        if ckey is not None and self._configs.get(key) == config:  # not replaced by a recovery
+        if ckey is not None and self._configs.get(key) == served:  # not replaced by a recovery
             prepared = _prepare(q, k, causal=causal, scale=scale, config=config, **extra)
             if prepared is not None:
                 self._calls[ckey] = prepared
@@ -368,7 +383,7 @@ def reload_store() -> None:
 
 
 def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False, scale: float | None = None,
-                    cache_seqlens: torch.Tensor | None = None) -> torch.Tensor:
+                    cache_seqlens: torch.Tensor | None = None, kv_start: torch.Tensor | None = None) -> torch.Tensor:
     """Scaled dot-product attention, forward, with the tuned config for this GPU and shape.
 
     Args:
@@ -379,6 +394,9 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal
         scale: softmax scale; 1/sqrt(head_dim) when None.
         cache_seqlens: optional int32 (batch,) tensor on q's device: the number of cached
             keys of each sequence (<= kv_len); None when every sequence uses all kv_len.
+            Causal is aligned bottom-right against it (a static cache's filled part).
+        kv_start: optional int32 (batch,) tensor on q's device: the first key of each
+            sequence (left padding), <= its length; None: keys from 0.
 
     Returns:
         (batch, q_heads, q_len, head_dim) in q's dtype.
@@ -387,7 +405,7 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal
         TypeError, ValueError: bad inputs, naming the argument (never for a bad store:
             that is one warning and the fallback).
     """
-    return get_dispatcher()(q, k, v, causal=causal, scale=scale, cache_seqlens=cache_seqlens)
+    return get_dispatcher()(q, k, v, causal=causal, scale=scale, cache_seqlens=cache_seqlens, kv_start=kv_start)
 
 
 def explain(q: torch.Tensor, k: torch.Tensor, *, causal: bool = False) -> Resolution:

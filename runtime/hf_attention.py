@@ -5,19 +5,34 @@ transformers calls ``fn(module, query, key, value, attention_mask, scaling=..., 
 heads (grouped-query is native to the kernel), and expects ``(output as (batch, seq,
 heads, head_dim), attention weights or None)``.
 
-The kernel does plain or causal (bottom-right aligned, so KV-cache decoding is right)
-attention and nothing else. Whatever it cannot do (an explicit mask such as padding or
-a sliding window, dropout, logit soft-capping, attention sinks, returned weights) goes
-to PyTorch's SDPA, which is correct if slower; each reason warns once.
-:func:`register` installs the function and sdpa's mask builder under one name, so a
-model without padding gets no mask (causal via the flag) and our kernel.
+The kernel does causal attention aligned bottom-right over a per-sequence key range
+[first, end): ``end`` is the query block's last position + 1 (a static cache holds empty
+slots after it), ``first`` the first real key (left padding). :func:`register` installs
+:func:`key_range_mask` as the name's mask builder (transformers 5's
+``ALL_MASK_ATTENTION_FUNCTIONS``), which turns the 2-D padding mask and the cache's query
+offset into those ranges: a (2, batch, 1, 1) int32 tensor, computed on the device without
+a host read, so it traces under ``torch.compile``. Four dimensions because transformers
+takes a 4-D mask as already built (generate builds the mask once and the model's forward
+would otherwise read a 2-D one as a padding mask); int32 because real masks are bool or float. The padded keys before ``first`` and the empty
+slots at or after ``end`` are never attended; a real query row (its own token not padding)
+then gets exactly SDPA's result, for left and right padding alike (a right-padded row's
+causal range ends before its pads). Padding rows themselves get other values than SDPA's
+(zeros for left padding); nothing reads them.
 
-transformers is imported only inside :func:`register`.
+Whatever the kernel cannot express goes to PyTorch's SDPA, which is correct if slower: a
+mask with holes (padding inside the sequence, such as generating after right padding),
+sliding windows, chunked or custom mask functions (the builder returns sdpa's dense mask),
+dropout, logit soft-capping, attention sinks, returned weights. Every such decision
+depends only on shapes, kwargs and the mask builder's eager check, so it is made before
+compiled code runs; each reason is one log line (``logging``, never ``warnings``: a
+warning inside a compiled region breaks the graph) at its first eager call.
+
+transformers is imported only inside :func:`register` and the mask builder.
 """
 
 from __future__ import annotations
 
-import warnings
+import logging
 from typing import Any
 
 import torch
@@ -38,12 +53,122 @@ _RESERVED = ("flash", "flex_attention", "sdpa", "eager", "/")
 
 # kwargs whose presence changes the attention's result in ways the kernel cannot do.
 _UNSUPPORTED_KWARGS = ("softcap", "s_aux", "sinks")
-_WARNED: set[str] = set()
+_LOGGED: set[str] = set()
+_LOG = logging.getLogger("flashtune.attention")
+
+
+class FallbackLog(logging.Handler):
+    """Collects the fallback lines (``with FallbackLog() as log: ...; log.lines``), for
+    benchmarks that report whether the kernel ran."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+    def __enter__(self) -> FallbackLog:
+        _LOGGED.clear()  # a reason logged before the block is logged again inside it
+        _LOG.addHandler(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        _LOG.removeHandler(self)
+
+
+def is_key_ranges(mask: Any) -> bool:
+    """Whether ``mask`` is :func:`key_range_mask`'s (2, batch, 1, 1) int32 ranges (first, end)."""
+    return (isinstance(mask, torch.Tensor) and mask.dtype == torch.int32 and mask.dim() == 4 and mask.shape[0] == 2
+            and mask.shape[2] == 1 and mask.shape[3] == 1)
+
+
+def key_ranges(attention_mask: torch.Tensor | None, *, batch_size: int, q_length: int, kv_length: int,
+               q_offset: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(ranges, holes, full) from a 2-D padding mask: ``ranges`` (2, batch, 1, 1) int32, [0]
+    each sequence's first real key, [1] the end ``q_offset + q_length`` (the same for
+    every sequence); ``holes`` a 0-dim bool tensor, True when some sequence's real keys
+    before the end are not one run (the ranges would then be wrong); ``full`` True when
+    every key before the end is real (no padding). No host read.
+
+    Args:
+        attention_mask: (batch, >= kv_length) bool, True for real tokens; None: no padding.
+        batch_size: sequences.
+        q_length: queries of this forward pass.
+        kv_length: keys the attention sees (a static cache's capacity).
+        q_offset: the position of the first query (an int, or a 0-dim tensor for a static cache).
+    """
+    device = attention_mask.device if attention_mask is not None else (
+        q_offset.device if isinstance(q_offset, torch.Tensor) else "cpu")
+    end = torch.as_tensor(q_offset, device=device).to(torch.int32).reshape(()) + q_length
+    ends = end.expand(batch_size)
+    if attention_mask is None:
+        no = torch.zeros((), dtype=torch.bool, device=device)
+        return torch.stack([torch.zeros_like(ends), ends])[:, :, None, None], no, ~no
+    mask = attention_mask[:, :kv_length].to(torch.bool)
+    if mask.shape[1] < kv_length:  # a static cache's mask may stop at the filled part
+        mask = F.pad(mask, (0, kv_length - mask.shape[1]))
+    cols = torch.arange(kv_length, device=device, dtype=torch.int32)
+    real = mask & (cols < end)
+    first = real.to(torch.int8).argmax(dim=1).to(torch.int32)  # the first real key (0 for none)
+    count = real.sum(dim=1, dtype=torch.int32)
+    run = (cols >= first[:, None]) & (cols < (first + count)[:, None])
+    holes = (real != run).any()
+    return torch.stack([first, ends])[:, :, None, None], holes, (count == end).all()
+
+
+def key_range_mask(batch_size: int, q_length: int | None = None, kv_length: int | None = None, q_offset: Any = 0,
+                   kv_offset: int = 0, mask_function: Any = None, attention_mask: torch.Tensor | None = None,
+                   **kwargs: Any) -> Any:
+    """transformers 5's mask-builder interface, for the kernel: None (plain causal, every
+    key real), :func:`key_ranges`' ranges, or sdpa's dense mask for what ranges cannot say.
+
+    Eager, one host read a forward pass (not a layer) decides None / ranges / dense, as
+    transformers' own sdpa builder reads ``attention_mask.all()``; under ``torch.compile``
+    nothing is read and the ranges are returned, so a mask with holes is only caught eagerly.
+    """
+    from transformers.masking_utils import causal_mask_function, sdpa_mask
+
+    cache_position = kwargs.get("cache_position")
+    if q_length is None and cache_position is not None:  # transformers before 5.5
+        q_length, q_offset = cache_position.shape[0], cache_position[0]
+    if (mask_function is not None and mask_function is not causal_mask_function) or kv_offset:
+        # A sliding window, a chunked or custom mask: the dense mask, and SDPA.
+        return sdpa_mask(batch_size=batch_size, q_length=q_length, kv_length=kv_length, q_offset=q_offset,
+                         kv_offset=kv_offset, mask_function=mask_function, attention_mask=attention_mask, **kwargs)
+    if attention_mask is not None and attention_mask.dim() != 2:
+        return attention_mask  # already 4-D: someone else's mask, SDPA takes it
+    ranges, holes, full = key_ranges(attention_mask, batch_size=batch_size, q_length=q_length, kv_length=kv_length,
+                               q_offset=q_offset)
+    if torch.compiler.is_compiling():
+        return ranges
+    has_holes, no_padding, end = torch.stack([holes.int(), full.int(), ranges[1, 0, 0, 0]]).tolist()
+    if has_holes:
+        return sdpa_mask(batch_size=batch_size, q_length=q_length, kv_length=kv_length, q_offset=q_offset,
+                         kv_offset=kv_offset, mask_function=causal_mask_function, attention_mask=attention_mask,
+                         **kwargs)
+    if no_padding and end == kv_length:
+        return None  # every key real, no empty slot: the plain causal kernel
+    return ranges
+
+
+def ranges_to_dense(ranges: torch.Tensor, q_len: int, kv_len: int, causal: bool, dtype: torch.dtype) -> torch.Tensor:
+    """The additive (batch, 1, q_len, kv_len) mask of the ranges (for the SDPA fallback):
+    0 where a query sees a key, the dtype's minimum elsewhere (finite: a row that sees no
+    key gets some output rather than NaN, which would reach the next layer's values)."""
+    first, end = ranges[0, :, 0, 0].long(), ranges[1, :, 0, 0].long()
+    cols = torch.arange(kv_len, device=ranges.device)
+    rows = torch.arange(q_len, device=ranges.device)
+    keep = (cols[None, None, :] >= first[:, None, None]) & (cols[None, None, :] < end[:, None, None])
+    if causal:
+        keep = keep & (cols[None, None, :] <= rows[None, :, None] + (end - q_len)[:, None, None])
+    zero = torch.zeros((), dtype=dtype, device=ranges.device)
+    return torch.where(keep[:, None], zero, torch.finfo(dtype).min)
 
 
 def _fallback_reason(query: torch.Tensor, key: torch.Tensor, attention_mask: Any, dropout: float, kwargs: dict[str, Any]) -> str | None:
-    if attention_mask is not None:
-        return "an explicit attention mask (padding or sliding window)"
+    if attention_mask is not None and not is_key_ranges(attention_mask):
+        return "a dense attention mask (holes in the padding, a sliding window or a custom mask)"
     if dropout:
         return "dropout"
     if kwargs.get("output_attentions"):
@@ -88,7 +213,8 @@ def attention_forward(
         query: (batch, heads, q_len, head_dim).
         key: (batch, kv_heads, kv_len, head_dim).
         value: like ``key``.
-        attention_mask: None for "no mask beyond the causal flag"; anything else goes to SDPA.
+        attention_mask: None for "no mask beyond the causal flag", :func:`key_range_mask`'s
+            ranges (the kernel takes them); anything else goes to SDPA.
         scaling: softmax scale (None: 1/sqrt(head_dim)).
         dropout: attention dropout probability (non-zero goes to SDPA).
         **kwargs: ``is_causal`` overrides ``module.is_causal``; others are ignored unless
@@ -99,21 +225,27 @@ def attention_forward(
     """
     is_causal = kwargs.pop("is_causal", None)
     is_causal = getattr(module, "is_causal", True) if is_causal is None else is_causal
+    ranges = attention_mask if is_key_ranges(attention_mask) else None
     reason = _fallback_reason(query, key, attention_mask, dropout, kwargs)
     if reason is not None:
-        if reason not in _WARNED:
-            _WARNED.add(reason)
-            warnings.warn(f"flashtune attention: {reason} is not supported by the kernel; using SDPA", RuntimeWarning, stacklevel=2)
+        if reason not in _LOGGED and not torch.compiler.is_compiling():
+            _LOGGED.add(reason)
+            _LOG.warning("flashtune attention: %s is not supported by the kernel; using SDPA", reason)
+        if ranges is not None:
+            attention_mask = ranges_to_dense(ranges, query.shape[2], key.shape[2], bool(is_causal), query.dtype)
         out = _sdpa(query, key, value, attention_mask, scaling, dropout, is_causal)
     else:
         scale = None if scaling is None else float(scaling)
+        first = end = None
+        if ranges is not None:
+            first, end = ranges[0, :, 0, 0], ranges[1, :, 0, 0]
         if torch.compiler.is_compiling():
             # One opaque node for torch.compile (its fake implementation gives the shapes).
-            out = torch.ops.flashtune.flash_attention(query, key, value, bool(is_causal), scale)
+            out = torch.ops.flashtune.flash_attention(query, key, value, bool(is_causal), scale, end, first)
         else:
             # Eager: the runtime op directly. The torch.library dispatcher would add its own
             # per-call host time, which a decoding step (one query a layer) pays in full.
-            out = _tuned(query, key, value, causal=bool(is_causal), scale=scale)
+            out = _tuned(query, key, value, causal=bool(is_causal), scale=scale, cache_seqlens=end, kv_start=first)
     return out.transpose(1, 2).contiguous(), None
 
 
@@ -128,8 +260,9 @@ def set_attention(model: torch.nn.Module, name: str) -> None:
 def register(name: str = NAME) -> str:
     """Register :func:`attention_forward` with transformers as ``attn_implementation=name``.
 
-    Also maps ``name`` to sdpa's mask builder, which returns no mask when none is needed
-    (our kernel runs) and a real one for padding or sliding windows (SDPA runs).
+    Also maps ``name`` to :func:`key_range_mask`, which gives the kernel per-sequence key
+    ranges (static caches, padded batches) and sdpa's dense mask only for what they
+    cannot express (SDPA runs those).
 
     Returns:
         ``name``, for ``model.set_attn_implementation(name)`` or ``from_pretrained(..., attn_implementation=name)``.
@@ -142,8 +275,8 @@ def register(name: str = NAME) -> str:
 
     AttentionInterface.register(name, attention_forward)
     try:
-        from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
+        from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS
     except ImportError:  # transformers before the mask registry: masks come as before
         return name
-    ALL_MASK_ATTENTION_FUNCTIONS.register(name, sdpa_mask)
+    ALL_MASK_ATTENTION_FUNCTIONS.register(name, key_range_mask)
     return name

@@ -32,16 +32,17 @@ from flashtune.kernels.attention import (
     resolve_scale,
 )
 from flashtune.kernels.config import Config
-from flashtune.kernels.decode import DecodeWorkspace, launch_decode
+from flashtune.kernels.decode import TRANSIENT, BoundDecode, DecodeWorkspace, binding_enabled, launch_decode
 from flashtune.kernels.launch_support import use_descriptor_scratch
-from flashtune.kernels.space import kernel_of
+from flashtune.kernels.space import LEAN_LOADS, kernel_of
 
 #: Split workspaces one prepared decode call keeps (one per CUDA stream it ran on).
 MAX_WORKSPACES = 8
 
 
 class PreparedCall:
-    """The prefill kernel's launch for one call key (pointer or TMA loads, not fp8).
+    """The prefill kernel's launch for one call key (pointer or TMA loads, not fp8), with
+    or without per-sequence key ranges (``cache_seqlens``, ``kv_start``).
 
     Args:
         q: the first call's query (its shape, strides, device and dtype are the key's).
@@ -49,17 +50,22 @@ class PreparedCall:
         causal: the mask.
         scale: the softmax scale as the caller passed it (None: 1/sqrt(head_dim)).
         config: the validated config the first call launched.
+        with_seqlens: whether calls of this key pass ``cache_seqlens``.
+        with_kv_start: whether calls of this key pass ``kv_start``.
     """
 
     __slots__ = ("batch", "head_dim", "out_shape", "out_dtype", "device", "grid", "options",
-                 "tma", "static", "scale")
+                 "tma", "static", "scale", "with_seqlens", "with_kv_start")
 
-    def __init__(self, q: torch.Tensor, k: torch.Tensor, *, causal: bool, scale: float | None, config: Config) -> None:
+    def __init__(self, q: torch.Tensor, k: torch.Tensor, *, causal: bool, scale: float | None, config: Config,
+                 with_seqlens: bool = False, with_kv_start: bool = False) -> None:
         batch, q_heads, q_len, head_dim = q.shape
         self.batch, self.head_dim = batch, head_dim
         self.out_shape, self.out_dtype, self.device = q.shape, q.dtype, q.device
         self.grid = launch_grid(config, q_len=q_len, batch_heads=batch * q_heads, device=q.device)
-        self.options = compile_options(config, head_dim=head_dim, causal=causal)
+        self.options = compile_options(config, head_dim=head_dim, causal=causal, has_seqlens=with_seqlens,
+                                       has_kv_start=with_kv_start)
+        self.with_seqlens, self.with_kv_start = with_seqlens, with_kv_start
         self.tma = config["loads"] != "pointer"
         self.scale = resolve_scale(scale, head_dim)
         # The output is allocated contiguous: its strides follow from the key's shape.
@@ -67,18 +73,23 @@ class PreparedCall:
         self.static = {"stride_q": q.stride()[:3], "stride_o": out_strides, "batch": batch,
                        "q_heads": q_heads, "kv_heads": k.shape[1], "q_len": q_len}
 
-    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor | None:
+    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cache_seqlens: torch.Tensor | None = None,
+                 kv_start: torch.Tensor | None = None) -> torch.Tensor | None:
         """Launch for these inputs; None when they need the launcher's checks (bad K/V)."""
         shape, k_strides, v_strides = k.shape, k.stride(), v.stride()
         if (shape != v.shape or shape[0] != self.batch or shape[3] != self.head_dim or not shape[2]
                 or k_strides[3] != 1 or v_strides[3] != 1):
+            return None
+        if ((self.with_seqlens and not _per_sequence_ok(cache_seqlens, self.batch, self.device))
+                or (self.with_kv_start and not _per_sequence_ok(kv_start, self.batch, self.device))):
             return None
         if self.tma:
             check_descriptor_alignment(q, k, v)  # raises naming the argument
             use_descriptor_scratch()
         out = torch.empty(self.out_shape, dtype=self.out_dtype, device=self.device)
         args = kernel_arguments(q, k, v, out, q, stride_k=k_strides[:3], stride_v=v_strides,
-                                kv_len=shape[2], scale=self.scale, **self.static)
+                                kv_len=shape[2], scale=self.scale, seqlens=cache_seqlens, kv_start=kv_start,
+                                **self.static)
         attention_forward_kernel[self.grid](*args, **self.options)
         return out
 
@@ -97,39 +108,49 @@ class PreparedDecode:
         scale: the softmax scale as the caller passed it.
         config: the validated decode config the first call launched.
         with_seqlens: whether calls of this key pass ``cache_seqlens``.
+        with_kv_start: whether calls of this key pass ``kv_start``.
     """
 
     __slots__ = ("batch", "head_dim", "out_shape", "out_dtype", "device", "causal", "scale", "config",
-                 "with_seqlens", "workspaces", "splits", "tma")
+                 "with_seqlens", "with_kv_start", "workspaces", "splits", "tma", "bound")
 
     def __init__(self, q: torch.Tensor, k: torch.Tensor, *, causal: bool, scale: float | None, config: Config,
-                 with_seqlens: bool) -> None:
+                 with_seqlens: bool, with_kv_start: bool = False) -> None:
         self.batch, self.head_dim = q.shape[0], q.shape[3]
         self.out_shape, self.out_dtype, self.device = q.shape, q.dtype, q.device
         self.causal, self.scale, self.config = causal, resolve_scale(scale, q.shape[3]), config
-        self.with_seqlens = with_seqlens
+        self.with_seqlens, self.with_kv_start = with_seqlens, with_kv_start
         self.splits = int(config["num_splits"])
         self.tma = config.get("loads", "pointer") != "pointer"
         self.workspaces: dict[int, DecodeWorkspace] = {}
+        # The compiled kernels bound once (CUDA); None: every call through launch_decode.
+        self.bound = (BoundDecode(q, k, causal=causal, scale=self.scale, config=config, has_seqlens=with_seqlens,
+                                  has_kv_start=with_kv_start)
+                      if q.device.type == "cuda" and binding_enabled() else None)
 
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                 cache_seqlens: torch.Tensor | None = None) -> torch.Tensor | None:
+                 cache_seqlens: torch.Tensor | None = None, kv_start: torch.Tensor | None = None) -> torch.Tensor | None:
         """Launch for these inputs; None when they need the launcher's checks."""
         shape = k.shape
         if (shape != v.shape or shape[0] != self.batch or shape[3] != self.head_dim or not shape[2]
                 or k.stride()[3] != 1 or v.stride()[3] != 1):
             return None
-        if self.with_seqlens and (cache_seqlens.dtype != torch.int32 or cache_seqlens.shape != (self.batch,)
-                                  or cache_seqlens.device != self.device or not cache_seqlens.is_contiguous()):
+        if ((self.with_seqlens and not _per_sequence_ok(cache_seqlens, self.batch, self.device))
+                or (self.with_kv_start and not _per_sequence_ok(kv_start, self.batch, self.device))):
             return None  # the launcher names what is wrong (the values are clamped by the kernel)
         if self.tma:
             check_descriptor_alignment(q, k, v)  # raises naming the argument
         out = torch.empty(self.out_shape, dtype=self.out_dtype, device=self.device)
+        if self.bound is not None:
+            self.bound(q, k, v, out, cache_seqlens, kv_start, self._workspace(q) if self.splits > 1 else None)
+            return out
         launch_decode(q, k, v, out, causal=self.causal, scale=self.scale, config=self.config,
-                      cache_seqlens=cache_seqlens, workspace=self._workspace(q) if self.splits > 1 else None)
+                      cache_seqlens=cache_seqlens, kv_start=kv_start, workspace=self._workspace(q) if self.splits > 1 else None)
         return out
 
     def _workspace(self, q: torch.Tensor) -> DecodeWorkspace:
+        if TRANSIENT.get():
+            return DecodeWorkspace.for_query(q, self.splits)  # nothing kept (kernels.decode.TRANSIENT)
         stream = _current_stream(self.device)
         workspace = self.workspaces.get(stream)
         if workspace is None:
@@ -137,6 +158,12 @@ class PreparedDecode:
                 self.workspaces.clear()
             workspace = self.workspaces[stream] = DecodeWorkspace.for_query(q, self.splits)
         return workspace
+
+
+def _per_sequence_ok(t: torch.Tensor, batch: int, device: torch.device) -> bool:
+    """Whether a per-sequence tensor has the form the kernels take (int32 (batch,),
+    contiguous, on the device); its values are the kernels' to clamp."""
+    return t.dtype == torch.int32 and t.shape == (batch,) and t.device == device and t.is_contiguous()
 
 
 def _current_stream(device: torch.device) -> int:
@@ -147,11 +174,13 @@ def _current_stream(device: torch.device) -> int:
 
 
 def prepare(q: torch.Tensor, k: torch.Tensor, *, causal: bool, scale: float | None, config: Config,
-            cache_seqlens: Any = None) -> PreparedCall | PreparedDecode | None:
+            cache_seqlens: Any = None, kv_start: Any = None) -> PreparedCall | PreparedDecode | None:
     """The prepared form of a call that just ran through the launcher, or None where every
-    call must take the launcher (fp8 quantizes Q, K, V on every call anyway)."""
+    call must take the launcher (fp8 quantizes Q, K, V on every call anyway; the lean
+    loads have their own launcher)."""
+    ranges = {"with_seqlens": cache_seqlens is not None, "with_kv_start": kv_start is not None}
     if kernel_of(config) == "decode":
-        return PreparedDecode(q, k, causal=causal, scale=scale, config=config, with_seqlens=cache_seqlens is not None)
-    if config.get("use_fp8", False) or cache_seqlens is not None:
+        return PreparedDecode(q, k, causal=causal, scale=scale, config=config, **ranges)
+    if config.get("use_fp8", False) or config.get("loads", "pointer") in LEAN_LOADS:
         return None
-    return PreparedCall(q, k, causal=causal, scale=scale, config=config)
+    return PreparedCall(q, k, causal=causal, scale=scale, config=config, **ranges)

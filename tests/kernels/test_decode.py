@@ -113,8 +113,8 @@ def test_default_config_picks_the_decode_kernel_for_short_queries():
 
 
 def test_decode_config_serves_a_long_query_against_a_cache():
-    # Past DECODE_MAX_Q_LEN the default is prefill, but an explicit decode config (or
-    # cache_seqlens) still runs the decode kernel, which is correct for any q_len.
+    # Past DECODE_MAX_Q_LEN the default is prefill (with cache_seqlens too), but an explicit
+    # decode config still runs the decode kernel, which is correct for any q_len.
     _check(*_qkv(1, 2, 1, 20, 40, 32), True, _decode(2, block_n=16))
     _check(*_qkv(1, 2, 1, 20, 40, 32), True, None, lengths=[33])
 
@@ -149,10 +149,12 @@ def test_default_config_follows_the_shape():
         return default_decode_config(torch.empty(b, hq, 1, d), torch.empty(b, hkv, n, d), **kw)
 
     # The interpreter assumes 4 SMs: 8 programs already fill them twice.
-    assert default(1, 32, 8, 4096, 128) == _decode(1, block_n=64, stages=2)
-    assert default(1, 4, 1, 4096, 128) == _decode(8, block_n=64, stages=3)
+    assert default(1, 32, 8, 4096, 128) == _decode(1, block_n=64, stages=2).replace(combine="fused")
+    assert default(1, 4, 1, 4096, 128) == _decode(8, block_n=64, stages=3).replace(combine="fused")
     assert default(1, 4, 1, 4096, 64)["BLOCK_N"] == 128 and default(1, 4, 1, 4096, 256)["BLOCK_N"] == 32
-    assert default(1, 4, 1, 4096, 128, per_sequence_lengths=True)["num_splits"] == 32
+    # Per-sequence lengths: more splits, and the launched combine (the fused one was slower there).
+    with_lengths = default(1, 4, 1, 4096, 128, per_sequence_lengths=True)
+    assert with_lengths["num_splits"] == 32 and with_lengths["combine"] == "launch"
 
 
 def _bad(lengths_or_tensor, q_shape=(2, 4, 1, 32), capacity=16):
@@ -178,11 +180,10 @@ def test_bad_cache_seqlens(seqlens, match):
         _bad(seqlens)
 
 
-def test_prefill_config_with_cache_seqlens_is_refused():
+def test_prefill_config_with_cache_seqlens_runs_the_prefill_kernel():
+    # The prefill kernel takes per-sequence lengths too (a static cache's prefill).
     prefill = Config(BLOCK_M=32, BLOCK_N=32, num_warps=4, num_stages=2)
-    with pytest.raises(ValueError, match="cache_seqlens needs the decode kernel"):
-        q, k, v = _qkv(1, 2, 2, 1, 8, 32)
-        flash_attention(q, k, v, config=prefill, cache_seqlens=torch.tensor([4], dtype=torch.int32))
+    _check(*_qkv(2, 2, 2, 1, 40, 32), True, prefill, lengths=[4, 33])
 
 
 def _fused(q, k, v, causal, config, lengths=None, workspace=None):

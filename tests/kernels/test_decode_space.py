@@ -41,7 +41,8 @@ def test_a_recorded_config_without_the_knob_means_prefill():
 def test_decode_configs_validate_against_their_own_space():
     cfg = validate_config(DECODE)
     # A decode config without the loads knob means pointer loads, as a prefill one does.
-    assert cfg == Config(DECODE, loads="pointer") and cfg in set(all_configs(DECODE_TUNABLES))
+    # Nor the combine knob: the launched combine, what configs recorded before it were timed with.
+    assert cfg == Config(DECODE, loads="pointer", combine="launch") and cfg in set(all_configs(DECODE_TUNABLES))
     assert "use_fp8" not in cfg and "grid" not in cfg  # prefill's other implied knobs are not decode's
     with pytest.raises(ValueError, match="loads='tma_ws' is not one of"):
         validate_config({**DECODE, "loads": "tma_ws"})

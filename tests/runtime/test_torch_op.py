@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import types
 
 import pytest
@@ -72,24 +73,40 @@ def test_transformers_signature_returns_bshd_and_no_weights():
     assert relative_error(out, reference_attention(q, k, v, causal=False).transpose(1, 2)) < 5e-3
 
 
-def test_what_the_kernel_cannot_do_goes_to_sdpa_with_one_warning(monkeypatch):
-    monkeypatch.setattr(hf_attention, "_WARNED", set())
+def test_what_the_kernel_cannot_do_goes_to_sdpa_with_one_log_line(monkeypatch, caplog):
+    monkeypatch.setattr(hf_attention, "_LOGGED", set())
     q, k, v = _qkv(1, 2, 1, 8, 8, 32, dtype=torch.float32)
     mask = torch.zeros(1, 1, 8, 8)
-    mask[..., :2] = float("-inf")  # padding on the left
+    mask[..., :2] = float("-inf")  # a dense mask (the mask builder gives one only for what ranges cannot say)
     mask[..., 7, :] = 0.0
-    with pytest.warns(RuntimeWarning, match="explicit attention mask"):
+
+    def logged() -> list[str]:
+        return [r.getMessage() for r in caplog.records if r.name == "flashtune.attention"]
+
+    with caplog.at_level(logging.INFO, logger="flashtune.attention"):
         out, _ = attention_forward(_module(), q, k, v, mask)
-    k2, v2 = k.repeat_interleave(2, 1), v.repeat_interleave(2, 1)
-    expected = torch.nn.functional.scaled_dot_product_attention(q, k2, v2, attn_mask=mask).transpose(1, 2)
-    assert torch.allclose(out, expected, atol=1e-5)
-    attention_forward(_module(), q, k, v, mask)  # warned once already: no second warning
-    with pytest.warns(RuntimeWarning, match="softcap"):
+        assert len(logged()) == 1 and "dense attention mask" in logged()[0]
+        k2, v2 = k.repeat_interleave(2, 1), v.repeat_interleave(2, 1)
+        expected = torch.nn.functional.scaled_dot_product_attention(q, k2, v2, attn_mask=mask).transpose(1, 2)
+        assert torch.allclose(out, expected, atol=1e-5)
+        attention_forward(_module(), q, k, v, mask)  # logged once already: no second line
+        assert len(logged()) == 1
         attention_forward(_module(), q, k, v, None, softcap=30.0)
-    q48, k48, v48 = _qkv(1, 2, 2, 8, 8, 48, dtype=torch.float32)
-    with pytest.warns(RuntimeWarning, match="head_dim 48"):
+        assert "softcap" in logged()[-1]
+        q48, k48, v48 = _qkv(1, 2, 2, 8, 8, 48, dtype=torch.float32)
         out, _ = attention_forward(_module(), q48, k48, v48, None)
-    assert out.shape == (1, 8, 2, 48)
+        assert "head_dim 48" in logged()[-1] and out.shape == (1, 8, 2, 48)
+
+
+def test_key_ranges_with_a_fallback_reason_give_sdpa_the_same_attention(monkeypatch):
+    # Dropout is not the kernel's: the ranges become a dense mask for SDPA (dropout 0 here
+    # through the kwargs path is not a reason, so use output_attentions).
+    monkeypatch.setattr(hf_attention, "_LOGGED", set())
+    q, k, v = _qkv(2, 2, 1, 3, 10, 32, dtype=torch.float32)
+    ranges = torch.tensor([[2, 0], [9, 10]], dtype=torch.int32)[:, :, None, None]  # left padding; an empty slot
+    kernel, _ = attention_forward(_module(), q, k, v, ranges)
+    fallback, _ = attention_forward(_module(), q, k, v, ranges, output_attentions=True)
+    assert torch.allclose(kernel, fallback, atol=1e-5)
 
 
 @pytest.mark.parametrize("name", ["flashtune", "my_sdpa", "org/repo"])
@@ -116,3 +133,23 @@ def test_transformers_function_compiles_without_graph_breaks():
     compiled = torch.compile(layer, backend="aot_eager", fullgraph=True)
     expected = reference_attention(q, k, v, causal=True, scale=0.2).transpose(1, 2)
     assert relative_error(compiled(q, k, v), expected) < 5e-3
+
+
+def test_the_op_keeps_no_split_workspace_between_calls(tmp_path):
+    # CUDA graphs of compiled code refuse memory that outlives a captured call unless it is
+    # an output (H200: "3 tensor(s) in the cudagraph pool not tracked as outputs", the
+    # cached split workspace): through the custom op nothing is kept; the eager op keeps it.
+    from flashtune.runtime.dispatch import Dispatcher, get_dispatcher, set_store
+    from flashtune.runtime.prepared import PreparedDecode
+
+    set_store(tmp_path / "none.json")
+    q, k, v = _qkv(1, 4, 1, 1, 512, 32, dtype=torch.float32)
+    for _ in range(2):
+        out = torch.ops.flashtune.flash_attention(q, k, v, True, None)
+    decode = [p for p in get_dispatcher()._calls.values() if isinstance(p, PreparedDecode)]
+    assert decode and decode[0].splits > 1 and not decode[0].workspaces
+    assert relative_error(out, reference_attention(q, k, v, causal=True)) < 1e-4
+    eager = Dispatcher(tmp_path / "none.json")
+    for _ in range(2):
+        eager(q, k, v, causal=True)
+    assert any(p.workspaces for p in eager._calls.values() if isinstance(p, PreparedDecode))
