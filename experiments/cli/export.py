@@ -26,6 +26,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from flashtune.experiments.cli.sweep import INTERPRETED_SOURCE
 from flashtune.experiments.evaluation import prior_mlflow
 from flashtune.experiments.evaluation.prior_files import table_measurements
 from flashtune.experiments.evaluation.priors import parse_source
@@ -62,7 +63,12 @@ def run_export(args: argparse.Namespace) -> int:
     measurements: list[Measurement] = []
     for spec in specs:
         read = read_source(spec.kind, spec.value, tracking_uri=args.tracking_uri, storage_url=args.storage)
+        interpreted = [m for m in read if m.source == INTERPRETED_SOURCE]
+        read = [m for m in read if m.source != INTERPRETED_SOURCE]
         print(f"{spec.label}: {len(read)} measurement(s), {sum(m.ok for m in read)} successful")
+        if interpreted:
+            print(f"{spec.label}: skipped {len(interpreted)} measurement(s) run in Triton's CPU interpreter "
+                  "(`sweep --interpret`): their times are the CPU's, not a GPU's", file=sys.stderr)
         measurements += read
     entries = best_entries(measurements, include_fp8=args.include_fp8)
     if not entries:
