@@ -90,6 +90,7 @@ def check_tracking_uri(uri: str) -> str:
         )
     if scheme == "sqlite" and not uri.startswith("sqlite:///"):
         raise ValueError(f"tracking URI {uri!r}: SQLite URIs need three slashes, e.g. {DEFAULT_TRACKING_URI}")
+    _check_writable(uri)
     # A down server would otherwise be retried for minutes before the study even starts.
     saved = {k: os.environ.get(k) for k in ("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "MLFLOW_HTTP_REQUEST_TIMEOUT")}
     os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] = "0"
@@ -114,6 +115,34 @@ def check_tracking_uri(uri: str) -> str:
             else:
                 os.environ[key] = value
     return uri
+
+
+def _check_writable(uri: str) -> None:
+    """Refuse a SQLite database this process cannot write, before MLflow opens it: MLflow
+    retries a failed schema write for about 100 s before giving up.
+
+    Raises:
+        ValueError: naming the URI and the file or folder that cannot be written.
+    """
+    path = sqlite_path(uri)
+    if path is None:
+        return
+    # Tried, not read off the mode bits (root passes os.access where the kernel refuses,
+    # as in /proc). SQLite writes a journal beside the database: the folder must take a file.
+    target = path.parent
+    try:
+        if path.exists():
+            target = path
+            with path.open("ab"):
+                pass
+        if path.parent.is_dir():
+            target = path.parent
+            with tempfile.TemporaryFile(dir=path.parent):
+                pass
+    except OSError as exc:
+        kind = "file" if target == path else "folder"
+        raise ValueError(f"tracking URI {uri!r}: {kind} {str(target)!r} is not writable "
+                         f"({exc.strerror or exc})") from None
 
 
 def sqlite_path(uri: str) -> Path | None:
