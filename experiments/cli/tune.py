@@ -59,7 +59,9 @@ def add_arguments(parser: argparse.ArgumentParser, *, hardware: str | None = Non
                         help="the same name resumes (default: <strategy>-seed<seed>, prefixed by the GPU in scripts)")
     parser.add_argument("--seed", type=int, default=0, help="seeds the strategy (default: 0)")
     parser.add_argument("--workload", action="append", default=[], metavar="B,H[/HKV],N[/NK],D[,causal][,dtype]",
-                        help=f"repeatable; one study each (default: {default_workloads})")
+                        help="repeatable; one study each; dtype bfloat16 (default), float16, float32 or "
+                             "bf16, fp16, half, fp32; a table's name (b4_h32_n4096_d128_causal_bfloat16) works too "
+                             f"(default: {default_workloads})")
     parser.add_argument("--hardware", default=hardware,
                         help="GPU model: shipped spec name (h200, h100, a100, l40s, rtx4090) or JSON file "
                              f"(default: this machine's GPU; {DEFAULT_REPLAY_HARDWARE} when replaying)")
