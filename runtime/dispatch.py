@@ -33,9 +33,8 @@ from flashtune.objectives.hardware import HardwareSpec
 from flashtune.runtime.buckets import Bucket, kind_of
 from flashtune.runtime.prepared import PreparedCall, prepare as _prepare
 from flashtune.runtime.resolve import Resolution, resolve, uses_fp8
-from flashtune.runtime.store import Key, Store, triton_version
+from flashtune.runtime.store import ENV_STORE, Key, Store, default_store_path, triton_version  # noqa: F401 - re-exported
 
-ENV_STORE = "FLASHTUNE_STORE"
 #: Set to 1 to let the store serve fp8 configs (other numerics than the inputs' dtype).
 ENV_ALLOW_FP8 = "FLASHTUNE_ALLOW_FP8"
 
@@ -62,15 +61,6 @@ class CallRouter(Protocol):
 HardwareProvider = Callable[[torch.device], "HardwareSpec | None"]
 
 _DTYPE_NAMES = {dtype: name for name, dtype in TORCH_DTYPES.items()}
-
-
-def default_store_path() -> Path:
-    """``$FLASHTUNE_STORE``, else the user's cache directory."""
-    env = os.environ.get(ENV_STORE)
-    if env:
-        return Path(env).expanduser()
-    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join("~", ".cache")
-    return Path(cache, "flashtune", "configs.json").expanduser()
 
 
 def live_hardware(device: torch.device) -> HardwareSpec | None:

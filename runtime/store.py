@@ -50,6 +50,19 @@ _ENTRY_VALIDATOR = jsonschema.Draft202012Validator(ENTRY_SCHEMA)
 
 Key = tuple[str, str, str]  # (fingerprint, kernel_hash, triton)
 
+#: The environment variable naming the store file the runtime serves.
+ENV_STORE = "FLASHTUNE_STORE"
+
+
+def default_store_path() -> Path:
+    """The store file the runtime serves: ``$FLASHTUNE_STORE``, else the user's cache
+    directory (``~/.cache/flashtune/configs.json``). Torch-free: the CLI names it too."""
+    env = os.environ.get(ENV_STORE)
+    if env:
+        return Path(env).expanduser()
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join("~", ".cache")
+    return Path(cache, "flashtune", "configs.json").expanduser()
+
 
 class StoreWarning(UserWarning):
     """A store file could not be used (corrupt, truncated, stale, hostile); the runtime falls back."""

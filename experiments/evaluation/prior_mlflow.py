@@ -15,12 +15,20 @@ rewrites them, and their metrics may be incomplete.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from flashtune.experiments.evaluation.prior_files import as_prior
-from flashtune.experiments.tracking.tracker import PARENT_TAG, ROLE_TAG, STATUS_TAG, experiment_name, mlflow_client
+from flashtune.experiments.tracking.tracker import (
+    DEFAULT_TAG,
+    PARENT_TAG,
+    ROLE_TAG,
+    STATUS_TAG,
+    experiment_name,
+    mlflow_client,
+)
 from flashtune.kernels.config import Config, Value
 from flashtune.kernels.space import TUNABLES
 from flashtune.objectives.hardware import load_spec
@@ -84,6 +92,31 @@ def trial_measurements_of_experiment(tracking_uri: str, name: str) -> list[Measu
         if parent is not None and (m := _measurement(child, parent)) is not None:
             measurements.append(m)
     return measurements
+
+
+def default_measurements(tracking_uri: str, kind: str, value: str) -> list[Measurement]:
+    """The runtime's default config as measured by each study of an ``mlflow:RUN_ID`` or
+    ``mlflow-experiment:NAME`` source (``flashtune tune`` tags its parent run with it;
+    studies from before that tag have none).
+
+    Raises:
+        ValueError: as :func:`trial_measurements_of_run` and :func:`trial_measurements_of_experiment`.
+    """
+    client = mlflow_client(tracking_uri)
+    if kind == "mlflow":
+        parents = [client.get_run(value)]
+    else:
+        experiment = _find_experiment(client, value)
+        parents = [] if experiment is None else _search(client, [experiment.experiment_id],
+                                                        f"tags.{ROLE_TAG} = 'study'")
+    defaults = []
+    for parent in parents:
+        text = parent.data.tags.get(DEFAULT_TAG)
+        try:
+            defaults.append(Measurement.from_dict(json.loads(text)))
+        except (TypeError, ValueError, KeyError):
+            continue  # no default recorded (an older study), or not readable: nothing to compare with
+    return defaults
 
 
 def read_run(tracking_uri: str, run_id: str, label: str) -> list[Measurement]:
@@ -185,5 +218,5 @@ def _bool(text: str) -> bool:
     return text == "True"
 
 
-__all__: Iterable[str] = ("RUN_ID_KEY", "parse_config", "parse_workload", "read_experiment", "read_run",
+__all__: Iterable[str] = ("RUN_ID_KEY", "default_measurements", "parse_config", "parse_workload", "read_experiment", "read_run",
                           "trial_measurements_of_experiment", "trial_measurements_of_run")

@@ -20,6 +20,7 @@ created, half-written ones (left RUNNING by a kill) are deleted and written agai
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import math
 import os
@@ -38,6 +39,7 @@ from flashtune.experiments.tracking.shared import SharedTracking
 from flashtune.experiments.tracking.ui_view import view_tag
 from flashtune.search.loop import Trial
 from flashtune.experiments.tracking.tags import (  # noqa: F401 - re-exported: the tracker's vocabulary
+    DEFAULT_TAG,
     PARENT_TAG,
     ROLE_TAG,
     STATUS_TAG,
@@ -49,6 +51,7 @@ from flashtune.experiments.tracking.tags import (  # noqa: F401 - re-exported: t
 
 if TYPE_CHECKING:  # mlflow takes seconds to import: only when a study or the UI runs
     from mlflow import MlflowClient
+    from flashtune.objectives.types import Measurement
 
 DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
 #: MLflow 3's UI picks its pages by this experiment tag (ExperimentKind in mlflow/server/js).
@@ -115,6 +118,13 @@ def check_tracking_uri(uri: str) -> str:
             else:
                 os.environ[key] = value
     return uri
+
+
+def record_default(tracking_uri: str, parent_run_id: str, default: Measurement) -> None:
+    """Tag a study's parent run with the runtime's default config measured on its workload
+    (successes only: a failure has no time to compare a tuned config with)."""
+    if default.ok:
+        mlflow_client(tracking_uri).set_tag(parent_run_id, DEFAULT_TAG, json.dumps(default.to_dict()))
 
 
 def _check_writable(uri: str) -> None:
