@@ -83,9 +83,7 @@ def check_tracking_uri(uri: str) -> str:
     """
     if not isinstance(uri, str) or not uri.strip():
         raise ValueError(f"tracking URI must be a non-empty string, got {uri!r}")
-    scheme = urlparse(uri).scheme.split("+", 1)[0].lower()
-    if len(scheme) == 1:  # a Windows drive letter, C:\...: a local path
-        scheme = ""
+    scheme = uri_scheme(uri)
     if scheme not in _SCHEMES:
         raise ValueError(
             f"tracking URI {uri!r}: unknown scheme {scheme!r}; use e.g. {DEFAULT_TRACKING_URI}, "
@@ -118,6 +116,13 @@ def check_tracking_uri(uri: str) -> str:
             else:
                 os.environ[key] = value
     return uri
+
+
+def uri_scheme(uri: str) -> str:
+    """A tracking URI's scheme without its driver (``postgresql+psycopg2``: ``postgresql``),
+    "" for a local path."""
+    scheme = urlparse(uri).scheme.split("+", 1)[0].lower()
+    return "" if len(scheme) == 1 else scheme  # one letter: a Windows drive, C:\\...: a local path
 
 
 def record_default(tracking_uri: str, parent_run_id: str, default: Measurement) -> None:
