@@ -203,7 +203,7 @@ class Measurement:
         return cls(config=config, workload=workload, status=status, error=error[:2000], **extra)
 
 
-#: The workload suite of the foundation issue (bf16 forward).
+#: The standard workload suite (bf16 forward): `flashtune sweep --suite`, the default study workloads.
 SUITE: tuple[Workload, ...] = (
     Workload(4, 32, 32, 4096, 4096, 128, "bfloat16", False),
     Workload(4, 32, 32, 4096, 4096, 128, "bfloat16", True),

@@ -4,7 +4,7 @@ Prints the runs table URL of each flashtune experiment (one per GPU model),
 ``http://127.0.0.1:PORT/#/experiments/ID/runs``: a fresh browser otherwise lands on
 MLflow's GenAI overview page, where a study's runs are not shown (docs/reference.md).
 Under it, one URL per study opens the study's saved view: its trials fastest first, with
-their metrics and knobs as columns and the best 10 on the charts (tracking/ui_view.py).
+their metrics and knobs as columns and the best 10 on the charts.
 The server binds loopback only and keeps MLflow's host checks; Ctrl-C stops it.
 """
 
