@@ -30,12 +30,11 @@ from flashtune.experiments.tracking.tracker import (
     mlflow_client,
 )
 from flashtune.kernels.config import Config, Value
-from flashtune.kernels.space import TUNABLES
+from flashtune.kernels.space import IMPLIED, KERNEL_TUNABLES
 from flashtune.objectives.hardware import load_spec
+from flashtune.objectives.metrics import from_mlflow
 from flashtune.objectives.types import Measurement, Status, Workload
 
-_FLOAT_METRICS = ("median_ms", "p20_ms", "p80_ms", "tflops", "compile_s", "rel_error", "sm_clock_mhz", "temperature_c")
-_INT_METRICS = ("registers", "spills", "shared_bytes")
 _VERSION_TAGS = ("driver", "cuda", "torch", "triton")
 
 
@@ -164,8 +163,7 @@ def _measurement(child: Any, parent: Any) -> Measurement | None:
         status = Status(tags.get(STATUS_TAG, ""))
     except (ValueError, TypeError):
         return None  # not a flashtune trial (or from a version that logged otherwise)
-    fields: dict[str, Any] = {name: float(metrics[name]) for name in _FLOAT_METRICS if name in metrics}
-    fields.update({name: int(metrics[name]) for name in _INT_METRICS if name in metrics})
+    fields = from_mlflow(metrics)
     if status is Status.OK and not math.isfinite(fields.get("median_ms", math.inf)):
         return None  # a success without a time says nothing a ranking can use
     ptags = parent.data.tags
@@ -178,16 +176,22 @@ def _measurement(child: Any, parent: Any) -> Measurement | None:
 
 
 def parse_config(params: Mapping[str, str]) -> Config:
-    """A config from MLflow params (all text): each value read back as the kernel declares it.
+    """A config from MLflow params (all text): each value read back as its kernel (the
+    ``kernel`` param: ``decode``; none: ``prefill``) declares it.
 
     Raises:
-        ValueError: a value is none of its tunable's declared values, or a key is unknown.
+        ValueError: the kernel is unknown, a value is none of its tunable's declared values,
+            or a key is not a tunable of the kernel.
     """
+    kernel = params.get("kernel", IMPLIED["kernel"])
+    if kernel not in KERNEL_TUNABLES:
+        raise ValueError(f"param kernel={kernel!r} is not one of {list(KERNEL_TUNABLES)}")
+    tunables = KERNEL_TUNABLES[kernel]
     values: dict[str, Value] = {}
     for name, text in params.items():
-        if name not in TUNABLES:
-            raise ValueError(f"param {name!r} is not a tunable of the kernel")
-        allowed = {str(v): v for v in TUNABLES[name]}
+        if name not in tunables:
+            raise ValueError(f"param {name!r} is not a tunable of the {kernel} kernel")
+        allowed = {str(v): v for v in tunables[name]}
         if text not in allowed:
             raise ValueError(f"param {name}={text!r} is not one of {list(allowed)}")
         values[name] = allowed[text]

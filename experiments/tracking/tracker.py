@@ -37,6 +37,7 @@ from flashtune.experiments.tracking import report
 from flashtune.experiments.tracking.mlflow_db import prepare_sqlite_db
 from flashtune.experiments.tracking.shared import SharedTracking
 from flashtune.experiments.tracking.ui_view import view_tag
+from flashtune.objectives.metrics import logged_metrics
 from flashtune.search.loop import Trial
 from flashtune.experiments.tracking.tags import (  # noqa: F401 - re-exported: the tracker's vocabulary
     DEFAULT_TAG,
@@ -61,11 +62,6 @@ EXPERIMENT_KIND_TAG, EXPERIMENT_KIND = "mlflow.experimentKind", "custom_model_de
 _SCHEMES = ("", "file", "sqlite", "postgresql", "mysql", "mssql", "http", "https", "databricks")
 
 
-#: Measurement fields logged as child metrics (non-finite and missing values are skipped).
-_CHILD_METRICS = (
-    "median_ms", "p20_ms", "p80_ms", "tflops", "compile_s", "registers", "spills",
-    "shared_bytes", "rel_error", "sm_clock_mhz", "temperature_c",
-)
 
 _log = logging.getLogger(__name__)
 
@@ -456,10 +452,10 @@ class MlflowTracker(SharedTracking):
         run = self.client.create_run(self.experiment_id, tags=tags, run_name=f"trial {trial.number}")
         now = _now_ms()
         metrics = [Metric("ok", 1.0 if m.ok else 0.0, now, 0), Metric("elapsed_s", trial.elapsed_s, now, 0)]
-        for name in _CHILD_METRICS:
-            value = data.get(name)
+        for declared in logged_metrics():  # non-finite and missing values are skipped
+            value = data.get(declared.field)
             if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-                metrics.append(Metric(name, float(value), now, 0))
+                metrics.append(Metric(declared.mlflow, float(value), now, 0))
         params = [Param(k, str(v)) for k, v in trial.config.items()]
         self.client.log_batch(run.info.run_id, metrics=metrics, params=params)
         if m.compiler_output:
