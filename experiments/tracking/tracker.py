@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
-from flashtune.experiments.study.storage import tune_sqlite_connections
+from flashtune.experiments.localhost import tune_sqlite_connections
 from flashtune.experiments.tracking import report
 from flashtune.experiments.tracking.mlflow_db import prepare_sqlite_db
 from flashtune.experiments.tracking.shared import SharedTracking
