@@ -27,9 +27,9 @@ def main() -> None:
     sys.stdout = sys.stderr
 
     # After fd 1 is private: importing torch and Triton may print (and must not corrupt it).
-    from flashtune.objectives.bench import ContextLost, measure
-
     import torch
+
+    from flashtune.objectives.bench import ContextLost, measure  # imports Triton: after fd 1 is private
 
     spec = HardwareSpec.from_device().to_dict() if torch.cuda.is_available() else None
     _send(channel, {"hello": spec})
@@ -50,7 +50,7 @@ def main() -> None:
             crashed = Measurement.failure(config, workload, Status.CRASHED, str(exc))
             _send(channel, {**crashed.to_dict(), "_exiting": True})
             os._exit(3)
-        except Exception as exc:  # noqa: BLE001 - anything unexpected is a crash of this trial
+        except Exception as exc:  # anything unexpected is a crash of this trial
             result = Measurement.failure(config, workload, Status.CRASHED, f"{type(exc).__name__}: {exc}")
         _send(channel, result.to_dict())
 

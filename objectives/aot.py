@@ -112,7 +112,7 @@ def compiled_resources(config: Mapping[str, Value], workload: Workload, hardware
     with compiling_for(hardware), captured_output() as compiler:
         try:
             kernel = compile_config(config, workload, device="cpu")
-        except Exception as exc:  # noqa: BLE001 - every compiler error becomes CompileFailed
+        except Exception as exc:  # every compiler error becomes CompileFailed
             failure = exc
     if failure is not None:
         raise CompileFailed(describe_failure(failure, compiler), compiler.text) from failure

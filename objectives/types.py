@@ -17,7 +17,6 @@ from flashtune.kernels.dtypes import DTYPE_ALIASES, DTYPES
 from flashtune.kernels.space import SUPPORTED_HEAD_DIMS
 
 
-
 class Status(str, enum.Enum):
     """How a trial ended. Only ``ok`` carries a time; every other one is a failure value."""
 

@@ -18,7 +18,6 @@ import os
 import threading
 import warnings
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, Protocol
 
 import torch
@@ -26,12 +25,13 @@ import torch
 from flashtune.kernels.attention import TORCH_DTYPES
 from flashtune.kernels.attention import flash_attention as _launcher
 from flashtune.kernels.config import Config
-from flashtune.kernels.source_hash import kernel_source_hash
 from flashtune.kernels.decode import default_decode_config
+from flashtune.kernels.source_hash import kernel_source_hash
 from flashtune.kernels.space import SAFE_DEFAULT, kernel_of, uses_decode_kernel
 from flashtune.objectives.hardware import HardwareSpec
 from flashtune.runtime.buckets import Bucket, kind_of
-from flashtune.runtime.prepared import PreparedCall, prepare as _prepare
+from flashtune.runtime.prepared import PreparedCall
+from flashtune.runtime.prepared import prepare as _prepare
 from flashtune.runtime.resolve import Resolution, resolve, uses_fp8
 from flashtune.runtime.store import ENV_STORE, Key, Store, default_store_path, triton_version  # noqa: F401 - re-exported
 
@@ -180,7 +180,7 @@ class Dispatcher:
         """The config a call with these inputs launches (cached)."""
         try:
             key = cache_key(q, k, causal)
-        except Exception:  # noqa: BLE001 - not attention inputs; the launcher will say why
+        except Exception:  # not attention inputs; the launcher will say why
             return SAFE_DEFAULT
         config = self._configs.get(key)
         return config if config is not None else self._miss(key)
@@ -207,7 +207,7 @@ class Dispatcher:
             return cached
         try:
             spec = self._hardware(device)
-        except Exception as exc:  # noqa: BLE001 - no spec means the safe default, not a crash
+        except Exception as exc:  # no spec means the safe default, not a crash
             warnings.warn(f"flashtune: cannot read the spec of {device} ({exc}); using the safe default", RuntimeWarning, stacklevel=2)
             spec = None
         key = (spec.fingerprint, kernel_source_hash(), triton_version()) if spec is not None else None
@@ -263,7 +263,7 @@ class Dispatcher:
         try:
             ckey = call_key(q, k, v, causal, scale, cache_seqlens)
             prepared = self._calls.get(ckey)
-        except Exception:  # noqa: BLE001 - not attention inputs (or an unhashable scale): the slow path says why
+        except Exception:  # not attention inputs (or an unhashable scale): the slow path says why
             ckey, prepared = None, None
         if prepared is not None:
             out = prepared(q, k, v) if cache_seqlens is None else prepared(q, k, v, cache_seqlens)
@@ -277,7 +277,7 @@ class Dispatcher:
         extra = {} if cache_seqlens is None else {"cache_seqlens": cache_seqlens}
         try:
             key = cache_key(q, k, causal)
-        except Exception:  # noqa: BLE001 - the launcher raises the TypeError/ValueError naming the argument
+        except Exception:  # the launcher raises the TypeError/ValueError naming the argument
             return _launcher(q, k, v, causal=causal, scale=scale, config=None, **extra)
         config = self._configs.get(key)
         if config is None:

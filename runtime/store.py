@@ -482,7 +482,7 @@ def read_snapshot(path: str | os.PathLike[str]) -> Snapshot:
     except _Invalid as exc:
         warn_once(path, state + str(exc) if state == "unread" else state, str(exc))
         return Snapshot(path, state)
-    except Exception as exc:  # noqa: BLE001 - reading a store must never take the program down
+    except Exception as exc:  # reading a store must never take the program down
         warn_once(path, state, f"unreadable ({type(exc).__name__}: {str(exc)[:200]})")
         return Snapshot(path, state)
 

@@ -99,11 +99,11 @@ class Candidate:
             return f"project {loads}/{grid} {bm}x{bn} {w}w {s}st{knobs}"
         return "lean " + self.variant().label()
 
-    def variant(self):  # noqa: ANN201 - LeanVariant, imported lazily (spawn children)
+    def variant(self):
 
         return LeanVariant(**dict(self.params))
 
-    def config(self):  # noqa: ANN201 - kernels.Config
+    def config(self):
 
         loads, grid, (bm, bn, w, s), *extra = self.params
         return validate_config({"BLOCK_M": bm, "BLOCK_N": bn, "num_warps": w, "num_stages": s,
@@ -195,7 +195,7 @@ def _shapes(name: str) -> tuple[tuple[int, ...], bool]:
     return (batch, heads, length, head_dim), causal
 
 
-def _runner(c: Candidate, q, k, v, out, causal: bool) -> Callable[[], Any]:  # noqa: ANN001
+def _runner(c: Candidate, q, k, v, out, causal: bool) -> Callable[[], Any]:
     """A zero-argument launch of candidate ``c`` into ``out``."""
     scale = 1.0 / math.sqrt(q.shape[-1])
     if c.kind == "project":
@@ -229,7 +229,7 @@ def _compile(c: Candidate, name: str) -> tuple[str, float]:
 
             launch_lean(q, k, v, out, causal=causal, scale=1 / math.sqrt(shape[3]), variant=c.variant(),
                         warmup=True)
-    except Exception as exc:  # noqa: BLE001 - reported; the main process reproduces it
+    except Exception as exc:  # reported; the main process reproduces it
         return f"{type(exc).__name__}: {str(exc)[:300]}", time.perf_counter() - started
     return "", time.perf_counter() - started
 
@@ -240,7 +240,7 @@ def _tflops(name: str, ms: float) -> float:
     return flops / (ms * 1e-3) / 1e12 if ms and math.isfinite(ms) else 0.0
 
 
-def _sdpa(backend_name: str, q, k, v, causal: bool) -> Callable[[], Any]:  # noqa: ANN001
+def _sdpa(backend_name: str, q, k, v, causal: bool) -> Callable[[], Any]:
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     backend = {"sdpa_cudnn": SDPBackend.CUDNN_ATTENTION, "sdpa_flash": SDPBackend.FLASH_ATTENTION}[backend_name]
@@ -267,7 +267,7 @@ def _clock() -> dict[str, float]:
         handle = pynvml.nvmlDeviceGetHandleByIndex(0)
         return {"sm_clock_mhz": float(pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM)),
                 "temperature_c": float(pynvml.nvmlDeviceGetTemperature(handle, pynvml.NVML_TEMPERATURE_GPU))}
-    except Exception:  # noqa: BLE001 - optional telemetry
+    except Exception:  # optional telemetry
         return {}
 
 
@@ -358,7 +358,7 @@ def _explore(run: _Run, n: str, planned: list[Candidate], futures: dict[tuple[st
             return False
         try:
             compile_error, compile_s = futures[(n, c)].result(timeout=120) if (n, c) in futures else ("", math.nan)
-        except Exception as exc:  # noqa: BLE001 - a hung or broken compile is this candidate's row
+        except Exception as exc:  # a hung or broken compile is this candidate's row
             compile_error, compile_s = f"pool: {type(exc).__name__}: {exc}", math.nan
         row: dict[str, Any] = {"workload": n, "label": c.label, "group": c.group, "kind": c.kind,
                                "params": dict(c.params) if c.kind == "lean" else list(c.params),
@@ -387,7 +387,7 @@ def _explore(run: _Run, n: str, planned: list[Candidate], futures: dict[tuple[st
     return True
 
 
-def _time_peers(n: str, q, k, v, causal: bool, results: dict[str, dict],  # noqa: ANN001 - tensors
+def _time_peers(n: str, q, k, v, causal: bool, results: dict[str, dict],
                 runners: dict[str, Callable]) -> None:
     """torch SDPA's cuDNN and flash backends on workload ``n`` (inf where one does not run)."""
     for peer in ("sdpa_cudnn", "sdpa_flash"):
@@ -404,7 +404,7 @@ def _time_peers(n: str, q, k, v, causal: bool, results: dict[str, dict],  # noqa
           f"flash {results['sdpa_flash']['tflops']:.0f} TFLOP/s", flush=True)
 
 
-def _check_and_time(c: Candidate, n: str, q, k, v, out, ref, causal: bool,  # noqa: ANN001 - tensors
+def _check_and_time(c: Candidate, n: str, q, k, v, out, ref, causal: bool,
                     row: dict[str, Any], compile_error: str) -> Callable | None:
     """Run candidate ``c`` once against the reference, then time it; the outcome goes into
     ``row`` (``context_lost`` set when the CUDA context cannot be trusted any more). Returns
@@ -423,7 +423,7 @@ def _check_and_time(c: Candidate, n: str, q, k, v, out, ref, causal: bool,  # no
         ms = _time_ms(fn)
         row.update(status="ok", ms=ms, tflops=_tflops(n, ms))
         return fn
-    except Exception as exc:  # noqa: BLE001 - a config that cannot compile or launch is its row
+    except Exception as exc:  # a config that cannot compile or launch is its row
         message = str(exc)
         compiler = any(marker in message for marker in COMPILER_ERROR_MARKERS)
         row["status"] = ("out_of_resources" if type(exc).__name__ == "OutOfResources"

@@ -94,7 +94,7 @@ def _parse_where(items: list[str]) -> dict[str, set[str]]:
     return where
 
 
-def _select(where: dict[str, set[str]], limit: int | None, tunables) -> list[Config]:  # noqa: ANN001
+def _select(where: dict[str, set[str]], limit: int | None, tunables) -> list[Config]:
     """The configs of the workload's kernel's space that ``where`` selects (knobs the kernel
     lacks select nothing away: one --where serves a sweep of prefill and decode workloads)."""
     where = {k: vals for k, vals in where.items() if k in tunables}

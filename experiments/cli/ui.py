@@ -69,7 +69,7 @@ def run_ui(args: argparse.Namespace) -> int:
     port = args.port or free_port()
     if not port_free(port):
         raise ValueError(f"port {port} on 127.0.0.1 is in use (another `flashtune ui`?); pass --port 0 for a free one")
-    log = tempfile.NamedTemporaryFile(prefix="flashtune-ui-", suffix=".log", delete=False)  # noqa: SIM115 - the server writes it
+    log = tempfile.NamedTemporaryFile(prefix="flashtune-ui-", suffix=".log", delete=False)  # the server writes it
     proc = start_server(uri, port, log)
     stop = _Stopper(proc)
     previous = signal.signal(signal.SIGTERM, stop.on_signal)

@@ -22,8 +22,7 @@ import time
 import warnings
 from typing import TYPE_CHECKING, Any
 
-# Re-exported: the study's modules name them from here.
-from flashtune.experiments.localhost import process_alive, tune_sqlite_connections  # noqa: F401
+from flashtune.experiments.localhost import process_alive, tune_sqlite_connections  # noqa: F401 - re-exported: the ledger names them from here
 
 if TYPE_CHECKING:  # optuna loads in ~1 s: only when a study runs, not for `flashtune --help`
     from optuna.storages import BaseStorage

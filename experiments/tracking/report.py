@@ -18,7 +18,6 @@ from flashtune.objectives.metrics import column_metrics
 from flashtune.search.loop import Trial, best_trial
 
 
-
 def measurement_columns() -> tuple[str, ...]:
     """Columns of the trials table, after the config's own keys: the status, the declared
     metrics (objectives/metrics.py), where the measurement came from and its error."""

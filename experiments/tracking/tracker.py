@@ -36,10 +36,7 @@ from flashtune.experiments.localhost import tune_sqlite_connections
 from flashtune.experiments.tracking import report
 from flashtune.experiments.tracking.mlflow_db import prepare_sqlite_db
 from flashtune.experiments.tracking.shared import SharedTracking
-from flashtune.experiments.tracking.ui_view import view_tag
-from flashtune.objectives.metrics import logged_metrics
-from flashtune.search.loop import Trial
-from flashtune.experiments.tracking.tags import (  # noqa: F401 - re-exported: the tracker's vocabulary
+from flashtune.experiments.tracking.tags import (  # re-exported: the tracker's vocabulary
     DEFAULT_TAG,
     PARENT_TAG,
     ROLE_TAG,
@@ -49,9 +46,13 @@ from flashtune.experiments.tracking.tags import (  # noqa: F401 - re-exported: t
     WORKER_TAG,
     int_or_none,
 )
+from flashtune.experiments.tracking.ui_view import view_tag
+from flashtune.objectives.metrics import logged_metrics
+from flashtune.search.loop import Trial
 
 if TYPE_CHECKING:  # mlflow takes seconds to import: only when a study or the UI runs
     from mlflow import MlflowClient
+
     from flashtune.objectives.types import Measurement
 
 DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
@@ -315,7 +316,7 @@ class MlflowTracker(SharedTracking):
             retry_insert_race(lambda: self.client.set_experiment_tag(self.experiment_id, key, value))
             retry_insert_race(lambda: self.client.set_experiment_tag(self.experiment_id, EXPERIMENT_KIND_TAG,
                                                                       EXPERIMENT_KIND))
-        except Exception as exc:  # noqa: BLE001 - a convenience: never worth a study
+        except Exception as exc:  # a convenience: never worth a study
             _log.warning("study %r: could not save its MLflow UI view: %s", self.study_name, exc)
 
     # -- parent ----------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from flashtune.objectives.types import Measurement, Workload
 class _CountingReplay(ReplayObjective):
     """A replayed objective that records which configs a sweep asks it to measure."""
 
-    def __init__(self, *args, **kwargs) -> None:  # noqa: ANN002, ANN003
+    def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.measured: list[Config] = []
 

@@ -6,8 +6,8 @@ import pytest
 from mlflow import MlflowClient
 from study_support import WORKLOAD, WORKLOAD_ARG, run_cli, tune_args
 
-from flashtune.experiments.study import measurers
 from flashtune.experiments.cli.main import main
+from flashtune.experiments.study import measurers
 from flashtune.objectives.types import SUITE
 
 
