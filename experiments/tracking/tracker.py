@@ -124,9 +124,15 @@ def uri_scheme(uri: str) -> str:
 
 def record_default(tracking_uri: str, parent_run_id: str, default: Measurement) -> None:
     """Tag a study's parent run with the runtime's default config measured on its workload
-    (successes only: a failure has no time to compare a tuned config with)."""
-    if default.ok:
-        mlflow_client(tracking_uri).set_tag(parent_run_id, DEFAULT_TAG, json.dumps(default.to_dict()))
+    (successes only: a failure has no time to compare a tuned config with). Never fails the
+    main job, whose study is done: a store that refuses the tag only costs export its check."""
+    if not default.ok:
+        return
+    text = json.dumps(default.to_dict())
+    try:
+        retry_insert_race(lambda: mlflow_client(tracking_uri).set_tag(parent_run_id, DEFAULT_TAG, text))
+    except Exception as exc:  # the study's results are already stored
+        _log.warning("could not tag MLflow run %s with the default config's time: %s", parent_run_id, exc)
 
 
 def _check_writable(uri: str) -> None:
