@@ -73,3 +73,16 @@ def test_a_new_metric_is_its_field_and_one_declaration(stores, monkeypatch) -> N
     assert child.data.metrics["dummy.count"] == 7.0  # the tracker logs it under its MLflow name
     assert metrics.from_mlflow(child.data.metrics)["dummy_count"] == 7  # the priors reader, as an int
     assert report.trial_row(trial)["dummy_count"] == 7  # the trials table
+
+
+def test_the_ui_view_shows_the_declared_view_metrics_in_order(monkeypatch) -> None:
+    from flashtune.experiments.tracking.ui_view import view_state
+
+    def metric_columns() -> list[str]:
+        return [c for c in view_state("s")["selectedColumns"] if c.startswith("metrics.")]
+
+    assert metric_columns() == [f"metrics.`{name}`" for name in ("median_ms", "tflops", "rel_error", "registers",
+                                                                  "spills", "shared_bytes", "compile_s")]
+    dummy = Metric("dummy_count", "things", int, mlflow="dummy.count", view=7)
+    monkeypatch.setattr(metrics, "METRICS", (dummy, *metrics.METRICS))  # declared first, shown where it says
+    assert metric_columns()[-1] == "metrics.`dummy.count`" and len(metric_columns()) == 8
