@@ -130,7 +130,7 @@ def uses_decode_kernel(q_len: int) -> bool:
     return q_len <= DECODE_MAX_Q_LEN
 
 
-def tunables_for(workload) -> Mapping[str, tuple[Value, ...]]:  # noqa: ANN001 - anything with q_len
+def tunables_for(workload) -> Mapping[str, tuple[Value, ...]]:
     """The space a workload is tuned in: decode for q_len <= DECODE_MAX_Q_LEN, else prefill."""
     return DECODE_TUNABLES if uses_decode_kernel(int(workload.q_len)) else TUNABLES
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from typing import Any, TextIO
 
 from flashtune.kernels.config import Config
 from flashtune.objectives.hardware import HardwareSpec
@@ -26,12 +27,12 @@ def main() -> None:
     sys.stdout = sys.stderr
 
     # After fd 1 is private: importing torch and Triton may print (and must not corrupt it).
-    from flashtune.objectives.bench import ContextLost, measure
-
     import torch
 
+    from flashtune.objectives.bench import ContextLost, measure  # imports Triton: after fd 1 is private
+
     spec = HardwareSpec.from_device().to_dict() if torch.cuda.is_available() else None
-    channel.write(json.dumps({"hello": spec}) + "\n")
+    _send(channel, {"hello": spec})
 
     for line in sys.stdin:
         request = json.loads(line)
@@ -45,15 +46,23 @@ def main() -> None:
                 tolerance=request.get("tolerance"),
                 fp8_tolerance=request.get("fp8_tolerance"),
             )
-            channel.write(json.dumps(result.to_dict()) + "\n")
         except ContextLost as exc:
             crashed = Measurement.failure(config, workload, Status.CRASHED, str(exc))
-            channel.write(json.dumps({**crashed.to_dict(), "_exiting": True}) + "\n")
-            channel.flush()
+            _send(channel, {**crashed.to_dict(), "_exiting": True})
             os._exit(3)
-        except Exception as exc:  # noqa: BLE001 - anything unexpected is a crash of this trial
-            crashed = Measurement.failure(config, workload, Status.CRASHED, f"{type(exc).__name__}: {exc}")
-            channel.write(json.dumps(crashed.to_dict()) + "\n")
+        except Exception as exc:  # anything unexpected is a crash of this trial
+            result = Measurement.failure(config, workload, Status.CRASHED, f"{type(exc).__name__}: {exc}")
+        _send(channel, result.to_dict())
+
+
+def _send(channel: TextIO, message: dict[str, Any]) -> None:
+    """Write one protocol line; if the parent is gone (killed, ``kill -9`` included), exit
+    quietly: nobody reads the answer, and a BrokenPipeError traceback would only alarm."""
+    try:
+        channel.write(json.dumps(message) + "\n")
+        channel.flush()
+    except (BrokenPipeError, ConnectionResetError):
+        os._exit(0)  # not sys.exit: the interpreter's exit would flush the dead pipe again
 
 
 if __name__ == "__main__":

@@ -25,12 +25,13 @@ import os
 import re
 import subprocess
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from flashtune.kernels.config import Config
+from flashtune.kernels.config import Value
 from flashtune.kernels.dtypes import interpreting
+from flashtune.kernels.space import validate_config
 from flashtune.objectives.compiler_output import captured_output, describe_failure
 from flashtune.objectives.hardware import HardwareSpec
 from flashtune.objectives.precompile import compile_config
@@ -94,18 +95,24 @@ def compiling_for(hardware: HardwareSpec) -> Iterator[None]:
         driver._active = previous
 
 
-def compiled_resources(config: Config, workload: Workload, hardware: HardwareSpec) -> CompiledResources:
-    """Compile ``config`` (complete) for ``workload`` on ``hardware``'s architecture and read
-    its resource usage.
+def compiled_resources(config: Mapping[str, Value], workload: Workload, hardware: HardwareSpec) -> CompiledResources:
+    """Compile ``config`` for ``workload`` on ``hardware``'s architecture and read its
+    resource usage.
+
+    Args:
+        config: a :class:`Config` or a plain dict, as ``flash_attention`` takes it; knobs it
+            leaves out take their implied values (``kernel="prefill"``, ...).
 
     Raises:
+        ValueError: the config is not one of the kernel's space (naming the knob).
         CompileFailed: the compiler refused the config (what it printed is kept, not shown).
     """
+    config = validate_config(config)
     failure: Exception | None = None
     with compiling_for(hardware), captured_output() as compiler:
         try:
             kernel = compile_config(config, workload, device="cpu")
-        except Exception as exc:  # noqa: BLE001 - every compiler error becomes CompileFailed
+        except Exception as exc:  # every compiler error becomes CompileFailed
             failure = exc
     if failure is not None:
         raise CompileFailed(describe_failure(failure, compiler), compiler.text) from failure

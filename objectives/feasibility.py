@@ -17,7 +17,6 @@ from flashtune.objectives.hardware import HardwareSpec
 from flashtune.objectives.types import Status, Workload
 
 
-
 @dataclass(frozen=True)
 class Verdict:
     feasible: bool
@@ -70,7 +69,7 @@ class Agreement:
         return self.agreed / self.total if self.total else float("nan")
 
 
-def grade(measurements, hardware: HardwareSpec) -> Agreement:  # noqa: ANN001 - Iterable[Measurement]
+def grade(measurements, hardware: HardwareSpec) -> Agreement:
     """Compare predictions with a sweep recorded without the static check.
 
     Only trials Triton judged count: compiled (ok, wrong_result, out_of_resources) or

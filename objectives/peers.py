@@ -119,7 +119,7 @@ def time_side_by_side(fns: Mapping[str, Callable[[], object]], dev: torch.device
                 continue
             try:
                 samples[name].append(time_call(fn, dev, rep_ms)[0])
-            except Exception as exc:  # noqa: BLE001 - SDPA's "No available kernel", Triton's OutOfResources: values
+            except Exception as exc:  # SDPA's "No available kernel", Triton's OutOfResources: values
                 text = str(exc).strip()
                 errors[name] = text.splitlines()[0] if text else type(exc).__name__
         clock, _ = gpu_state()

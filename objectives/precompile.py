@@ -32,7 +32,7 @@ def _compile(config: dict, workload: dict) -> tuple[str, float]:
     with captured_output() as compiler:
         try:
             compile_config(validate_config(config), Workload.from_dict(workload))
-        except Exception as exc:  # noqa: BLE001 - reported to the parent; the worker will classify it
+        except Exception as exc:  # reported to the parent; the worker will classify it
             failure = exc
     if failure is not None:
         return describe_failure(failure, compiler), time.perf_counter() - started
@@ -51,7 +51,14 @@ def compile_config(cfg: Config, w: Workload, device: str = "cuda") -> Any:
     import torch
 
     # In the pool process only: the parent keeps torch and Triton unloaded (see module doc).
-    from flashtune.kernels.attention import TORCH_DTYPES, attention_forward_kernel, compile_options, fp8_v_row, kernel_arguments, launch
+    from flashtune.kernels.attention import (
+        TORCH_DTYPES,
+        attention_forward_kernel,
+        compile_options,
+        fp8_v_row,
+        kernel_arguments,
+        launch,
+    )
     from flashtune.kernels.decode import warm_up  # the pool process only, as above
 
     if cfg["kernel"] == "decode":
@@ -115,7 +122,7 @@ class CompilePool:
             return None
         try:
             return future.result(timeout=timeout_s)
-        except Exception as exc:  # noqa: BLE001 - a broken pool or a hang: the worker compiles itself
+        except Exception as exc:  # a broken pool or a hang: the worker compiles itself
             return f"{type(exc).__name__}: {exc}", 0.0
 
     def close(self) -> None:

@@ -76,7 +76,7 @@ class ReplayObjective:
         self._rng = np.random.default_rng(seed)
 
     @classmethod
-    def from_files(cls, paths: Iterable[str | Path], **kwargs) -> ReplayObjective:  # noqa: ANN003
+    def from_files(cls, paths: Iterable[str | Path], **kwargs) -> ReplayObjective:
         measurements: list[Measurement] = []
         for path in paths:
             measurements.extend(load_table(path))

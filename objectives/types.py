@@ -8,13 +8,13 @@ from __future__ import annotations
 import dataclasses
 import enum
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from flashtune.kernels.config import Config
-from flashtune.kernels.dtypes import DTYPES
+from flashtune.kernels.dtypes import DTYPE_ALIASES, DTYPES
 from flashtune.kernels.space import SUPPORTED_HEAD_DIMS
-
 
 
 class Status(str, enum.Enum):
@@ -84,12 +84,18 @@ class Workload:
 
     @classmethod
     def parse(cls, text: str) -> Workload:
-        """Parse ``B,H,N,D[,causal]`` or ``B,HQ/HKV,NQ/NK,D[,causal][,dtype]`` (the CLI form).
+        """Parse ``B,H,N,D[,causal]`` or ``B,HQ/HKV,NQ/NK,D[,causal][,dtype]`` (the CLI form),
+        or a workload's :attr:`name` (``b8_h16_n2048_d64_causal_bfloat16``, as tables are named).
 
         Raises:
             ValueError: naming the text and the bad field, including a head dim the kernel
                 does not compile for.
         """
+        named = _NAME.fullmatch(text.strip())
+        if named:
+            hq, hkv = named["h"] or named["hq"], named["h"] or named["hkv"]
+            nq, nk = named["n"] or named["q"], named["n"] or named["k"]
+            text = f"{named['b']},{hq}/{hkv},{nq}/{nk},{named['d']},{named['mask']},{named['dtype']}"
         parts = [p.strip() for p in text.split(",")]
         if len(parts) < 4:
             raise ValueError(f"workload {text!r}: expected B,H,N,D[,causal][,dtype]")
@@ -108,10 +114,11 @@ class Workload:
                 causal = True
             elif extra in ("full", "no", "false"):
                 causal = False
-            elif extra in DTYPES:
-                dtype = extra
+            elif extra in DTYPES or extra in DTYPE_ALIASES:
+                dtype = DTYPE_ALIASES.get(extra, extra)
             else:
-                raise ValueError(f"workload {text!r}: unknown field {extra!r}")
+                raise ValueError(f"workload {text!r}: unknown field {extra!r}; accepted: causal or full, "
+                                 f"a dtype ({', '.join(DTYPES + tuple(DTYPE_ALIASES))})")
         # Checked here, not in __post_init__: a Workload also describes buckets and recorded
         # problems of any head dim; a workload typed at the CLI is one the kernel must run.
         if head_dim not in SUPPORTED_HEAD_DIMS:
@@ -120,6 +127,11 @@ class Workload:
             return cls(batch, q_heads, kv_heads, q_len, kv_len, head_dim, dtype, causal)
         except ValueError as exc:
             raise ValueError(f"workload {text!r}: {exc}") from None
+
+
+#: :attr:`Workload.name`, read back by :meth:`Workload.parse`.
+_NAME = re.compile(r"b(?P<b>\d+)_(?:h(?P<h>\d+)|hq(?P<hq>\d+)kv(?P<hkv>\d+))_(?:n(?P<n>\d+)|q(?P<q>\d+)k(?P<k>\d+))"
+                   r"_d(?P<d>\d+)_(?P<mask>causal|full)_(?P<dtype>[a-z0-9]+)")
 
 
 @dataclass(frozen=True)
@@ -190,7 +202,7 @@ class Measurement:
         return cls(config=config, workload=workload, status=status, error=error[:2000], **extra)
 
 
-#: The workload suite of the foundation issue (bf16 forward).
+#: The standard workload suite (bf16 forward): `flashtune sweep --suite`, the default study workloads.
 SUITE: tuple[Workload, ...] = (
     Workload(4, 32, 32, 4096, 4096, 128, "bfloat16", False),
     Workload(4, 32, 32, 4096, 4096, 128, "bfloat16", True),

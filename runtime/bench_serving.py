@@ -272,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
                     case = run_case(model, name, mode=mode, batch=batch, prompt=prompt, new_tokens=args.new_tokens,
                                     rounds=args.rounds, vocab=args.vocab)
                     case["attention"] = name
-                except Exception as exc:  # noqa: BLE001 - one cell's failure is its row, not the table's end
+                except Exception as exc:  # one cell's failure is its row, not the table's end
                     case = {"mode": mode, "batch": batch, "prompt": prompt, "error": f"{type(exc).__name__}: {exc}"}
                 result["cases"].append(case)
                 print(table({"cases": [case]}).splitlines()[-1], flush=True)

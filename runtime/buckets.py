@@ -28,8 +28,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from flashtune.kernels.space import DECODE_MAX_Q_LEN, uses_decode_kernel
 from flashtune.kernels.dtypes import DTYPE_BYTES, DTYPES
+from flashtune.kernels.space import DECODE_MAX_Q_LEN, uses_decode_kernel
 from flashtune.objectives.types import Workload
 
 #: The two bucket classes: which kernel (and which tunables) serves the bucket.

@@ -18,7 +18,6 @@ import os
 import threading
 import warnings
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, Protocol
 
 import torch
@@ -26,16 +25,16 @@ import torch
 from flashtune.kernels.attention import TORCH_DTYPES, takes_key_ranges
 from flashtune.kernels.attention import flash_attention as _launcher
 from flashtune.kernels.config import Config
-from flashtune.kernels.source_hash import kernel_source_hash
 from flashtune.kernels.decode import default_decode_config
-from flashtune.kernels.space import SAFE_DEFAULT, kernel_of, uses_decode_kernel
+from flashtune.kernels.source_hash import kernel_source_hash
+from flashtune.kernels.space import SAFE_DEFAULT, uses_decode_kernel
 from flashtune.objectives.hardware import HardwareSpec
 from flashtune.runtime.buckets import Bucket, kind_of
-from flashtune.runtime.prepared import PreparedCall, prepare as _prepare
+from flashtune.runtime.prepared import PreparedCall
+from flashtune.runtime.prepared import prepare as _prepare
 from flashtune.runtime.resolve import Resolution, resolve, uses_fp8
-from flashtune.runtime.store import Key, Store, triton_version
+from flashtune.runtime.store import ENV_STORE, Key, Store, default_store_path, triton_version  # noqa: F401 - re-exported
 
-ENV_STORE = "FLASHTUNE_STORE"
 #: Resolution origins whose config was measured for its bucket (kept as recorded).
 STORE_ORIGINS = ("exact", "nearest")
 #: Set to 1 to let the store serve fp8 configs (other numerics than the inputs' dtype).
@@ -64,15 +63,6 @@ class CallRouter(Protocol):
 HardwareProvider = Callable[[torch.device], "HardwareSpec | None"]
 
 _DTYPE_NAMES = {dtype: name for name, dtype in TORCH_DTYPES.items()}
-
-
-def default_store_path() -> Path:
-    """``$FLASHTUNE_STORE``, else the user's cache directory."""
-    env = os.environ.get(ENV_STORE)
-    if env:
-        return Path(env).expanduser()
-    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join("~", ".cache")
-    return Path(cache, "flashtune", "configs.json").expanduser()
 
 
 def live_hardware(device: torch.device) -> HardwareSpec | None:
@@ -193,7 +183,7 @@ class Dispatcher:
         """The config a call with these inputs launches (cached)."""
         try:
             key = cache_key(q, k, causal)
-        except Exception:  # noqa: BLE001 - not attention inputs; the launcher will say why
+        except Exception:  # not attention inputs; the launcher will say why
             return SAFE_DEFAULT
         config = self._configs.get(key)
         return config if config is not None else self._miss(key)
@@ -220,7 +210,7 @@ class Dispatcher:
             return cached
         try:
             spec = self._hardware(device)
-        except Exception as exc:  # noqa: BLE001 - no spec means the safe default, not a crash
+        except Exception as exc:  # no spec means the safe default, not a crash
             warnings.warn(f"flashtune: cannot read the spec of {device} ({exc}); using the safe default", RuntimeWarning, stacklevel=2)
             spec = None
         key = (spec.fingerprint, kernel_source_hash(), triton_version()) if spec is not None else None
@@ -277,7 +267,7 @@ class Dispatcher:
         try:
             ckey = call_key(q, k, v, causal, scale, cache_seqlens, kv_start)
             prepared = self._calls.get(ckey)
-        except Exception:  # noqa: BLE001 - not attention inputs (or an unhashable scale): the slow path says why
+        except Exception:  # not attention inputs (or an unhashable scale): the slow path says why
             ckey, prepared = None, None
         if prepared is not None:
             if cache_seqlens is None and kv_start is None:
@@ -295,7 +285,7 @@ class Dispatcher:
         extra = {name: t for name, t in (("cache_seqlens", cache_seqlens), ("kv_start", kv_start)) if t is not None}
         try:
             key = cache_key(q, k, causal)
-        except Exception:  # noqa: BLE001 - the launcher raises the TypeError/ValueError naming the argument
+        except Exception:  # the launcher raises the TypeError/ValueError naming the argument
             return _launcher(q, k, v, causal=causal, scale=scale, config=None, **extra)
         config = self._configs.get(key)
         if config is None:

@@ -51,8 +51,8 @@ from flashtune.runtime.dispatch import CacheKey, Dispatcher, get_dispatcher
 from flashtune.runtime.monitor import LatencyMonitor
 from flashtune.runtime.online_options import OnlineOptions
 from flashtune.runtime.store import StoreEntry
-from flashtune.runtime.worker import WorkerBenchmark
 from flashtune.runtime.timing import CudaEventTiming, HostTiming, Reader, TimingSource
+from flashtune.runtime.worker import WorkerBenchmark
 
 Benchmark = Callable[[Config, Workload], Measurement]
 CandidateFn = Callable[[CacheKey, Config, Workload], Sequence[Config]]
@@ -367,7 +367,7 @@ class OnlineTuner:
                     self._retune(job.key)
                 elif isinstance(job, _Persist):
                     self._persist(job.key, job.config, job.median_ms)
-            except Exception as exc:  # noqa: BLE001 - a failed re-tune must not stop serving
+            except Exception as exc:  # a failed re-tune must not stop serving
                 warnings.warn(f"flashtune online re-tune failed: {type(exc).__name__}: {exc}", RuntimeWarning, stacklevel=1)
                 if isinstance(job, _Retune):
                     with self._lock:
@@ -516,7 +516,7 @@ class OnlineTuner:
         for callback in self._callbacks:
             try:
                 callback(snapshot)
-            except Exception as exc:  # noqa: BLE001 - logging must not break serving
+            except Exception as exc:  # logging must not break serving
                 warnings.warn(f"flashtune metrics callback {callback!r} failed: {exc}", RuntimeWarning, stacklevel=1)
 
 

@@ -24,8 +24,8 @@ from typing import Any
 import torch
 
 from flashtune.kernels.attention import (
-    check_descriptor_alignment,
     attention_forward_kernel,
+    check_descriptor_alignment,
     compile_options,
     kernel_arguments,
     launch_grid,

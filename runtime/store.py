@@ -50,6 +50,19 @@ _ENTRY_VALIDATOR = jsonschema.Draft202012Validator(ENTRY_SCHEMA)
 
 Key = tuple[str, str, str]  # (fingerprint, kernel_hash, triton)
 
+#: The environment variable naming the store file the runtime serves.
+ENV_STORE = "FLASHTUNE_STORE"
+
+
+def default_store_path() -> Path:
+    """The store file the runtime serves: ``$FLASHTUNE_STORE``, else the user's cache
+    directory (``~/.cache/flashtune/configs.json``). Torch-free: the CLI names it too."""
+    env = os.environ.get(ENV_STORE)
+    if env:
+        return Path(env).expanduser()
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join("~", ".cache")
+    return Path(cache, "flashtune", "configs.json").expanduser()
+
 
 class StoreWarning(UserWarning):
     """A store file could not be used (corrupt, truncated, stale, hostile); the runtime falls back."""
@@ -469,7 +482,7 @@ def read_snapshot(path: str | os.PathLike[str]) -> Snapshot:
     except _Invalid as exc:
         warn_once(path, state + str(exc) if state == "unread" else state, str(exc))
         return Snapshot(path, state)
-    except Exception as exc:  # noqa: BLE001 - reading a store must never take the program down
+    except Exception as exc:  # reading a store must never take the program down
         warn_once(path, state, f"unreadable ({type(exc).__name__}: {str(exc)[:200]})")
         return Snapshot(path, state)
 

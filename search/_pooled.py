@@ -233,6 +233,6 @@ class PooledStrategy(Strategy):
     def _observe(self, config: Config, cost: float) -> None:
         """A config of the space was measured (asked here or not); ``cost`` is ``model_cost``."""
 
-    def _rejected(self, proposal: Config) -> None:  # noqa: B027 - optional hook
+    def _rejected(self, proposal: Config) -> None:  # optional hook
         """The proposal was infeasible or known and was moved; adapters may close its trial."""
 

@@ -107,7 +107,7 @@ class Ledger(abc.ABC):
         """Configs being measured by other workers now (none for a ledger of one process)."""
         return ()
 
-    def wait(self) -> None:  # noqa: B027 - nothing is in flight in a one-process ledger
+    def wait(self) -> None:  # nothing is in flight in a one-process ledger
         """Called while the rest of the budget is in flight elsewhere: pause, reap the dead."""
 
     def history(self) -> History:

@@ -31,7 +31,7 @@ class SearchSpace:
         self._feasible_cache: dict[Config, bool] = {}
 
     @classmethod
-    def for_workload(cls, workload, hardware) -> SearchSpace:  # noqa: ANN001 - objectives types
+    def for_workload(cls, workload, hardware) -> SearchSpace:
         """The space of the kernel that serves ``workload`` (``kernels.space.tunables_for``:
         decode for short queries, else prefill), constrained by the static feasibility
         model on ``hardware``."""

@@ -37,8 +37,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from flashtune.kernels.config import Config
 from flashtune.kernels.attention import flash_attention
+from flashtune.kernels.config import Config
 from flashtune.kernels.decode import DecodeWorkspace, default_decode_config, launch_decode
 from flashtune.kernels.reference import reference_attention, relative_error
 from flashtune.kernels.space import DECODE_TUNABLES, validate_config
@@ -213,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
             results.append(result)
             if not extra and (w.batch, w.q_heads, w.kv_heads, w.kv_len, w.head_dim) == EXTRA_BASE:
                 base_variants = best_variants(result["measurements"], top=3)
-        except Exception:  # noqa: BLE001 - one row's failure must not lose the others
+        except Exception:  # one row's failure must not lose the others
             print(f"{row.label}: FAILED\n{traceback.format_exc()}", flush=True)
             results.append({"label": row.label + " FAILED", "us": {}, "kv_bytes": kv_bytes(row)})
         print(f"{row.label}: {time.perf_counter() - started:.0f} s", flush=True)
@@ -292,7 +292,7 @@ class _Bench:
         result["us"] = self.final_timing(row, q, k, v, seqlens, best, default, workspace)
         return result
 
-    def reference(self, reference_attention, q, k, v, causal, seqlens):  # noqa: ANN001, ANN201
+    def reference(self, reference_attention, q, k, v, causal, seqlens):
         if seqlens is None:
             return reference_attention(q, k, v, causal=causal)
         ref = self.torch.zeros(q.shape, dtype=self.torch.float32, device=q.device)
@@ -302,13 +302,13 @@ class _Bench:
                                                    causal=causal)
         return ref
 
-    def measure(self, config, w, q, k, v, ref, tol, seqlens, workspace) -> Measurement:  # noqa: ANN001
+    def measure(self, config, w, q, k, v, ref, tol, seqlens, workspace) -> Measurement:
 
         torch = self.torch
         scale = 1.0 / math.sqrt(w.head_dim)
         out = torch.full_like(q, float("nan"))  # poisoned: every element must be written
 
-        def run():  # noqa: ANN202
+        def run():
             return launch_decode(q, k, v, out, causal=w.causal, scale=scale, config=config,
                                  cache_seqlens=seqlens, workspace=workspace)
 
@@ -317,7 +317,7 @@ class _Bench:
             handle = run()
             if self.dev.type == "cuda":
                 torch.cuda.synchronize()
-        except Exception as exc:  # noqa: BLE001 - every failure becomes a status
+        except Exception as exc:  # every failure becomes a status
             return Measurement.failure(config, w, classify_error(exc), f"{type(exc).__name__}: {exc}", **self.stamp)
         compile_s = time.perf_counter() - started
         err = relative_error(out, ref)
@@ -331,7 +331,7 @@ class _Bench:
                            sm_clock_mhz=clock, temperature_c=temp, **kernel_resources(handle), **self.stamp)
 
     # -- final, interleaved ------------------------------------------------------------
-    def final_timing(self, row, q, k, v, seqlens, best, default, workspace) -> dict[str, float]:  # noqa: ANN001
+    def final_timing(self, row, q, k, v, seqlens, best, default, workspace) -> dict[str, float]:
         import torch.nn.functional as F
         from torch.nn.attention import SDPBackend, sdpa_kernel
 
@@ -378,7 +378,7 @@ class _Bench:
         backends = {"sdpa_cudnn": SDPBackend.CUDNN_ATTENTION, "sdpa_flash": SDPBackend.FLASH_ATTENTION,
                     "sdpa_efficient": SDPBackend.EFFICIENT_ATTENTION}
         for name, backend in backends.items():
-            def peer(backend=backend):  # noqa: ANN202
+            def peer(backend=backend):
                 return F.scaled_dot_product_attention(q, k, v, scale=scale, enable_gqa=True)
 
             fns[name] = (backend, peer)

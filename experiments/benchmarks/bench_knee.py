@@ -17,6 +17,7 @@ import json
 import math
 import statistics
 from pathlib import Path
+
 from flashtune.experiments.evaluation.best_configs import best_configs
 from flashtune.kernels.attention import launch
 

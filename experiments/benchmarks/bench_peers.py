@@ -21,8 +21,8 @@ from flashtune.kernels.attention import launch
 from flashtune.kernels.space import validate_config
 from flashtune.objectives.feasibility import check
 from flashtune.objectives.hardware import HardwareSpec
+from flashtune.objectives.peers import tflops, time_peers
 from flashtune.objectives.precompile import CompilePool
-from flashtune.objectives.peers import time_peers, tflops
 from flashtune.objectives.replay import load_table
 from flashtune.objectives.types import SUITE, Workload
 
@@ -51,8 +51,8 @@ def bench_workload(workload: Workload, configs: dict[str, list], rounds: int) ->
     return result, {key: by_name[name].form for key, name in _PEER_KEYS.items()}
 
 
-def _config_call(workload: Workload, config, scale: float):  # noqa: ANN001, ANN202 - Config -> factory
-    def make(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor):  # noqa: ANN202
+def _config_call(workload: Workload, config, scale: float):
+    def make(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor):
         out = torch.empty_like(q)
         return lambda: launch(q, k, v, out, causal=workload.causal, scale=scale, config=config)
 

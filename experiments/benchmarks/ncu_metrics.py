@@ -29,6 +29,7 @@ import io
 import json
 import sys
 from pathlib import Path
+
 from flashtune.experiments.evaluation.best_configs import best_configs
 from flashtune.experiments.evaluation.prior_mlflow import RUN_ID_KEY, trial_measurements_of_experiment
 from flashtune.experiments.tracking.tracker import DEFAULT_TRACKING_URI

@@ -17,13 +17,21 @@ from typing import Any
 import numpy as np
 
 from flashtune.experiments.evaluation.compare import (
-    DEFAULT_TABLES, EVALUATION, PRIOR_MODES, RunResult, RunSpec, aggregate, format_table, init_worker, run_one)
+    DEFAULT_TABLES,
+    EVALUATION,
+    PRIOR_MODES,
+    RunResult,
+    RunSpec,
+    aggregate,
+    format_table,
+    init_worker,
+    run_one,
+)
 from flashtune.experiments.evaluation.compare_plot import plot_curves
 from flashtune.experiments.evaluation.landscape import Landscape, build_landscape, group_by_workload, table_files
 from flashtune.experiments.evaluation.replay_batch import job_count, run_all, select_strategies, write_report
 from flashtune.objectives.hardware import load_spec
 from flashtune.search import check_options, option_defaults, option_value
-
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:

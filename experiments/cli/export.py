@@ -26,14 +26,15 @@ import argparse
 import sys
 from pathlib import Path
 
+from flashtune.experiments.cli.sweep import INTERPRETED_SOURCE
 from flashtune.experiments.evaluation import prior_mlflow
 from flashtune.experiments.evaluation.prior_files import table_measurements
 from flashtune.experiments.evaluation.priors import parse_source
 from flashtune.experiments.study.storage import DEFAULT_STORAGE, IDENTITY_ATTR, MEASUREMENT_ATTR, open_storage
 from flashtune.experiments.tracking.tracker import DEFAULT_TRACKING_URI, sqlite_path
 from flashtune.objectives.types import Measurement
-from flashtune.runtime.export import best_entries
-from flashtune.runtime.store import Store, read_snapshot
+from flashtune.runtime.export import best_entries, entry_of
+from flashtune.runtime.store import Store, StoreEntry, read_snapshot
 
 #: The kinds of source ``flashtune export`` reads, in the order its messages list them.
 KINDS = ("mlflow", "mlflow-experiment", "optuna", "table")
@@ -60,11 +61,19 @@ def run_export(args: argparse.Namespace) -> int:
 
     specs = [parse_source(text, kinds=KINDS, option="source") for text in args.sources]
     measurements: list[Measurement] = []
+    defaults: list[Measurement] = []
     for spec in specs:
         read = read_source(spec.kind, spec.value, tracking_uri=args.tracking_uri, storage_url=args.storage)
+        interpreted = [m for m in read if m.source == INTERPRETED_SOURCE]
+        read = [m for m in read if m.source != INTERPRETED_SOURCE]
         print(f"{spec.label}: {len(read)} measurement(s), {sum(m.ok for m in read)} successful")
+        if interpreted:
+            print(f"{spec.label}: skipped {len(interpreted)} measurement(s) run in Triton's CPU interpreter "
+                  "(`sweep --interpret`): their times are the CPU's, not a GPU's", file=sys.stderr)
         measurements += read
-    entries = best_entries(measurements, include_fp8=args.include_fp8)
+        if spec.kind in ("mlflow", "mlflow-experiment"):
+            defaults += prior_mlflow.default_measurements(args.tracking_uri, spec.kind, spec.value)
+    entries = keep_faster_defaults(best_entries(measurements, include_fp8=args.include_fp8), defaults)
     if not entries:
         fp8 = "" if args.include_fp8 else " (fp8 configs need --include-fp8)"
         print(f"flashtune export: nothing to export: no successful measurement with a time and a GPU "
@@ -89,6 +98,27 @@ def run_export(args: argparse.Namespace) -> int:
     print(f"exported {len(entries) - kept} of {len(entries)} entries ({gpus} GPU(s)) to {args.to}; "
           f"the file holds {total}")
     return 0
+
+
+def keep_faster_defaults(entries: list[StoreEntry], defaults: list[Measurement]) -> list[StoreEntry]:
+    """``entries``, each one slower than the runtime's default config measured by its study
+    replaced by that default (said on stderr): a store must not make the runtime slower
+    than no store. Leaving the bucket out instead would not keep the default: the runtime
+    would serve the nearest bucket's config."""
+    kept = []
+    for entry in entries:
+        faster = [d for d in defaults if (replacement := entry_of(d)) is not None
+                  and replacement.fingerprint == entry.fingerprint and replacement.bucket == entry.bucket
+                  and entry.median_ms is not None and d.median_ms < entry.median_ms]
+        if not faster:
+            kept.append(entry)
+            continue
+        default = min(faster, key=lambda d: d.median_ms)
+        print(f"flashtune export: {entry.bucket.name}: the best trial ({entry.median_ms:.4f} ms) is slower than "
+              f"the runtime's default config ({default.median_ms:.4f} ms): exporting the default "
+              f"{default.config.to_dict()}", file=sys.stderr)
+        kept.append(entry_of(default))
+    return kept
 
 
 def read_source(kind: str, value: str, *, tracking_uri: str, storage_url: str) -> list[Measurement]:

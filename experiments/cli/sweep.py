@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import os
+import importlib.metadata
 import json
+import os
 import sys
 import time
 from collections import Counter
@@ -93,7 +94,7 @@ def _parse_where(items: list[str]) -> dict[str, set[str]]:
     return where
 
 
-def _select(where: dict[str, set[str]], limit: int | None, tunables) -> list[Config]:  # noqa: ANN001
+def _select(where: dict[str, set[str]], limit: int | None, tunables) -> list[Config]:
     """The configs of the workload's kernel's space that ``where`` selects (knobs the kernel
     lacks select nothing away: one --where serves a sweep of prefill and decode workloads)."""
     where = {k: vals for k, vals in where.items() if k in tunables}
@@ -113,7 +114,7 @@ def summarize(workload: Workload, measurements: list[Measurement]) -> str:
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("sweep", help="measure every config of the space for workloads (recorded tables)")
     p.add_argument("--workload", action="append", default=[], help="B,H[/HKV],N[/NK],D[,causal][,dtype]; repeatable")
-    p.add_argument("--suite", action="store_true", help="sweep the foundation issue's workload suite")
+    p.add_argument("--suite", action="store_true", help="sweep the standard workload suite (objectives.types.SUITE, bf16)")
     p.add_argument("--out", type=Path, default=Path("sweeps"), help="folder for the tables (default: sweeps)")
     p.add_argument("--precompile", type=int, default=None, help="compile pool size (default: CPU count; 0 disables)")
     p.add_argument("--timeout", type=float, default=120.0, help="per-config seconds before the worker is killed")
@@ -142,13 +143,16 @@ def run_sweep(args: argparse.Namespace) -> int:
         raise ValueError(f"--out {str(args.out)!r} is a file, not a folder")
     hardware: HardwareSpec | None = load_spec(args.hardware) if args.hardware else None
     _check_device(args.interpret, hardware)
+    if args.interpret:
+        _check_interpretable(workloads)
     env = {"TRITON_INTERPRET": "1"} if args.interpret else None
     # The interpreter compiles nothing, so a pool would only cost start-up time.
     precompile = 0 if args.interpret else (_default_pool_size() if args.precompile is None else args.precompile)
     lines = []
     started = time.perf_counter()
     with Objective(hardware=hardware, timeout_s=args.timeout, env=env, precompile=precompile,
-                   static_check=not args.no_static_check) as objective:
+                   static_check=not args.no_static_check) as live:
+        objective = InterpretedObjective(live) if args.interpret else live
         for workload in workloads:
             measurements = sweep_workload(objective, workload, args.out, limit=args.limit,
                                           where=_parse_where(args.where))
@@ -156,6 +160,9 @@ def run_sweep(args: argparse.Namespace) -> int:
     elapsed = time.perf_counter() - started
     total = sum(len(_select(_parse_where(args.where), args.limit, tunables_for(w))) for w in workloads)
     print(f"\n{total} trials in {elapsed:.1f} s ({total / elapsed * 60:.1f} trials/min); tables in {args.out}/")
+    if args.interpret:
+        print("times are Triton's CPU interpreter's, not a GPU's: the tables say which configs run and "
+              "compute right; `flashtune export` skips them")
     print("\n".join(lines))
     return 0
 
@@ -171,9 +178,58 @@ def _check_device(interpret: bool, hardware: HardwareSpec | None) -> None:
         return
     if not interpret:
         raise ValueError("no NVIDIA GPU visible here (nvidia-smi): a sweep measures on a GPU; "
-                         "add --interpret --hardware h200 to run the kernel in Triton's CPU interpreter")
+                         "add --interpret --hardware h200 and a float16 workload (B,H,N,D,float16) to run "
+                         "the kernel in Triton's CPU interpreter")
     if hardware is None:
         raise ValueError("--interpret without a GPU needs --hardware (a shipped spec such as h200, or a JSON file)")
+
+
+def _check_interpretable(workloads: list[Workload]) -> None:
+    """Refuse bfloat16 under the interpreter: its bf16 dot is wrong (docs/reference.md), so
+    every config would be recorded as ``wrong_result``.
+
+    Raises:
+        ValueError: naming the bfloat16 workloads and the dtypes the interpreter computes right.
+    """
+    bf16 = [w.name for w in workloads if w.dtype == "bfloat16"]
+    if bf16:
+        raise ValueError(f"--interpret: Triton's CPU interpreter computes bfloat16 wrong (every config would be "
+                         f"wrong_result): {', '.join(bf16)}; give the workload a float16 or float32 dtype "
+                         "(B,H,N,D[,causal],float16)")
+
+
+#: ``Measurement.source`` of a config run in Triton's CPU interpreter: its time is the CPU's.
+INTERPRETED_SOURCE = "interpreted"
+
+
+class InterpretedObjective:
+    """An objective run in Triton's CPU interpreter, its measurements stamped as such.
+
+    The interpreter checks that a config runs and computes the right numbers, but its
+    time is the CPU's: the measurement carries no GPU fingerprint (so ``flashtune export``
+    never serves it as a GPU's entry), ``hardware`` names the interpreter and the
+    simulated GPU, and the versions are this machine's.
+    """
+
+    def __init__(self, objective: Objective) -> None:
+        self._objective = objective
+        self._versions = {"torch": _installed("torch"), "triton": _installed("triton"),
+                          "cuda": "none (CPU)", "driver": "none (Triton's CPU interpreter)"}
+
+    def prefetch(self, configs: list[Config], workload: Workload) -> None:
+        self._objective.prefetch(configs, workload)
+
+    def evaluate(self, config: Config, workload: Workload) -> Measurement:
+        m = self._objective.evaluate(config, workload)
+        return dataclasses.replace(m, fingerprint="", source=INTERPRETED_SOURCE, versions=dict(self._versions),
+                                   hardware=f"Triton CPU interpreter (simulating {self._objective.hardware.name})")
+
+
+def _installed(package: str) -> str:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
 
 
 def _default_pool_size() -> int:

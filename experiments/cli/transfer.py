@@ -10,13 +10,26 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-
 from flashtune.experiments.evaluation.landscape import build_landscape
 from flashtune.experiments.evaluation.replay_batch import job_count, run_all, select_strategies, write_report
-from flashtune.experiments.evaluation.transfer import DEFAULT_PAIRS, DEFAULT_TABLES, Pair, RunResult, RunSpec, SMALLER_SHARED_BYTES, TARGET_RATIO, TOLERANCES, WORST_RATIO, format_table, init_worker, run_one, smaller_spec, summarize
+from flashtune.experiments.evaluation.transfer import (
+    DEFAULT_PAIRS,
+    DEFAULT_TABLES,
+    SMALLER_SHARED_BYTES,
+    TARGET_RATIO,
+    TOLERANCES,
+    WORST_RATIO,
+    Pair,
+    RunResult,
+    RunSpec,
+    format_table,
+    init_worker,
+    run_one,
+    smaller_spec,
+    summarize,
+)
 from flashtune.experiments.evaluation.transfer_plot import plot_transfer
 from flashtune.objectives.hardware import load_spec
-
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:

@@ -5,13 +5,14 @@
 
 Without a GPU (nothing visible to ``nvidia-smi``) the study replays the recorded H200
 tables and says so. The same ``--study-name`` resumes: trials live in Optuna storage.
-``flashtune study GPU`` (``cli/study.py``) runs the same with a GPU's study file.
+``flashtune study GPU`` runs the same with a GPU's study file.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import shlex
 import signal
 import sys
 from collections.abc import Sequence
@@ -25,10 +26,11 @@ from flashtune.experiments.study.progress import ProgressBar
 from flashtune.experiments.study.runner import StudyInterrupted, StudyResult, check_study_name, run_study, studies_for
 from flashtune.experiments.study.storage import DEFAULT_STORAGE, close_storage, is_shared_storage, open_storage
 from flashtune.experiments.tracking import report
-from flashtune.experiments.tracking.tracker import DEFAULT_TRACKING_URI, check_tracking_uri, sqlite_path
+from flashtune.experiments.tracking.tracker import DEFAULT_TRACKING_URI, check_tracking_uri, record_default, sqlite_path
 from flashtune.objectives.hardware import HardwareSpec, load_spec
 from flashtune.objectives.types import SUITE, Measurement, Status, Workload
 from flashtune.runtime.baselines import fallback_config
+from flashtune.runtime.store import ENV_STORE, default_store_path
 from flashtune.search import make_strategy, option_value, strategy_names
 from flashtune.search.space import SearchSpace
 
@@ -59,7 +61,9 @@ def add_arguments(parser: argparse.ArgumentParser, *, hardware: str | None = Non
                         help="the same name resumes (default: <strategy>-seed<seed>, prefixed by the GPU in scripts)")
     parser.add_argument("--seed", type=int, default=0, help="seeds the strategy (default: 0)")
     parser.add_argument("--workload", action="append", default=[], metavar="B,H[/HKV],N[/NK],D[,causal][,dtype]",
-                        help=f"repeatable; one study each (default: {default_workloads})")
+                        help="repeatable; one study each; dtype bfloat16 (default), float16, float32 or "
+                             "bf16, fp16, half, fp32; a table's name (b4_h32_n4096_d128_causal_bfloat16) works too "
+                             f"(default: {default_workloads})")
     parser.add_argument("--hardware", default=hardware,
                         help="GPU model: shipped spec name (h200, h100, a100, l40s, rtx4090) or JSON file "
                              f"(default: this machine's GPU; {DEFAULT_REPLAY_HARDWARE} when replaying)")
@@ -113,6 +117,8 @@ def parse_options(items: Sequence[str]) -> dict[str, Any]:
 def run_tune(args: argparse.Namespace) -> int:
     """Validate everything, open the objective, run the studies one after another."""
 
+    # Messages name the command typed (``flashtune study`` runs this too).
+    prog = f"flashtune {getattr(args, 'command', None) or 'tune'}"
     # Cheap checks first, so a typo costs no objective start-up and writes nothing.
     if args.strategy not in strategy_names():
         raise ValueError(f"unknown strategy {args.strategy!r}; registered: {strategy_names()}")
@@ -138,10 +144,10 @@ def run_tune(args: argparse.Namespace) -> int:
     else:
         hardware = expected or load_spec(DEFAULT_REPLAY_HARDWARE)
         if not args.workload:
-            workloads = _recorded_or_all(workloads, args.replay_dir or measurers.default_replay_dir(hardware))
+            workloads = _recorded_or_all(workloads, args.replay_dir or measurers.default_replay_dir(hardware), prog)
         measurer = measurers.open_replay(hardware, workloads, args.replay_dir, noise=args.replay_noise, seed=args.seed)
     note = "" if args.objective == "replay" or kind == "live" else "no GPU found (nvidia-smi): "
-    print(f"flashtune tune: {note}{measurer.description}", file=sys.stderr)
+    print(f"{prog}: {note}{measurer.description}", file=sys.stderr)
 
     studies = studies_for(name, workloads, hardware=measurer.hardware, strategy=args.strategy,
                           strategy_options=options, trials=args.trials, seed=args.seed, objective=kind,
@@ -150,26 +156,30 @@ def run_tune(args: argparse.Namespace) -> int:
     previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
         for study in studies:
-            priors = _study_priors(study, prior_specs, raw_priors)
+            priors = _study_priors(study, prior_specs, raw_priors, prog)
             results.append(_run_one(study, measurer, tracking_uri, storage_url, progress=not args.no_progress,
-                                    worker=_worker_index(args), heartbeat_s=args.heartbeat, priors=priors))
+                                    worker=_worker_index(args), heartbeat_s=args.heartbeat, priors=priors,
+                                    prog=prog))
         # The figure a user came for: the tuned config against what runs without tuning.
         defaults = [_default_measurement(measurer, r.study) for r in results]
+        for result, default in zip(results, defaults):
+            record_default(tracking_uri, result.parent_run_id, default)
         peers = [_peer_times(measurer, r.study, r.best) for r in results]
     except BaseException as exc:
 
         if isinstance(exc, (StudyInterrupted, KeyboardInterrupt)):
             why = "SIGTERM" if isinstance(exc, StudyInterrupted) else "Ctrl-C"
-            print(f"flashtune tune: stopped by {why}; the study's MLflow run ended KILLED. "
+            print(f"{prog}: stopped by {why}; the study's MLflow run ended KILLED. "
                   "Run the same command again to resume.", file=sys.stderr)
             return _EXIT_SIGTERM if isinstance(exc, StudyInterrupted) else _EXIT_SIGINT
         raise
     finally:
         signal.signal(signal.SIGTERM, previous)
         measurer.close()
-    _print_overview(results)
-    for result, default, peer in zip(results, defaults, peers):
-        print(outcome_text(result, default, peer, tracking_uri=tracking_uri, storage_url=storage_url))
+    if len(results) == 1:
+        print(outcome_text(results[0], defaults[0], peers[0], tracking_uri=tracking_uri, storage_url=storage_url))
+    else:
+        print(overview_text(results, defaults, peers, tracking_uri=tracking_uri, storage_url=storage_url))
     return 0
 
 
@@ -229,19 +239,75 @@ def outcome_text(result: Any, default: Measurement, peers: list[PeerTime] | None
         lines.append(f"default config: {default.config.to_dict()}: {default.median_ms:.4g} ms, "
                      f"{default.tflops:.1f} TFLOP/s")
         if best is not None:
-            lines.append(f"speedup over the default: {default.median_ms / best.cost_ms:.2f}x")
+            lines.append(f"speedup over the default: {_speedup_text(best, default)}")
     else:
         lines.append(f"default config: {default.config.to_dict()}: {default.status.value} ({default.error}); "
                      "no speedup to report")
     lines += _peer_lines(best, peers)
-    tracking_flag = "" if tracking_uri == DEFAULT_TRACKING_URI else f" --tracking-uri '{tracking_uri}'"
     lines += [
         f"Optuna study:   {study.storage_name!r} in {storage_url}",
         f"MLflow run:     {result.parent_run_id} (experiment {result.experiment_id}) in {tracking_uri}",
-        f"export it:      flashtune export mlflow:{result.parent_run_id} --to tuned_configs.json{tracking_flag}",
-        f"open the UI:    flashtune ui{tracking_flag}",
+        *_next_commands([result.parent_run_id], tracking_uri),
     ]
     return "\n".join(lines)
+
+
+def overview_text(results: Sequence[Any], defaults: Sequence[Measurement], peers: Sequence[list[PeerTime] | None],
+                  *, tracking_uri: str, storage_url: str) -> str:
+    """The main job's last lines for several studies: one row each, then where they are and
+    one command that exports them all."""
+    width = max(len("study"), *(len(r.study.name) for r in results))
+    lines = [f"{'study':{width}s} {'trials':>6s} {'best ms':>10s} {'TFLOP/s':>8s} {'default ms':>10s}  "
+             f"{'speedup':<8s} config"]
+    for result, default in zip(results, defaults):
+        best = result.best
+        default_ms = f"{default.median_ms:10.4f}" if default.status is Status.OK else f"{default.status.value:>10s}"
+        if best is None:
+            lines.append(f"{result.study.name:{width}s} {len(result.trials):6d} {'-':>10s} {'-':>8s} {default_ms}  "
+                         f"{'-':<8s} no config ran")
+            continue
+        speedup = f"{default.median_ms / best.cost_ms:.2f}x" if default.status is Status.OK else "-"
+        lines.append(f"{result.study.name:{width}s} {len(result.trials):6d} {best.cost_ms:10.4f} "
+                     f"{best.measurement.tflops:8.1f} {default_ms}  {speedup:<8s} {best.config.to_dict()}")
+    slower = [r.study.name for r, d in zip(results, defaults)
+              if r.best is not None and d.status is Status.OK and r.best.cost_ms > d.median_ms]
+    if slower:
+        lines.append(f"slower than the runtime's default (keep the default; `flashtune export` does): "
+                     f"{', '.join(slower)}")
+    if any(p is not None for p in peers):
+        for result, peer in zip(results, peers):
+            lines += [f"{result.study.name}: {line}" for line in _peer_lines(result.best, peer)]
+    else:
+        lines += _peer_lines(None, None)
+    experiments = sorted({str(r.experiment_id) for r in results})
+    lines += [
+        f"Optuna studies: {', '.join(repr(r.study.storage_name) for r in results)} in {storage_url}",
+        f"MLflow runs:    {', '.join(r.parent_run_id for r in results)} (experiment {', '.join(experiments)}) "
+        f"in {tracking_uri}",
+        *_next_commands([r.parent_run_id for r in results], tracking_uri),
+    ]
+    return "\n".join(lines)
+
+
+def _speedup_text(best: Any, default: Measurement) -> str:
+    """The tuned config's speedup over the default, saying plainly when it is slower."""
+    speedup = default.median_ms / best.cost_ms
+    if best.cost_ms <= default.median_ms:
+        return f"{speedup:.2f}x"
+    return (f"{speedup:.2f}x: the best config found is SLOWER than the runtime's default; keep the default "
+            "(`flashtune export` exports the default for this workload)")
+
+
+def _next_commands(run_ids: Sequence[str], tracking_uri: str) -> list[str]:
+    """The export command (into the store the runtime serves) and the UI command."""
+    tracking_flag = "" if tracking_uri == DEFAULT_TRACKING_URI else f" --tracking-uri {shlex.quote(tracking_uri)}"
+    sources = " ".join(f"mlflow:{run_id}" for run_id in run_ids)
+    store = shlex.quote(str(default_store_path()))
+    return [
+        f"export it:      flashtune export {sources} --to {store}{tracking_flag}",
+        f"                (the store flashtune.runtime serves: ${ENV_STORE}, else ~/.cache/flashtune/configs.json)",
+        f"open the UI:    flashtune ui{tracking_flag}",
+    ]
 
 
 def _peer_lines(best: Any, peers: list[PeerTime] | None) -> list[str]:
@@ -283,7 +349,7 @@ def _check_ranges(args: argparse.Namespace) -> None:
         raise ValueError("--study-name must not be empty (leave it out for the default name)")
 
 
-def _recorded_or_all(workloads: list[Workload], folder: Path) -> list[Workload]:
+def _recorded_or_all(workloads: list[Workload], folder: Path, prog: str) -> list[Workload]:
     """A script's default workloads, replayed: those with a recorded table, saying which are
     skipped (all of them when none is recorded: then the replay names what is missing)."""
 
@@ -291,7 +357,7 @@ def _recorded_or_all(workloads: list[Workload], folder: Path) -> list[Workload]:
     kept = [w for w in workloads if w.name in recorded]
     skipped = [w.name for w in workloads if w.name not in recorded]
     if kept and skipped:
-        print(f"flashtune tune: no recorded table in {folder} for {', '.join(skipped)}: skipped", file=sys.stderr)
+        print(f"{prog}: no recorded table in {folder} for {', '.join(skipped)}: skipped", file=sys.stderr)
     return kept or workloads
 
 
@@ -322,13 +388,13 @@ def _read_priors(args: argparse.Namespace, tracking_uri: str) -> tuple[list[Any]
     return specs, {spec: priors.read(spec, tracking_uri=uri) for spec in specs}
 
 
-def _study_priors(study: Any, specs: Sequence[Any], raw: dict[Any, Any]) -> tuple[Any, ...]:
+def _study_priors(study: Any, specs: Sequence[Any], raw: dict[Any, Any], prog: str) -> tuple[Any, ...]:
     """The priors of one study: re-checked on its workload and GPU, summarised on stderr."""
 
     if not specs:
         return ()
     prior_set = priors.load_for(specs, raw, study.workload, study.hardware)
-    print(f"flashtune tune: study {study.name}: {prior_set.summary()}", file=sys.stderr)
+    print(f"{prog}: study {study.name}: {prior_set.summary()}", file=sys.stderr)
     return prior_set.told
 
 
@@ -350,14 +416,15 @@ def _check_folder_exists(option: str, uri: str, path: Path | None) -> None:
 
 
 def _run_one(study: Any, measurer: Any, tracking_uri: str, storage_url: str, *, progress: bool,
-             worker: int | None = None, heartbeat_s: float | None = None, priors: Sequence[Any] = ()) -> Any:
+             worker: int | None = None, heartbeat_s: float | None = None, priors: Sequence[Any] = (),
+             prog: str = "flashtune tune") -> Any:
 
     bars: list[ProgressBar] = []
 
     def on_start(result: StudyResult) -> None:
         best = result.best
         if result.resumed_trials:
-            print(f"flashtune tune: resuming study {study.name!r} at trial {result.resumed_trials}", file=sys.stderr)
+            print(f"{prog}: resuming study {study.name!r} at trial {result.resumed_trials}", file=sys.stderr)
         bars.append(ProgressBar(study.trials, initial=len(result.trials), description=study.name,
                                 best_ms=best.cost_ms if best else math.inf,
                                 best_tflops=best.measurement.tflops if best else 0.0,
@@ -387,18 +454,3 @@ def _run_one(study: Any, measurer: Any, tracking_uri: str, storage_url: str, *, 
 def _interrupt(signum: int, frame: FrameType | None) -> None:
 
     raise StudyInterrupted(f"signal {signum}")
-
-
-def _print_overview(results: Sequence[Any]) -> None:
-    """One line per study when there are several (each study's outcome follows)."""
-    if len(results) > 1:
-        width = max(len("study"), *(len(r.study.name) for r in results))
-        print(f"{'study':{width}s} {'trials':>6s} {'best ms':>10s} {'TFLOP/s':>8s}  config")
-        for r in results:
-            best = r.best
-            if best is None:
-                print(f"{r.study.name:{width}s} {len(r.trials):6d} {'-':>10s} {'-':>8s}  no config ran")
-            else:
-                print(f"{r.study.name:{width}s} {len(r.trials):6d} {best.cost_ms:10.4f} "
-                      f"{best.measurement.tflops:8.1f}  {best.config.to_dict()}")
-        print()

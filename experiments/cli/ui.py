@@ -4,7 +4,7 @@ Prints the runs table URL of each flashtune experiment (one per GPU model),
 ``http://127.0.0.1:PORT/#/experiments/ID/runs``: a fresh browser otherwise lands on
 MLflow's GenAI overview page, where a study's runs are not shown (docs/reference.md).
 Under it, one URL per study opens the study's saved view: its trials fastest first, with
-their metrics and knobs as columns and the best 10 on the charts (tracking/ui_view.py).
+their metrics and knobs as columns and the best 10 on the charts.
 The server binds loopback only and keeps MLflow's host checks; Ctrl-C stops it.
 """
 
@@ -16,11 +16,21 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 from types import FrameType
-from flashtune.experiments.tracking.tracker import DEFAULT_TRACKING_URI, check_tracking_uri, mlflow_client, sqlite_path
+from typing import IO
+
+from flashtune.experiments.tracking.tracker import (
+    DEFAULT_TRACKING_URI,
+    check_tracking_uri,
+    mlflow_client,
+    sqlite_path,
+    uri_scheme,
+)
 from flashtune.experiments.tracking.ui_view import runs_url_path, saved_studies, view_url_path
 
 #: MLflow's server took about 20 s to answer on the reference machine; CI is slower.
@@ -42,6 +52,10 @@ def run_ui(args: argparse.Namespace) -> int:
     uri = args.tracking_uri
     if not 0 <= args.port <= 65535:
         raise ValueError(f"--port {args.port}: use 0..65535")
+    if uri_scheme(uri) in ("", "file"):
+        # MLflow 3 serves a folder store only in "maintenance mode", with a page of text.
+        raise ValueError(f"--tracking-uri {uri!r}: the UI needs a database URI ({DEFAULT_TRACKING_URI}, "
+                         "postgresql://...) or a server (http://...), not a folder")
     db = sqlite_path(uri)
     if db is not None and not db.exists():
         # MLflow would create an empty store here and show nothing: say what is wrong.
@@ -55,7 +69,8 @@ def run_ui(args: argparse.Namespace) -> int:
     port = args.port or free_port()
     if not port_free(port):
         raise ValueError(f"port {port} on 127.0.0.1 is in use (another `flashtune ui`?); pass --port 0 for a free one")
-    proc = start_server(uri, port)
+    log = tempfile.NamedTemporaryFile(prefix="flashtune-ui-", suffix=".log", delete=False)  # the server writes it
+    proc = start_server(uri, port, log)
     stop = _Stopper(proc)
     previous = signal.signal(signal.SIGTERM, stop.on_signal)
     try:
@@ -63,19 +78,28 @@ def run_ui(args: argparse.Namespace) -> int:
         try:
             wait_ready(base, proc)
         except RuntimeError as exc:
-            raise ValueError(str(exc)) from None  # one line for the user, as for bad input
+            # One line for the user, as for bad input: the server's last words and its log.
+            raise ValueError(f"{exc}: {_last_line(log.name)} (server log: {log.name})") from None
         if not experiments:
             print(f"MLflow UI: {base} (no flashtune study in this store yet)", flush=True)
         print_links(base, experiments)
-        print("Ctrl-C stops the UI.", file=sys.stderr, flush=True)
+        print(f"Ctrl-C stops the UI (server log: {log.name}).", file=sys.stderr, flush=True)
         code = proc.wait()  # until Ctrl-C or SIGTERM (then KeyboardInterrupt below)
         print(f"mlflow ui exited with code {code}", file=sys.stderr)
         return code or 1
     except KeyboardInterrupt:
+        Path(log.name).unlink(missing_ok=True)  # stopped as asked: nothing in it to read
         return 0
     finally:
         signal.signal(signal.SIGTERM, previous)
         stop.stop()
+        log.close()
+
+
+def _last_line(path: str) -> str:
+    """The last non-empty line the server wrote (why it stopped, most often)."""
+    lines = [line for line in Path(path).read_text(errors="replace").splitlines() if line.strip()]
+    return lines[-1].strip()[:300] if lines else "it printed nothing"
 
 
 def flashtune_experiments(uri: str) -> list[tuple[str, str, list[str]]]:
@@ -112,14 +136,17 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def start_server(uri: str, port: int) -> subprocess.Popen[bytes]:
-    """``mlflow ui`` on 127.0.0.1:``port`` in its own process group (stopped as a whole)."""
+def start_server(uri: str, port: int, log: IO[bytes]) -> subprocess.Popen[bytes]:
+    """``mlflow ui`` on 127.0.0.1:``port`` in its own process group (stopped as a whole),
+    its output into ``log``: MLflow's registry notice, uvicorn's request lines and
+    Starlette's warnings would otherwise bury the URLs a user came for."""
     # One worker: a single person's UI; MLflow's default four start slowly on a small
     # machine, and under load uvicorn's supervisor was seen killing them while they started.
     command = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri,
                "--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
     env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": os.environ.get("MLFLOW_DISABLE_TELEMETRY", "true")}
-    return subprocess.Popen(command, start_new_session=True, stdin=subprocess.DEVNULL, env=env)
+    return subprocess.Popen(command, start_new_session=True, stdin=subprocess.DEVNULL, stdout=log,
+                            stderr=subprocess.STDOUT, env=env)
 
 
 def wait_ready(base: str, proc: subprocess.Popen[bytes], timeout_s: float = _READY_TIMEOUT_S) -> None:

@@ -37,10 +37,10 @@ import numpy as np
 from flashtune.experiments import DATA_DIR
 from flashtune.experiments.evaluation import scoring
 from flashtune.experiments.evaluation.landscape import Landscape, build_landscape
+from flashtune.experiments.evaluation.replay_batch import quiet_worker
 from flashtune.objectives.hardware import load_spec
 from flashtune.objectives.replay import ReplayObjective
 from flashtune.objectives.types import Measurement
-from flashtune.experiments.evaluation.replay_batch import quiet_worker
 from flashtune.search import make_strategy, run
 
 DEFAULT_TABLES = DATA_DIR / "h200"

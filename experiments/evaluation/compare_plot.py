@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
+
 import numpy as np
 
 from flashtune.experiments.evaluation.compare import RunResult, relative_curves
@@ -53,7 +54,7 @@ def plot_curves(landscapes: Sequence[Landscape], results: Sequence[RunResult], s
     return paths
 
 
-def _draw(ax, ls: Landscape, grouped, strategies: Sequence[str], colors) -> None:  # noqa: ANN001
+def _draw(ax, ls: Landscape, grouped, strategies: Sequence[str], colors) -> None:
     # Up to the runs' budget (beyond it a run has no data, only its last value).
     budgets = [r.spec.budget for rs in grouped.values() for r in rs if r.spec.workload == ls.name]
     length = min(max(budgets), len(ls.random_curve)) if budgets else len(ls.random_curve)

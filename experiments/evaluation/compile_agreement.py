@@ -55,7 +55,7 @@ def grade_table(path: Path, hardware_name: str, sample: int, rng: random.Random)
     return result
 
 
-def _compile(m: Measurement, hardware) -> object:  # noqa: ANN001 - a HardwareSpec
+def _compile(m: Measurement, hardware) -> object:
     try:
         return compiled_resources(validate_config(m.config), m.workload, hardware)
     except CompileFailed as exc:

@@ -150,7 +150,7 @@ def _with_implied_knobs(measurements: list[Measurement]) -> list[Measurement]:
             for m in measurements]
 
 
-def _constraint(table: Mapping[Config, Measurement], workload: Workload, hardware: HardwareSpec):  # noqa: ANN202
+def _constraint(table: Mapping[Config, Measurement], workload: Workload, hardware: HardwareSpec):
     def feasible(config: Config) -> bool:
         return config in table and check(config, workload, hardware).feasible
 

@@ -15,19 +15,26 @@ rewrites them, and their metrics may be incomplete.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from flashtune.experiments.evaluation.prior_files import as_prior
-from flashtune.experiments.tracking.tracker import PARENT_TAG, ROLE_TAG, STATUS_TAG, experiment_name, mlflow_client
+from flashtune.experiments.tracking.tracker import (
+    DEFAULT_TAG,
+    PARENT_TAG,
+    ROLE_TAG,
+    STATUS_TAG,
+    experiment_name,
+    mlflow_client,
+)
 from flashtune.kernels.config import Config, Value
-from flashtune.kernels.space import TUNABLES
+from flashtune.kernels.space import IMPLIED, KERNEL_TUNABLES
 from flashtune.objectives.hardware import load_spec
+from flashtune.objectives.metrics import from_mlflow
 from flashtune.objectives.types import Measurement, Status, Workload
 
-_FLOAT_METRICS = ("median_ms", "p20_ms", "p80_ms", "tflops", "compile_s", "rel_error", "sm_clock_mhz", "temperature_c")
-_INT_METRICS = ("registers", "spills", "shared_bytes")
 _VERSION_TAGS = ("driver", "cuda", "torch", "triton")
 
 
@@ -86,6 +93,31 @@ def trial_measurements_of_experiment(tracking_uri: str, name: str) -> list[Measu
     return measurements
 
 
+def default_measurements(tracking_uri: str, kind: str, value: str) -> list[Measurement]:
+    """The runtime's default config as measured by each study of an ``mlflow:RUN_ID`` or
+    ``mlflow-experiment:NAME`` source (``flashtune tune`` tags its parent run with it;
+    studies from before that tag have none).
+
+    Raises:
+        ValueError: as :func:`trial_measurements_of_run` and :func:`trial_measurements_of_experiment`.
+    """
+    client = mlflow_client(tracking_uri)
+    if kind == "mlflow":
+        parents = [client.get_run(value)]
+    else:
+        experiment = _find_experiment(client, value)
+        parents = [] if experiment is None else _search(client, [experiment.experiment_id],
+                                                        f"tags.{ROLE_TAG} = 'study'")
+    defaults = []
+    for parent in parents:
+        text = parent.data.tags.get(DEFAULT_TAG)
+        try:
+            defaults.append(Measurement.from_dict(json.loads(text)))
+        except (TypeError, ValueError, KeyError):
+            continue  # no default recorded (an older study), or not readable: nothing to compare with
+    return defaults
+
+
 def read_run(tracking_uri: str, run_id: str, label: str) -> list[Measurement]:
     """:func:`trial_measurements_of_run` as priors of source ``label``."""
     return [as_prior(m, label) for m in trial_measurements_of_run(tracking_uri, run_id)]
@@ -131,8 +163,7 @@ def _measurement(child: Any, parent: Any) -> Measurement | None:
         status = Status(tags.get(STATUS_TAG, ""))
     except (ValueError, TypeError):
         return None  # not a flashtune trial (or from a version that logged otherwise)
-    fields: dict[str, Any] = {name: float(metrics[name]) for name in _FLOAT_METRICS if name in metrics}
-    fields.update({name: int(metrics[name]) for name in _INT_METRICS if name in metrics})
+    fields = from_mlflow(metrics)
     if status is Status.OK and not math.isfinite(fields.get("median_ms", math.inf)):
         return None  # a success without a time says nothing a ranking can use
     ptags = parent.data.tags
@@ -145,16 +176,22 @@ def _measurement(child: Any, parent: Any) -> Measurement | None:
 
 
 def parse_config(params: Mapping[str, str]) -> Config:
-    """A config from MLflow params (all text): each value read back as the kernel declares it.
+    """A config from MLflow params (all text): each value read back as its kernel (the
+    ``kernel`` param: ``decode``; none: ``prefill``) declares it.
 
     Raises:
-        ValueError: a value is none of its tunable's declared values, or a key is unknown.
+        ValueError: the kernel is unknown, a value is none of its tunable's declared values,
+            or a key is not a tunable of the kernel.
     """
+    kernel = params.get("kernel", IMPLIED["kernel"])
+    if kernel not in KERNEL_TUNABLES:
+        raise ValueError(f"param kernel={kernel!r} is not one of {list(KERNEL_TUNABLES)}")
+    tunables = KERNEL_TUNABLES[kernel]
     values: dict[str, Value] = {}
     for name, text in params.items():
-        if name not in TUNABLES:
-            raise ValueError(f"param {name!r} is not a tunable of the kernel")
-        allowed = {str(v): v for v in TUNABLES[name]}
+        if name not in tunables:
+            raise ValueError(f"param {name!r} is not a tunable of the {kernel} kernel")
+        allowed = {str(v): v for v in tunables[name]}
         if text not in allowed:
             raise ValueError(f"param {name}={text!r} is not one of {list(allowed)}")
         values[name] = allowed[text]
@@ -185,5 +222,5 @@ def _bool(text: str) -> bool:
     return text == "True"
 
 
-__all__: Iterable[str] = ("RUN_ID_KEY", "parse_config", "parse_workload", "read_experiment", "read_run",
+__all__: Iterable[str] = ("RUN_ID_KEY", "default_measurements", "parse_config", "parse_workload", "read_experiment", "read_run",
                           "trial_measurements_of_experiment", "trial_measurements_of_run")

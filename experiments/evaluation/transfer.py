@@ -31,7 +31,8 @@ from typing import Any
 import numpy as np
 
 from flashtune.experiments import DATA_DIR
-from flashtune.experiments.evaluation import priors as prior_sources, scoring
+from flashtune.experiments.evaluation import priors as prior_sources
+from flashtune.experiments.evaluation import scoring
 from flashtune.experiments.evaluation.landscape import Landscape, build_landscape
 from flashtune.experiments.evaluation.replay_batch import quiet_worker
 from flashtune.objectives.hardware import HardwareSpec, load_spec

@@ -172,7 +172,8 @@ def run_study(
         heartbeat_s: shared RDB storage only: Optuna's heartbeat interval.
 
     With a shared storage (PostgreSQL, ``journal:PATH``; see ``storage.is_shared_storage``)
-    any number of processes may run the same study at once: see ``claims.py``.
+    any number of processes may run the same study at once: each claims its trials in the
+    storage before measuring them (``ledger.SharedLedger``).
 
     Returns:
         The study's trials (all runs) and how the MLflow parent ended.

@@ -18,12 +18,11 @@ contiguous (0, 1, ...): they number measurements, not Optuna rows.
 from __future__ import annotations
 
 import logging
-import os
-import sqlite3
 import time
 import warnings
 from typing import TYPE_CHECKING, Any
 
+from flashtune.experiments.localhost import process_alive, tune_sqlite_connections  # noqa: F401 - re-exported: the ledger names them from here
 
 if TYPE_CHECKING:  # optuna loads in ~1 s: only when a study runs, not for `flashtune --help`
     from optuna.storages import BaseStorage
@@ -128,61 +127,3 @@ def postgres_driver(url: str) -> str:
     if importlib.util.find_spec("psycopg") is None and importlib.util.find_spec("psycopg2") is not None:
         return "postgresql+psycopg2://" + url[len("postgresql://"):]
     return url
-
-
-def process_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # exists, owned by someone else
-        return True
-    # A zombie (killed, not yet reaped by its parent) answers kill(0) but runs nothing.
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return True
-
-
-# -- SQLite settings for the embedded stores (MLflow's and Optuna's default files) ------------
-#
-# SQLite settings for the embedded stores (MLflow's and Optuna's default files).
-#
-# Each MLflow or Optuna write is its own transaction, and SQLite's default rollback journal
-# syncs the disk several times per commit: about 15 ms a commit on a plain disk, which made
-# bookkeeping cost more than a replayed trial. Write-ahead logging with
-# ``synchronous=NORMAL`` syncs once per checkpoint instead; a committed transaction still
-# survives the process being killed (``kill -9``), which is the crash that studies must
-# survive; only a power cut may lose the last commits. WAL also lets ``mlflow ui`` read
-# while a study writes.
-
-_sqlite_tuned = False
-
-
-def tune_sqlite_connections() -> None:
-    """Make every SQLite connection SQLAlchemy opens in this process use WAL (idempotent)."""
-    global _sqlite_tuned
-    if _sqlite_tuned:
-        return
-    from sqlalchemy import event
-    from sqlalchemy.engine import Engine
-
-    event.listen(Engine, "connect", _on_connect)
-    _sqlite_tuned = True
-
-
-def _on_connect(dbapi_connection: Any, connection_record: Any) -> None:
-    if not isinstance(dbapi_connection, sqlite3.Connection):
-        return  # PostgreSQL, MySQL...: their own settings
-    cursor = dbapi_connection.cursor()
-    try:
-        mode = cursor.execute("PRAGMA journal_mode").fetchone()
-        if mode and str(mode[0]).lower() != "memory":  # :memory: databases cannot use WAL
-            cursor.execute("PRAGMA journal_mode=WAL")
-        cursor.execute("PRAGMA synchronous=NORMAL")
-        cursor.execute("PRAGMA busy_timeout=30000")  # a reader (mlflow ui) holding a lock: wait, don't fail
-    except sqlite3.DatabaseError:
-        pass  # a read-only or locked file: keep SQLite's defaults rather than fail the study
-    finally:
-        cursor.close()

@@ -94,9 +94,8 @@ def _connect(path: Path) -> sqlite3.Connection:
 
 
 def _expected_tables() -> set[str]:
-    from mlflow.store.db.base_sql_model import Base
-
     import mlflow.store.tracking.dbmodels.models  # noqa: F401 - registers the tables on Base
+    from mlflow.store.db.base_sql_model import Base
 
     return {"alembic_version", *Base.metadata.tables}
 

@@ -14,13 +14,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from flashtune.objectives.metrics import column_metrics
 from flashtune.search.loop import Trial, best_trial
 
-#: Columns of the trials table, after the config's own keys.
-_MEASUREMENT_COLUMNS = (
-    "status", "median_ms", "p20_ms", "p80_ms", "tflops", "compile_s",
-    "registers", "spills", "shared_bytes", "rel_error", "source", "error",
-)
+
+def measurement_columns() -> tuple[str, ...]:
+    """Columns of the trials table, after the config's own keys: the status, the declared
+    metrics (objectives/metrics.py), where the measurement came from and its error."""
+    return ("status", *(m.field for m in column_metrics()), "source", "error")
 
 
 def best_so_far(trials: Sequence[Trial]) -> list[float]:
@@ -37,7 +38,7 @@ def trial_row(trial: Trial) -> dict[str, Any]:
     data = trial.measurement.to_dict()
     row: dict[str, Any] = {"trial": trial.number, "elapsed_s": round(trial.elapsed_s, 3)}
     row.update(trial.config.to_dict())
-    for column in _MEASUREMENT_COLUMNS:
+    for column in measurement_columns():
         row[column] = data.get(column)
     return row
 

@@ -23,7 +23,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from flashtune.experiments.study.storage import process_alive
+from flashtune.experiments.localhost import process_alive
 from flashtune.experiments.tracking.tags import PARENT_TAG, ROLE_TAG, STUDY_TAG, TRIAL_TAG, WORKER_TAG, int_or_none
 from flashtune.search.loop import Trial
 

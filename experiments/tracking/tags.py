@@ -5,6 +5,10 @@ from __future__ import annotations
 
 ROLE_TAG, STUDY_TAG, TRIAL_TAG, STATUS_TAG = "role", "study", "trial", "status"
 PARENT_TAG = "mlflow.parentRunId"
+#: Parent tag: the runtime's default config measured on the study's workload
+#: (``Measurement.to_dict`` as JSON), so ``flashtune export`` can keep the default when
+#: it is faster than every trial.
+DEFAULT_TAG = "default_measurement"
 #: Child tag: host:pid of the process that wrote it (shared studies: is its writer alive?).
 WORKER_TAG = "worker"
 

@@ -20,6 +20,7 @@ created, half-written ones (left RUNNING by a kill) are deleted and written agai
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import math
 import os
@@ -31,13 +32,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
-from flashtune.experiments.study.storage import tune_sqlite_connections
+from flashtune.experiments.localhost import tune_sqlite_connections
 from flashtune.experiments.tracking import report
 from flashtune.experiments.tracking.mlflow_db import prepare_sqlite_db
 from flashtune.experiments.tracking.shared import SharedTracking
-from flashtune.experiments.tracking.ui_view import view_tag
-from flashtune.search.loop import Trial
-from flashtune.experiments.tracking.tags import (  # noqa: F401 - re-exported: the tracker's vocabulary
+from flashtune.experiments.tracking.tags import (  # re-exported: the tracker's vocabulary
+    DEFAULT_TAG,
     PARENT_TAG,
     ROLE_TAG,
     STATUS_TAG,
@@ -46,9 +46,14 @@ from flashtune.experiments.tracking.tags import (  # noqa: F401 - re-exported: t
     WORKER_TAG,
     int_or_none,
 )
+from flashtune.experiments.tracking.ui_view import view_tag
+from flashtune.objectives.metrics import logged_metrics
+from flashtune.search.loop import Trial
 
 if TYPE_CHECKING:  # mlflow takes seconds to import: only when a study or the UI runs
     from mlflow import MlflowClient
+
+    from flashtune.objectives.types import Measurement
 
 DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
 #: MLflow 3's UI picks its pages by this experiment tag (ExperimentKind in mlflow/server/js).
@@ -58,11 +63,6 @@ EXPERIMENT_KIND_TAG, EXPERIMENT_KIND = "mlflow.experimentKind", "custom_model_de
 _SCHEMES = ("", "file", "sqlite", "postgresql", "mysql", "mssql", "http", "https", "databricks")
 
 
-#: Measurement fields logged as child metrics (non-finite and missing values are skipped).
-_CHILD_METRICS = (
-    "median_ms", "p20_ms", "p80_ms", "tflops", "compile_s", "registers", "spills",
-    "shared_bytes", "rel_error", "sm_clock_mhz", "temperature_c",
-)
 
 _log = logging.getLogger(__name__)
 
@@ -80,9 +80,7 @@ def check_tracking_uri(uri: str) -> str:
     """
     if not isinstance(uri, str) or not uri.strip():
         raise ValueError(f"tracking URI must be a non-empty string, got {uri!r}")
-    scheme = urlparse(uri).scheme.split("+", 1)[0].lower()
-    if len(scheme) == 1:  # a Windows drive letter, C:\...: a local path
-        scheme = ""
+    scheme = uri_scheme(uri)
     if scheme not in _SCHEMES:
         raise ValueError(
             f"tracking URI {uri!r}: unknown scheme {scheme!r}; use e.g. {DEFAULT_TRACKING_URI}, "
@@ -90,6 +88,7 @@ def check_tracking_uri(uri: str) -> str:
         )
     if scheme == "sqlite" and not uri.startswith("sqlite:///"):
         raise ValueError(f"tracking URI {uri!r}: SQLite URIs need three slashes, e.g. {DEFAULT_TRACKING_URI}")
+    _check_writable(uri)
     # A down server would otherwise be retried for minutes before the study even starts.
     saved = {k: os.environ.get(k) for k in ("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "MLFLOW_HTTP_REQUEST_TIMEOUT")}
     os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] = "0"
@@ -114,6 +113,54 @@ def check_tracking_uri(uri: str) -> str:
             else:
                 os.environ[key] = value
     return uri
+
+
+def uri_scheme(uri: str) -> str:
+    """A tracking URI's scheme without its driver (``postgresql+psycopg2``: ``postgresql``),
+    "" for a local path."""
+    scheme = urlparse(uri).scheme.split("+", 1)[0].lower()
+    return "" if len(scheme) == 1 else scheme  # one letter: a Windows drive, C:\\...: a local path
+
+
+def record_default(tracking_uri: str, parent_run_id: str, default: Measurement) -> None:
+    """Tag a study's parent run with the runtime's default config measured on its workload
+    (successes only: a failure has no time to compare a tuned config with). Never fails the
+    main job, whose study is done: a store that refuses the tag only costs export its check."""
+    if not default.ok:
+        return
+    text = json.dumps(default.to_dict())
+    try:
+        retry_insert_race(lambda: mlflow_client(tracking_uri).set_tag(parent_run_id, DEFAULT_TAG, text))
+    except Exception as exc:  # the study's results are already stored
+        _log.warning("could not tag MLflow run %s with the default config's time: %s", parent_run_id, exc)
+
+
+def _check_writable(uri: str) -> None:
+    """Refuse a SQLite database this process cannot write, before MLflow opens it: MLflow
+    retries a failed schema write for about 100 s before giving up.
+
+    Raises:
+        ValueError: naming the URI and the file or folder that cannot be written.
+    """
+    path = sqlite_path(uri)
+    if path is None:
+        return
+    # Tried, not read off the mode bits (root passes os.access where the kernel refuses,
+    # as in /proc). SQLite writes a journal beside the database: the folder must take a file.
+    target = path.parent
+    try:
+        if path.exists():
+            target = path
+            with path.open("ab"):
+                pass
+        if path.parent.is_dir():
+            target = path.parent
+            with tempfile.TemporaryFile(dir=path.parent):
+                pass
+    except OSError as exc:
+        kind = "file" if target == path else "folder"
+        raise ValueError(f"tracking URI {uri!r}: {kind} {str(target)!r} is not writable "
+                         f"({exc.strerror or exc})") from None
 
 
 def sqlite_path(uri: str) -> Path | None:
@@ -275,7 +322,7 @@ class MlflowTracker(SharedTracking):
             retry_insert_race(lambda: self.client.set_experiment_tag(self.experiment_id, key, value))
             retry_insert_race(lambda: self.client.set_experiment_tag(self.experiment_id, EXPERIMENT_KIND_TAG,
                                                                       EXPERIMENT_KIND))
-        except Exception as exc:  # noqa: BLE001 - a convenience: never worth a study
+        except Exception as exc:  # a convenience: never worth a study
             _log.warning("study %r: could not save its MLflow UI view: %s", self.study_name, exc)
 
     # -- parent ----------------------------------------------------------------------------
@@ -412,10 +459,10 @@ class MlflowTracker(SharedTracking):
         run = self.client.create_run(self.experiment_id, tags=tags, run_name=f"trial {trial.number}")
         now = _now_ms()
         metrics = [Metric("ok", 1.0 if m.ok else 0.0, now, 0), Metric("elapsed_s", trial.elapsed_s, now, 0)]
-        for name in _CHILD_METRICS:
-            value = data.get(name)
+        for declared in logged_metrics():  # non-finite and missing values are skipped
+            value = data.get(declared.field)
             if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-                metrics.append(Metric(name, float(value), now, 0))
+                metrics.append(Metric(declared.mlflow, float(value), now, 0))
         params = [Param(k, str(v)) for k, v in trial.config.items()]
         self.client.log_batch(run.info.run_id, metrics=metrics, params=params)
         if m.compiler_output:

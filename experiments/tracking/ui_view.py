@@ -26,14 +26,13 @@ import json
 
 from flashtune.experiments.tracking.tags import ROLE_TAG, STATUS_TAG, STUDY_TAG
 from flashtune.kernels.space import DECODE_TUNABLES, TUNABLES
+from flashtune.objectives.metrics import view_metrics
 
 VIEW_TAG_PREFIX = "mlflow.sharedViewState."
 #: The URL parameter that opens a saved view on the runs page.
 VIEW_URL_PARAM = "viewStateShareKey"
 #: The objective: lower is better. A trial's child run logs it as a metric.
 OBJECTIVE_METRIC = "median_ms"
-#: Shown first, in this order; the knobs follow.
-VIEW_METRICS = (OBJECTIVE_METRIC, "tflops", "rel_error", "registers", "spills", "shared_bytes", "compile_s")
 VIEW_NAME_PREFIX = "flashtune study "
 
 
@@ -46,7 +45,8 @@ def view_state(study_name: str) -> dict:
     """The runs page state of the study's view (see the module docstring)."""
     knobs = list(dict.fromkeys([*TUNABLES, *DECODE_TUNABLES]))
     columns = [
-        *(_column("metrics", name) for name in VIEW_METRICS),
+        # The declared view metrics first, in their order (objectives/metrics.py); the knobs follow.
+        *(_column("metrics", m.mlflow) for m in view_metrics()),
         _column("tags", STATUS_TAG),
         *(_column("params", name) for name in knobs),
     ]

@@ -17,7 +17,7 @@ from flashtune.search.strategy import Strategy, cost_ms
 class GridSearch(Strategy):
     name = "grid"
 
-    def __init__(self, space, *, seed: int = 0, **options) -> None:  # noqa: ANN001
+    def __init__(self, space, *, seed: int = 0, **options) -> None:
         super().__init__(space, seed=seed, **options)
         self._pool = CandidatePool(space)  # the feasible configs, in grid order
         self._pending = list(self._pool.configs)

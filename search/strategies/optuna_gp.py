@@ -44,7 +44,7 @@ class _CandidateGPSampler(optuna.samplers.GPSampler):
         super().__init__(**kwargs)
         self._candidates = candidates
 
-    def _optimize_acqf(self, acqf: Any, best_params: np.ndarray | None) -> np.ndarray:  # noqa: ANN401
+    def _optimize_acqf(self, acqf: Any, best_params: np.ndarray | None) -> np.ndarray:
         params = self._candidates()
         if not params:
             return super()._optimize_acqf(acqf, best_params)

@@ -25,7 +25,7 @@ class RandomSearch(Strategy):
     name = "random"
     options_defaults: ClassVar[dict[str, Any]] = {"prior_trials": 3}
 
-    def __init__(self, space, *, seed: int = 0, **options) -> None:  # noqa: ANN001
+    def __init__(self, space, *, seed: int = 0, **options) -> None:
         super().__init__(space, seed=seed, **options)
         check_int_option(self, "prior_trials", minimum=0)
         self._pool = CandidatePool(space)

@@ -40,3 +40,11 @@ def test_the_graph_is_read() -> None:
     edges = imports()
     assert any(e.importer == "flashtune.search.loop" and e.imported == "flashtune.search.strategy" for e in edges)
     assert len(package_files()) > 60
+
+
+def test_tracking_does_not_import_the_study() -> None:
+    # The study drives the tracker (a callback of its loop): the arrow points one way only.
+    upward = [f"{i.path.relative_to(ROOT)}:{i.line} {i.imported}" for i in imports()
+              if i.importer.startswith("flashtune.experiments.tracking")
+              and i.imported.startswith("flashtune.experiments.study")]
+    assert not upward, upward

@@ -20,7 +20,7 @@ MAX_RETURNS = 3
 _VENV = str(ROOT / ".venv")
 
 
-def _package_files_on_stack(frame) -> tuple[str, ...]:  # noqa: ANN001 - a frame
+def _package_files_on_stack(frame) -> tuple[str, ...]:
     files = []
     while frame is not None:
         name = frame.f_code.co_filename
@@ -43,7 +43,7 @@ def test_a_study_reaches_mlflow_through_few_files(tmp_path, monkeypatch) -> None
 
     chains: set[tuple[str, ...]] = set()
 
-    def profile(frame, event, arg) -> None:  # noqa: ANN001
+    def profile(frame, event, arg) -> None:
         if event == "call" and "/mlflow/" in frame.f_code.co_filename:
             caller = frame.f_back
             if caller is not None and "/mlflow/" not in caller.f_code.co_filename:

@@ -23,7 +23,7 @@ from flashtune.objectives.types import Workload
 # -- strategy comparison ------------------------------------------------------------------
 
 
-def _needles():  # noqa: ANN202 - a module
+def _needles():
     # The generator lives with the search tests; load it by path (tests are not a package).
     path = Path(__file__).resolve().parents[1] / "search" / "needles.py"
     spec = importlib.util.spec_from_file_location("flashtune_test_needles", path)

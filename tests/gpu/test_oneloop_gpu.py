@@ -75,7 +75,7 @@ def _small(head_dim: int, causal: bool, group: int, dtype: str = "bfloat16", q_l
     return Workload(2, 4 * group, 4, q_len, kv_len, head_dim, dtype, causal)
 
 
-def _check_all(w: Workload, hardware, cfgs, tol, q=None, k=None, v=None) -> int:  # noqa: ANN001
+def _check_all(w: Workload, hardware, cfgs, tol, q=None, k=None, v=None) -> int:
     if q is None:
         q, k, v = make_inputs(w, seed=7, dev=torch.device("cuda"))
     ref = reference_attention(q, k, v, causal=w.causal)

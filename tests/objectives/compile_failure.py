@@ -48,7 +48,7 @@ def main(mode: str) -> None:
     with captured_output() as output:
         try:
             compile_failing_config()
-        except Exception as exc:  # noqa: BLE001 - the failure under test
+        except Exception as exc:  # the failure under test
             failure = exc
     print(json.dumps({"error": describe_failure(failure, output), "text": output.text}))
 

@@ -148,3 +148,23 @@ def test_compiling_under_the_interpreter_is_refused() -> None:
     with pytest.raises(RuntimeError, match="TRITON_INTERPRET"):
         with compiling_for(load_spec("h200")):
             pass
+
+
+_PLAIN_DICT_CHILD = """
+from flashtune.objectives.aot import compiled_resources
+from flashtune.objectives.hardware import load_spec
+from flashtune.objectives.types import Workload
+# The README's kernel example: a plain dict, no "kernel" key.
+config = {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 3, "loads": "tma", "use_fp8": False}
+r = compiled_resources(config, Workload.parse("1,8,1024,128,causal"), load_spec("h200"))
+print(r.registers > 0, r.shared_bytes > 0)
+try:
+    compiled_resources({**config, "BLOCK_Q": 64}, Workload.parse("1,8,1024,128"), load_spec("h200"))
+except ValueError as exc:
+    print("refused", "BLOCK_Q" in str(exc))
+"""
+
+
+@pytest.mark.slow  # one compile for sm90 in a fresh process: ~13 s on 2 cores
+def test_a_plain_dict_config_compiles_like_the_kernel_takes_it() -> None:
+    assert _run_child(_PLAIN_DICT_CHILD).stdout.split()[-4:] == ["True", "True", "refused", "True"]

@@ -9,7 +9,15 @@ import torch
 from flashtune.kernels.reference import reference_attention, relative_error
 from flashtune.objectives.bench import make_inputs
 from flashtune.objectives.peers import (
-    GQA_FORMS, PEERS, SideBySide, best_peers, gqa_forms, peer_calls, sdpa_call, time_peers, time_side_by_side,
+    GQA_FORMS,
+    PEERS,
+    SideBySide,
+    best_peers,
+    gqa_forms,
+    peer_calls,
+    sdpa_call,
+    time_peers,
+    time_side_by_side,
 )
 from flashtune.objectives.types import Workload
 
@@ -51,7 +59,7 @@ def test_the_peer_is_its_fastest_form_that_ran() -> None:
 def test_time_peers_on_a_cpu_reports_refusals_and_times_the_rest_beside_a_config() -> None:
     calls = []
 
-    def beside(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor):  # noqa: ANN202
+    def beside(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor):
         def run() -> None:
             calls.append(q.shape)
         return run

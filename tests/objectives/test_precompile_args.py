@@ -21,10 +21,10 @@ class _Recorder:
     def __init__(self) -> None:
         self.calls: list[tuple[tuple, dict]] = []
 
-    def __getitem__(self, grid):  # noqa: ANN001, ANN204 - kernel[grid](...)
+    def __getitem__(self, grid):
         return lambda *args, **kwargs: self.calls.append((args, kwargs))
 
-    def warmup(self, *args, grid, **kwargs) -> None:  # noqa: ANN001, ANN003
+    def warmup(self, *args, grid, **kwargs) -> None:
         self.calls.append((args, kwargs))
 
 

@@ -7,6 +7,7 @@ import pytest
 
 from flashtune.kernels import Config
 from flashtune.objectives import HardwareSpec, Measurement, Status, Workload, known_specs, load_spec
+from flashtune.objectives.types import SUITE
 
 
 def test_workload_parse_and_name():
@@ -80,3 +81,22 @@ def test_bad_spec_files_raise_naming_the_file(tmp_path):
         load_spec("tpu9")
     with pytest.raises(ValueError, match="unknown field"):
         HardwareSpec.from_dict({**known_specs()["h200"].to_dict(), "colour": "green"})
+
+
+@pytest.mark.parametrize("alias, dtype", [("bf16", "bfloat16"), ("fp16", "float16"), ("half", "float16"),
+                                          ("fp32", "float32"), ("float16", "float16")])
+def test_workload_dtype_aliases(alias: str, dtype: str) -> None:
+    assert Workload.parse(f"1,8,1024,64,causal,{alias}").dtype == dtype
+
+
+def test_unknown_workload_field_lists_what_is_accepted() -> None:
+    with pytest.raises(ValueError) as info:
+        Workload.parse("1,8,1024,64,bfloat")
+    assert "'bfloat'" in str(info.value) and "bf16" in str(info.value) and "float16" in str(info.value)
+
+
+@pytest.mark.parametrize("workload", [*SUITE, Workload(2, 8, 2, 16, 512, 64, "float16", True),
+                                      Workload(1, 4, 4, 7, 9, 32, "float32", False)])
+def test_a_workload_name_parses_back(workload: Workload) -> None:
+    # Tables and error messages name workloads this way: --workload takes the name too.
+    assert Workload.parse(workload.name) == workload

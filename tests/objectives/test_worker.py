@@ -54,3 +54,24 @@ def test_static_model_rejects_without_compiling_and_bad_configs_are_values():
         assert bad.status is Status.INFEASIBLE and "unknown key" in bad.error
         # Neither needed the worker process.
         assert obj.worker._proc is None
+
+
+def test_worker_whose_parent_is_gone_exits_quietly():
+    """A tuning process killed with ``kill -9`` leaves its worker writing into a pipe nobody
+    reads: the worker exits 0 without a BrokenPipeError traceback."""
+    import json
+    import subprocess
+    import sys
+
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "flashtune.objectives._worker_main"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    assert json.loads(proc.stdout.readline()) == {"hello": None}
+    proc.stdout.close()  # the parent's end of the answers, gone as with kill -9
+    request = {"config": SAFE_DEFAULT.to_dict(), "workload": WORKLOAD.to_dict(), "seed": 0,
+               "launcher": "no_such_module:launch"}  # answered at once (a crashed trial)
+    proc.stdin.write(json.dumps(request) + "\n")
+    proc.stdin.close()
+    err = proc.stderr.read()
+    assert proc.wait(timeout=120) == 0, err
+    assert "Traceback" not in err and "BrokenPipeError" not in err, err

@@ -15,6 +15,7 @@ from flashtune.objectives.hardware import HardwareSpec
 from flashtune.runtime.buckets import Bucket
 from flashtune.runtime.store import StoreEntry, StoreWarning, triton_version
 
+
 def cfg(block_m: int, block_n: int, warps: int, stages: int) -> Config:
     """A complete config of the kernel's space (implied knobs filled in)."""
     return validate_config(Config(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps, num_stages=stages))
@@ -36,7 +37,7 @@ class Recorder:
     def __init__(self) -> None:
         self.configs: list[Config] = []
 
-    def __call__(self, q, k, v, *, causal=False, scale=None, config=None):  # noqa: ANN001 - the launcher's signature
+    def __call__(self, q, k, v, *, causal=False, scale=None, config=None):
         self.configs.append(config)
         return torch.empty_like(q)
 

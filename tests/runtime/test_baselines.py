@@ -10,8 +10,15 @@ from flashtune.objectives.feasibility import check
 from flashtune.objectives.hardware import HardwareSpec, known_specs
 from flashtune.objectives.types import SUITE, Status, Workload
 from flashtune.runtime.baselines import (
-    ARCH_SHARED_MEMORY_BYTES, ARCHES, BASELINES, arch_of, arch_specs, baseline_priors, baselines_for,
-    fallback_config, fit,
+    ARCH_SHARED_MEMORY_BYTES,
+    ARCHES,
+    BASELINES,
+    arch_of,
+    arch_specs,
+    baseline_priors,
+    baselines_for,
+    fallback_config,
+    fit,
 )
 
 

@@ -143,7 +143,7 @@ def test_module_level_api(monkeypatch, tmp_path, h200, recorder):
 
 
 def test_a_failing_spec_reader_warns_and_uses_the_safe_default(store_path, recorder):
-    def broken(device):  # noqa: ANN001
+    def broken(device):
         raise RuntimeError("no driver")
 
     d = Dispatcher(store_path, hardware=broken)
@@ -197,10 +197,10 @@ def test_real_kernel_through_dispatch_matches_the_reference(store_path, h200, sh
 class _Failing:
     """A launcher that rejects some configs (a wrong store entry) or every call (bad inputs)."""
 
-    def __init__(self, bad=None, always: bool = False) -> None:  # noqa: ANN001
+    def __init__(self, bad=None, always: bool = False) -> None:
         self.bad, self.always, self.configs = bad, always, []
 
-    def __call__(self, q, k, v, *, causal=False, scale=None, config=None):  # noqa: ANN001
+    def __call__(self, q, k, v, *, causal=False, scale=None, config=None):
         self.configs.append(config)
         if self.always:
             raise ValueError("q must be something else")

@@ -12,8 +12,8 @@ from flashtune.kernels.config import Config
 from flashtune.kernels.space import SAFE_DEFAULT, TUNABLES, validate_config
 from flashtune.objectives.feasibility import check
 from flashtune.objectives.types import Measurement, Status, Workload
-from flashtune.runtime.dispatch import Dispatcher
 from flashtune.runtime.candidates import neighbours
+from flashtune.runtime.dispatch import Dispatcher
 from flashtune.runtime.online import OnlineOptions, OnlineTuner
 from flashtune.runtime.store import read_snapshot
 from flashtune.runtime.timing import HostTiming, InjectedTiming
@@ -177,7 +177,7 @@ def test_metrics_and_callbacks(setup):
     clock, world, dispatcher, q, k = setup
     seen: list[dict] = []
 
-    def failing(metrics):  # noqa: ANN001
+    def failing(metrics):
         raise RuntimeError("logging is down")
 
     tuner = OnlineTuner(dispatcher, options=FAST_OPTIONS, timing=InjectedTiming(world.latency),
@@ -250,7 +250,7 @@ def test_a_candidate_that_fails_to_launch_is_rolled_back(setup, monkeypatch):
     broken = cfg(128, 32, 4, 2)
     world.bench_ms[broken] = 0.5
 
-    def launcher(q, k, v, *, causal=False, scale=None, config=None):  # noqa: ANN001
+    def launcher(q, k, v, *, causal=False, scale=None, config=None):
         if config == broken:
             raise RuntimeError("misaligned address")
         return torch.empty_like(q)

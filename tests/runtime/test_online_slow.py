@@ -60,7 +60,7 @@ def test_online_retune_end_to_end_with_the_real_worker(store_path, h200):
     clock = {"t": 0.0}
     drift = {"x": 1.0}
 
-    def latency(config):  # noqa: ANN001, ANN202 - every call "takes" 10 s of the fake clock
+    def latency(config):
         clock["t"] += 10.0
         return drift["x"]
 

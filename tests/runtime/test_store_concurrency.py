@@ -32,7 +32,7 @@ def _write(path: str, writer: int) -> None:
         store.merge([_entry(bucket, 1.0 + writer), _entry(SHARED, 10.0 - writer - i / 100)])
 
 
-def _read(path: str, stop, results) -> None:  # noqa: ANN001 - multiprocessing Event and Queue
+def _read(path: str, stop, results) -> None:
     reads = problems = 0
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -41,7 +41,7 @@ def _read(path: str, stop, results) -> None:  # noqa: ANN001 - multiprocessing E
                 snap = read_snapshot(path)
                 if len(snap) == 0 and Path(path).exists():
                     problems += 1  # a non-empty store read as empty: a torn read
-            except Exception:  # noqa: BLE001 - the test counts what must never happen
+            except Exception:  # the test counts what must never happen
                 problems += 1
             reads += 1
             time.sleep(0.001)  # leave the CPU to the writers on a small machine

@@ -141,7 +141,7 @@ class _Payload:
     def __init__(self, sentinel: Path) -> None:
         self.sentinel = sentinel
 
-    def __reduce__(self):  # noqa: ANN204
+    def __reduce__(self):
         return (open, (str(self.sentinel), "w"))
 
 

@@ -16,7 +16,7 @@ from flashtune.runtime.hf_attention import attention_forward
 
 def _qkv(batch, heads, kv_heads, q_len, kv_len, head_dim, dtype=torch.float16, seed=0):
     gen = torch.Generator().manual_seed(seed)
-    make = lambda h, n: torch.randn(batch, h, n, head_dim, generator=gen).to(dtype)  # noqa: E731
+    make = lambda h, n: torch.randn(batch, h, n, head_dim, generator=gen).to(dtype)  # noqa: E731 - a one-line helper reads better as a lambda here
     return make(heads, q_len), make(kv_heads, kv_len), make(kv_heads, kv_len)
 
 
@@ -39,7 +39,7 @@ def test_opcheck_passes():
 def test_compiles_without_graph_breaks():
     q, k, v = _qkv(1, 2, 2, 16, 24, 32)
 
-    def f(q, k, v):  # noqa: ANN001, ANN202
+    def f(q, k, v):
         return torch.ops.flashtune.flash_attention(q * 1.0, k, v, True, 0.2).float().sum(dim=-1)
 
     compiled = torch.compile(f, backend="aot_eager", fullgraph=True)
@@ -126,7 +126,7 @@ def test_transformers_function_compiles_without_graph_breaks():
     module = torch.nn.Module()
     module.is_causal = True
 
-    def layer(q, k, v):  # noqa: ANN001, ANN202
+    def layer(q, k, v):
         out, _ = attention_forward(module, q, k, v, None, scaling=0.2, dropout=0.0)
         return out
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
+from needles import TUNABLES, WORKLOAD, needle_table  # tests/search is on sys.path (no __init__.py)
 
 from flashtune.kernels.config import Config
 from flashtune.objectives.feasibility import check
@@ -12,8 +13,6 @@ from flashtune.objectives.hardware import load_spec
 from flashtune.objectives.replay import ReplayObjective
 from flashtune.objectives.types import Measurement
 from flashtune.search import SearchSpace
-
-from needles import TUNABLES, WORKLOAD, needle_table  # tests/search is on sys.path (no __init__.py)
 
 Evaluate = Callable[[Config], Measurement]
 

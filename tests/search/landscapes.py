@@ -114,7 +114,7 @@ def landscape(seed: int, *, shape: str = "needle", at: str = "random", tunables:
 
 
 def evals_to_within(strategy: str, synthetic: Synthetic, *, seed: int, budget: int, tolerance: float = 0.02,
-                    noise: bool = False, **options) -> int | None:  # noqa: ANN003 - strategy options
+                    noise: bool = False, **options) -> int | None:
     """Evaluations ``strategy`` needed to measure a config within ``tolerance`` of the optimum
     (by its recorded median: noise may hide a hit from the strategy, not from the score)."""
     recorded = {m.config: m for m in synthetic.table}

@@ -16,10 +16,9 @@ import math
 
 import numpy as np
 import pytest
+from landscapes import Synthetic, evals_to_within, landscape  # tests/search is on sys.path
 
 from flashtune.search import strategy_names
-
-from landscapes import Synthetic, evals_to_within, landscape  # tests/search is on sys.path
 
 BUDGET = 40
 TOLERANCE = 0.02

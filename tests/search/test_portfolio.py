@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from needles import WORKLOAD, bowl  # tests/search is on sys.path (no __init__.py)
 
 from flashtune.kernels.config import Config
 from flashtune.objectives.types import Measurement, Status
 from flashtune.search import SearchSpace, make_strategy, run
-
-from needles import WORKLOAD, bowl  # tests/search is on sys.path (no __init__.py)
 
 MODEL_BASED = ["ga", "gp", "skopt", "tpe"]
 
@@ -29,7 +28,7 @@ def test_every_member_is_told_every_measurement(needle_space, needle_evaluate) -
 def test_the_first_member_runs_the_shared_start_design(needle_space, needle_evaluate) -> None:
     portfolio = make_strategy("portfolio", needle_space, seed=1, members="tpe,ga", policy="round_robin")
     start = portfolio.members[0].n_startup
-    history = run(portfolio, needle_evaluate, max_trials=start + 2)
+    run(portfolio, needle_evaluate, max_trials=start + 2)
     # The start design is one member's (center, cover, Latin), not one per member.
     assert portfolio.turns.tolist() == [start + 1, 1]
     assert not portfolio.members[1].in_start_design  # the GA found its start measured
@@ -93,7 +92,7 @@ def test_a_stalled_search_restarts_with_a_fresh_design() -> None:
     restarts = []
     original = strategy.pool.latin_open
 
-    def spy(n, rng, **kwargs):  # noqa: ANN001, ANN003, ANN202
+    def spy(n, rng, **kwargs):
         restarts.append(n)
         return original(n, rng, **kwargs)
 
@@ -106,7 +105,7 @@ def test_a_stalled_search_restarts_with_a_fresh_design() -> None:
 def test_restart_after_zero_never_restarts(needle_space, needle_evaluate) -> None:
     strategy = make_strategy("ga", needle_space, seed=0, restart_after=0)
     run(strategy, needle_evaluate, max_trials=40)
-    assert strategy._restart == []  # noqa: SLF001 - the rule's own state
+    assert strategy._restart == []  # the rule's own state
 
 
 def test_the_trust_region_widens_with_each_restart() -> None:
@@ -118,12 +117,12 @@ def test_the_trust_region_widens_with_each_restart() -> None:
         ms = 1.0 if config == first[0] else 2.0  # the first config wins at once; nothing beats it
         return Measurement(config=config, workload=WORKLOAD, status=Status.OK, median_ms=ms, p20_ms=ms, p80_ms=ms)
 
-    def reach(strategy) -> int:  # noqa: ANN001
+    def reach(strategy) -> int:
         return max(abs(c["a"] - first[0]["a"]) + abs(c["b"] - first[0]["b"]) for c in strategy.candidates(1, 1))
 
     strategy = make_strategy("tpe", space, seed=0, n_startup=4, restart_after=4, restart_size=2)
     history = run(strategy, evaluate, max_trials=4)
     assert reach(strategy) == 1
     run(strategy, evaluate, max_trials=26, history=history)
-    stalls = strategy._stalls  # noqa: SLF001 - the rule's own count
+    stalls = strategy._stalls  # the rule's own count
     assert stalls >= 3 and reach(strategy) == 1 + stalls

@@ -8,13 +8,12 @@ import math
 
 import numpy as np
 import pytest
+from conftest import WORKLOAD  # tests/search is on sys.path
 
 from flashtune.kernels.config import Config
 from flashtune.objectives.types import Measurement, Status
 from flashtune.search import make_strategy, run, strategy_names
 from flashtune.search.priors import MIN_CHECKS, PriorBook, PriorGuide, spearman
-
-from conftest import WORKLOAD  # noqa: E402 - tests/search is on sys.path
 
 MODEL_BASED = ["ga", "gp", "skopt", "tpe"]
 
@@ -28,14 +27,14 @@ def _priors(measurements: list[Measurement], *, invert: bool = False) -> list[Me
             for m in measurements]
 
 
-def _ranked(priors: list[Measurement], space) -> list[Config]:  # noqa: ANN001
+def _ranked(priors: list[Measurement], space) -> list[Config]:
     book = PriorBook()
     for m in priors:
         book.add(m)
     return [c for c in book.ranked() if space.is_feasible(c)]
 
 
-def _evals_to_optimum(history, optimum_ms: float) -> int:  # noqa: ANN001
+def _evals_to_optimum(history, optimum_ms: float) -> int:
     hits = [t.number + 1 for t in history.trials if t.cost_ms <= optimum_ms * (1 + 1e-9)]
     return hits[0] if hits else len(history.trials) + 1
 

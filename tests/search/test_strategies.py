@@ -6,13 +6,12 @@ import dataclasses
 import random
 
 import pytest
+from needles import WORKLOAD, bowl  # tests/search is on sys.path (no __init__.py)
 
 from flashtune.kernels.config import Config
 from flashtune.objectives.types import Measurement, Status
 from flashtune.search import SearchSpace, make_strategy, run, strategy_names
 from flashtune.search.loop import History, Trial
-
-from needles import WORKLOAD, bowl  # tests/search is on sys.path (no __init__.py)
 
 ALL = strategy_names()
 MODEL_BASED = ["ga", "gp", "skopt", "tpe"]

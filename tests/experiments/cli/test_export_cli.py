@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from study_support import GQA_WORKLOAD, WORKLOAD, WORKLOAD_ARG, run_cli, tune_args
 
-from flashtune.experiments.evaluation import priors
-from flashtune.experiments.study import measurers
 from flashtune.experiments.cli.main import main
+from flashtune.experiments.evaluation import priors
 from flashtune.experiments.evaluation.prior_mlflow import trial_measurements_of_run
+from flashtune.experiments.study import measurers
 from flashtune.experiments.tracking import tracker as tracking
 from flashtune.kernels.source_hash import kernel_source_hash
 from flashtune.objectives.replay import load_table, write_table
@@ -35,7 +35,7 @@ class Studies:
 
 
 @pytest.fixture(scope="module")
-def studies(tmp_path_factory, empty_mlflow_db, replay_dir) -> Studies:  # noqa: ANN001
+def studies(tmp_path_factory, empty_mlflow_db, replay_dir) -> Studies:
     """Made once for the module: a study costs seconds (MLflow writes a run per trial)."""
     folder = tmp_path_factory.mktemp("export-studies")
     shutil.copyfile(empty_mlflow_db, folder / "mlflow.db")
@@ -55,14 +55,14 @@ def studies(tmp_path_factory, empty_mlflow_db, replay_dir) -> Studies:  # noqa: 
     return Studies(stores, run_ids["exp"], trials, trial_measurements_of_run(stores["tracking_uri"], run_ids["gqa"]))
 
 
-def _entries(path: Path) -> list:  # noqa: ANN202
+def _entries(path: Path) -> list:
     """The store file as the runtime reads it; no warning (a warning means it fell back)."""
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         return list(read_snapshot(path).entries())
 
 
-def _best(measurements, *, fp8: bool = False):  # noqa: ANN001, ANN202
+def _best(measurements, *, fp8: bool = False):
     return min((m for m in measurements if m.ok and (fp8 or not m.config["use_fp8"])), key=lambda m: m.median_ms)
 
 
@@ -71,7 +71,7 @@ def _export(stores: dict[str, str], out: Path, *sources_: str, extra: tuple[str,
                  *extra, *sources_])
 
 
-def _check_holds_best(path: Path, trials, h200) -> None:  # noqa: ANN001
+def _check_holds_best(path: Path, trials, h200) -> None:
     best = _best(trials)
     (entry,) = _entries(path)
     assert entry.bucket == Bucket.of(WORKLOAD) and entry.config == best.config

@@ -32,3 +32,10 @@ def test_tune_help_lists_the_strategies_and_the_default(capsys) -> None:
     for name in strategy_names():
         assert name in text
     assert "(default: portfolio)" in text and "portfolio" in strategy_names()
+
+
+@pytest.mark.parametrize("command", [None, *_SUBCOMMANDS])
+def test_help_speaks_to_users_not_to_the_repository(command, capsys) -> None:
+    # Words that mean something only inside the project: issues, module paths.
+    text = " ".join(_help(([command] if command else []) + ["--help"], capsys).split())
+    assert not re.search(r"\bissue\b|\w+/\w+\.py\b", text), re.findall(r".{30}(?:\bissue\b|\w+/\w+\.py\b).{10}", text)

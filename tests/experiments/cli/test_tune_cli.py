@@ -6,8 +6,8 @@ import pytest
 from mlflow import MlflowClient
 from study_support import WORKLOAD, WORKLOAD_ARG, run_cli, tune_args
 
-from flashtune.experiments.study import measurers
 from flashtune.experiments.cli.main import main
+from flashtune.experiments.study import measurers
 from flashtune.objectives.types import SUITE
 
 
@@ -143,3 +143,15 @@ def test_option_values_read_as_the_defaults_print() -> None:
 
     assert parse_options(["start_center=False", "n_startup=4", "startup=latin", "xi=0.5"]) == {
         "start_center": False, "n_startup": 4, "startup": "latin", "xi": 0.5}
+
+
+def test_a_workload_the_missing_table_error_lists_is_accepted_by_workload(replay_dir, stores, capsys) -> None:
+    def args(workload: str, *extra: str) -> list[str]:
+        return ["tune", "--tracking-uri", stores["tracking_uri"], "--storage", stores["storage"],
+                "--replay-dir", str(replay_dir), "--workload", workload, "--no-progress", *extra]
+
+    assert main(args("1,8,64,64", "--trials", "1")) == 2
+    listed = capsys.readouterr().err.split("recorded there: ")[1]
+    name = listed.split("'")[1]  # the first recorded workload, as the error spells it
+    assert main(args(name, "--trials", "2", "--study-name", "by-name")) == 0
+    assert f"study by-name | {name}" in capsys.readouterr().out

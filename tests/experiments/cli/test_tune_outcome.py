@@ -16,9 +16,11 @@ from flashtune.runtime.baselines import fallback_config
 def test_tune_ends_with_speedup_places_and_next_commands(replay_dir, stores, tmp_path, monkeypatch, capsys) -> None:
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    store = tmp_path / "runtime store.json"  # the runtime's store: where the export hint writes
+    monkeypatch.setenv("FLASHTUNE_STORE", str(store))
     assert main(tune_args(stores, replay_dir, "--study-name", "outcome", "--trials", "5")) == 0
     out = capsys.readouterr().out
-    last = out.strip().splitlines()[-9:]
+    last = out.strip().splitlines()[-10:]
     assert last[0] == f"== outcome: {WORKLOAD.name} on NVIDIA H200"
 
     best = re.fullmatch(r"best config: +(\{.*\}): ([\d.]+) ms, ([\d.]+) TFLOP/s", last[1])
@@ -28,7 +30,7 @@ def test_tune_ends_with_speedup_places_and_next_commands(replay_dir, stores, tmp
     fallback = fallback_config(load_spec("h200"), WORKLOAD)
     recorded = {m.config: m for m in load_table(replay_dir / f"{WORKLOAD.name}.jsonl")}[fallback]
     assert default.group(1) == str(fallback.to_dict()) and float(default.group(2)) == float(f"{recorded.median_ms:.4g}")
-    speedup = float(last[3].removeprefix("speedup over the default: ").removesuffix("x"))
+    speedup = float(last[3].removeprefix("speedup over the default: ").split("x")[0])
     assert abs(speedup - recorded.median_ms / float(best.group(2))) < 0.01
 
     # Replayed: no SDPA in the recorded table, and none timed on this machine; said so.
@@ -36,13 +38,15 @@ def test_tune_ends_with_speedup_places_and_next_commands(replay_dir, stores, tmp
     assert last[5] == f"Optuna study:   'NVIDIA H200/outcome' in {stores['storage']}"
     run_id = re.fullmatch(rf"MLflow run: +(\w+) \(experiment \d+\) in {re.escape(stores['tracking_uri'])}", last[6])
     assert run_id, last[6]
-    export = f"flashtune export mlflow:{run_id.group(1)} --to tuned_configs.json --tracking-uri '{stores['tracking_uri']}'"
+    export = (f"flashtune export mlflow:{run_id.group(1)} --to {shlex.quote(str(store))} "
+              f"--tracking-uri {shlex.quote(stores['tracking_uri'])}")
     assert last[7] == f"export it:      {export}"
-    assert last[8] == f"open the UI:    flashtune ui --tracking-uri '{stores['tracking_uri']}'"
+    assert "$FLASHTUNE_STORE, else ~/.cache/flashtune/configs.json" in last[8]
+    assert last[9] == f"open the UI:    flashtune ui --tracking-uri {shlex.quote(stores['tracking_uri'])}"
 
-    # The printed export command works as printed.
+    # The printed export command works as printed, into the file the runtime reads.
     assert main(shlex.split(export)[1:]) == 0
-    assert (tmp_path / "tuned_configs.json").is_file()
+    assert store.is_file()
 
 
 def test_peer_lines_give_each_peer_as_a_ratio_or_why_it_did_not_run() -> None:
@@ -77,3 +81,60 @@ def test_peers_refused_by_the_device_are_reported_not_raised() -> None:
     assert [t.name for t in times] == list(PEERS)
     assert times[0].median_ms is None and "No viable backend" in times[0].error
     assert all((t.median_ms is None) != (t.error == "") for t in times), times
+
+
+def _slow_table(replay_dir, tmp_path):
+    """The replayed table with the runtime's default made the fastest config by far."""
+    import dataclasses
+
+    from flashtune.objectives.replay import write_table
+
+    fallback = fallback_config(load_spec("h200"), WORKLOAD)
+    rows = load_table(replay_dir / f"{WORKLOAD.name}.jsonl")
+    fast = [dataclasses.replace(m, median_ms=m.median_ms / 100) if m.config == fallback else m for m in rows]
+    folder = tmp_path / "tables"
+    folder.mkdir()
+    write_table(folder / f"{WORKLOAD.name}.jsonl", fast)
+    return folder, fallback
+
+
+def test_a_best_slower_than_the_default_is_said_and_the_default_is_exported(replay_dir, stores, tmp_path,
+                                                                             monkeypatch, capsys) -> None:
+    from flashtune.runtime.store import read_snapshot
+
+    folder, fallback = _slow_table(replay_dir, tmp_path)
+    store = tmp_path / "configs.json"
+    monkeypatch.setenv("FLASHTUNE_STORE", str(store))
+    # Grid, 3 trials: the default config is not among them, and it is 100x faster than any.
+    assert main(tune_args(stores, folder, "--study-name", "slow", "--trials", "3", "--strategy", "grid")) == 0
+    out = capsys.readouterr().out
+    speedup = next(line for line in out.splitlines() if line.startswith("speedup over the default"))
+    assert "SLOWER than the runtime's default; keep the default" in speedup, speedup
+    export = next(line for line in out.splitlines() if line.startswith("export it:")).split(":", 1)[1]
+    assert main(shlex.split(export)[1:]) == 0
+    err = capsys.readouterr().err
+    assert "is slower than the runtime's default config" in err and "exporting the default" in err
+    (entry,) = read_snapshot(store).entries()
+    assert entry.config == fallback
+
+
+def test_several_studies_end_with_one_table_and_one_export_command(replay_dir, stores, tmp_path, monkeypatch,
+                                                                   capsys) -> None:
+    monkeypatch.setenv("FLASHTUNE_STORE", str(tmp_path / "configs.json"))
+    args = tune_args(stores, replay_dir, "--study-name", "two", "--trials", "2", "--workload", "2,8/2,512,128")
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert out.count("export it:") == 1 and out.count("== ") == 0 and out.count("open the UI:") == 1
+    table = out[out.index("study "):]
+    assert "default ms" in table and f"two/{WORKLOAD.name}" in table and "two/b2_hq8kv2_n512_d128_full_bfloat16" in table
+    export = next(line for line in out.splitlines() if line.startswith("export it:")).split(":", 1)[1]
+    assert export.count("mlflow:") == 2
+    assert main(shlex.split(export)[1:]) == 0
+
+
+def test_study_messages_name_flashtune_study(tmp_path, stores, capsys, monkeypatch) -> None:
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    main(["study", "h200", "--trials", "1", "--tracking-uri", stores["tracking_uri"], "--storage",
+          stores["storage"], "--replay-dir", str(tmp_path), "--no-progress", "--workload", "1,8,64,64"])
+    err = capsys.readouterr().err
+    assert "flashtune study:" in err and "flashtune tune:" not in err, err

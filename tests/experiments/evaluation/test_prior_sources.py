@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from study_support import GQA_WORKLOAD, WORKLOAD, WORKLOAD_ARG, tune_args
 
-from flashtune.experiments.evaluation import priors
-from flashtune.experiments.study import measurers
 from flashtune.experiments.cli.main import main
+from flashtune.experiments.evaluation import priors
 from flashtune.experiments.evaluation.prior_mlflow import parse_config
+from flashtune.experiments.study import measurers
 from flashtune.experiments.study.runner import Study, run_study
 from flashtune.kernels.config import Config
 from flashtune.objectives.feasibility import check
@@ -35,7 +35,7 @@ def _small(h200: HardwareSpec) -> HardwareSpec:
 
 
 def _replay_study(replay_dir: Path, stores: dict[str, str], hardware: HardwareSpec, *, name: str, trials: int,
-                  workload: Workload = WORKLOAD, strategy: str = "random", prior_list=()):  # noqa: ANN001, ANN202
+                  workload: Workload = WORKLOAD, strategy: str = "random", prior_list=()):
     source = measurers.open_replay(hardware, [workload], replay_dir)
     study = Study(name=name, workload=workload, hardware=hardware, strategy=strategy, trials=trials, seed=1)
     return run_study(study, source.evaluator(workload), tracking_uri=stores["tracking_uri"],

@@ -95,7 +95,7 @@ def test_kills_at_every_phase_leave_working_stores_and_every_trial_once(tmp_path
     rng = random.Random(seed)
     study = Study(tmp_path, replay_dir)
     # The temporary database of the creation (or, once made, the database itself).
-    creating = lambda: bool(list(tmp_path.glob(".mlflow.db.*.creating"))) or study.mlflow_db.exists()  # noqa: E731
+    creating = lambda: bool(list(tmp_path.glob(".mlflow.db.*.creating"))) or study.mlflow_db.exists()  # noqa: E731 - a one-line helper reads better as a lambda here
     # (phase, signal, when to kill: a condition and a random delay after it)
     plan: list[tuple[str, signal.Signals, object, float]] = [
         ("start-up: MLflow database creation", signal.SIGKILL, creating, 0.6),

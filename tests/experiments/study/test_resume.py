@@ -11,11 +11,15 @@ import pytest
 from study_support import WORKLOAD
 
 from flashtune.experiments.study import measurers
-from flashtune.experiments.study.storage import (
-    INTERRUPTED_ATTR, MEASUREMENT_ATTR, NUMBER_ATTR, OWNER_ATTR, open_storage,
-)
 from flashtune.experiments.study.ledger import TrialStore
 from flashtune.experiments.study.runner import Study, run_study
+from flashtune.experiments.study.storage import (
+    INTERRUPTED_ATTR,
+    MEASUREMENT_ATTR,
+    NUMBER_ATTR,
+    OWNER_ATTR,
+    open_storage,
+)
 from flashtune.search.space import SearchSpace
 
 

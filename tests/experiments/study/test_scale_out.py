@@ -21,8 +21,7 @@ import pytest
 from mlflow import MlflowClient
 from study_support import WORKLOAD, cli_env, flashtune_command, run_cli
 
-from flashtune.experiments.study.ledger import RELEASED_ATTR, SharedLedger
-from flashtune.experiments.study.ledger import TrialStore
+from flashtune.experiments.study.ledger import RELEASED_ATTR, SharedLedger, TrialStore
 from flashtune.experiments.study.storage import MEASUREMENT_ATTR, close_storage, open_storage
 from flashtune.kernels.space import all_configs
 from flashtune.objectives.hardware import load_spec
@@ -39,7 +38,7 @@ def _admin_url() -> str:
     return os.environ.get("FLASHTUNE_TEST_POSTGRES_URL", DEFAULT_URL)
 
 
-def _connect(url: str):  # noqa: ANN202 - a psycopg2 connection
+def _connect(url: str):
     import psycopg2
 
     connection = psycopg2.connect(url, connect_timeout=5)

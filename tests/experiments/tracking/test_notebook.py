@@ -10,8 +10,8 @@ from nbclient import NotebookClient
 from study_support import WORKLOAD
 
 from flashtune.experiments.study import measurers
-from flashtune.experiments.tracking import analysis
 from flashtune.experiments.study.runner import Study, run_study
+from flashtune.experiments.tracking import analysis
 from flashtune.objectives.hardware import load_spec
 
 NOTEBOOK = Path(__file__).resolve().parents[3] / "notebooks" / "compare_strategies.ipynb"

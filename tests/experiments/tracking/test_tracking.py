@@ -191,3 +191,28 @@ def test_a_write_that_loses_an_insert_race_is_run_again(stores) -> None:
     assert len(calls) == 2 and client.get_run(run.info.run_id).data.params == {"BLOCK_M": "64"}
     with pytest.raises(ValueError, match="other"):
         retry_insert_race(lambda: (_ for _ in ()).throw(ValueError("other")))
+
+
+@pytest.mark.parametrize("folder", ["/proc", "read-only"])
+def test_unwritable_sqlite_tracking_uri_is_one_line_at_once(folder: str, tmp_path, capsys) -> None:
+    # MLflow retries a failed schema write for ~100 s; the check refuses the URI before that.
+    import os
+    import time
+
+    from flashtune.experiments.cli.main import main
+
+    if folder == "read-only":
+        folder = str(tmp_path / "ro")
+        os.mkdir(folder, 0o555)
+        try:
+            (tmp_path / "ro" / "probe").touch()
+            pytest.skip("a read-only mode does not stop this user (root)")
+        except PermissionError:
+            pass
+    started = time.monotonic()
+    code = main(["tune", "--trials", "1", "--no-progress", "--tracking-uri", f"sqlite:///{folder}/mlflow.db",
+                 "--storage", f"sqlite:///{tmp_path}/optuna.db"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1, err
+    assert "is not writable" in err and folder in err
+    assert time.monotonic() - started < 10  # a bound, not a timing: the unfixed path takes ~100 s
