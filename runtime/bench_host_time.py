@@ -15,7 +15,8 @@ up; ``wall_us``: the same loop to the end of the sync). The ops:
 - ``sdpa cudnn`` / ``sdpa flash``: PyTorch SDPA with the KV heads expanded (transformers'
   sdpa path), ``sdpa_kernel(backend)`` entered once outside the loop.
 
-Each output is first checked against SDPA's math backend in float32 (bf16 tolerance).
+Each output is first checked against SDPA's math backend in float32 (bf16 tolerance), and
+each of our ops for a host synchronization (none may wait for the GPU once warmed up).
 Prints one line per op and a table last; ``--json`` writes the result. Usage::
 
     python -m flashtune.runtime.bench_host_time --json host_time.json
@@ -113,6 +114,21 @@ def time_calls(call: Callable[[], Any], calls: int, sync: Callable[[], None]) ->
     return {"host_us": (issued - began) / calls * 1e6, "wall_us": (done - began) / calls * 1e6}
 
 
+def synchronizes(call: Callable[[], Any]) -> bool:
+    """Whether a warmed-up call waits for the GPU (``torch.cuda.set_sync_debug_mode``): a
+    prepared call must not, with or without key ranges (it would serialize a decode step)."""
+    call()
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        call()
+    except RuntimeError as exc:
+        return "synchroniz" in str(exc)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    return False
+
+
 def measure(batch: int, kv_len: int, calls: int) -> dict[str, dict[str, float]]:
     """Every case on one decode shape: its error against the reference, host and wall µs."""
     from torch.nn.attention import sdpa_kernel
@@ -128,14 +144,17 @@ def measure(batch: int, kv_len: int, calls: int) -> dict[str, dict[str, float]]:
                 if out.shape != ref.shape:  # transformers' (batch, seq, heads, head_dim)
                     out = out.transpose(1, 2)
                 error = (out.float() - ref).abs().max().item()
+                synced = backend is None and synchronizes(call)
                 timing = time_calls(call, calls, torch.cuda.synchronize)
         except RuntimeError as exc:  # a backend this GPU or build lacks: reported, not fatal
             result[label] = {"error": str(exc)[:200]}
             print(f"{batch},{Q_HEADS}/{KV_HEADS},1/{kv_len} {label}: {exc}", flush=True)
             continue
-        result[label] = {"max_abs_error": error, "correct": error <= TOLERANCE, **timing}
+        result[label] = {"max_abs_error": error, "correct": error <= TOLERANCE and not synced,
+                         "host_sync": synced, **timing}
         print(f"{batch},{Q_HEADS}/{KV_HEADS},1/{kv_len} {label}: host {timing['host_us']:.1f} us, "
-              f"wall {timing['wall_us']:.1f} us, max |err| {error:.2e}", flush=True)
+              f"wall {timing['wall_us']:.1f} us, max |err| {error:.2e}{', SYNCS WITH THE GPU' if synced else ''}",
+              flush=True)
     return result
 
 
