@@ -166,8 +166,11 @@ def ranges_to_dense(ranges: torch.Tensor, q_len: int, kv_len: int, causal: bool,
     return torch.where(keep[:, None], zero, torch.finfo(dtype).min)
 
 
-def _fallback_reason(query: torch.Tensor, key: torch.Tensor, attention_mask: Any, dropout: float, kwargs: dict[str, Any]) -> str | None:
-    if attention_mask is not None and not is_key_ranges(attention_mask):
+def _fallback_reason(query: torch.Tensor, key: torch.Tensor, attention_mask: Any, dropout: float, kwargs: dict[str, Any],
+                     ranges: Any = None) -> str | None:
+    """Why SDPA must run this call (None: the kernel takes it). ``ranges`` is the mask's
+    key ranges when the caller already knows them (then the mask is not re-inspected)."""
+    if attention_mask is not None and ranges is None and not is_key_ranges(attention_mask):
         return "a dense attention mask (holes in the padding, a sliding window or a custom mask)"
     if dropout:
         return "dropout"
@@ -176,13 +179,37 @@ def _fallback_reason(query: torch.Tensor, key: torch.Tensor, attention_mask: Any
     for name in _UNSUPPORTED_KWARGS:
         if kwargs.get(name) is not None:
             return name
-    if query.shape[-1] not in SUPPORTED_HEAD_DIMS or query.dtype not in SUPPORTED_DTYPES:
-        return f"head_dim {query.shape[-1]} / dtype {query.dtype}"
-    if query.shape[-1] != key.shape[-1] or query.shape[1] % key.shape[1]:
+    # Each shape read once: a decoding step runs this for every layer (host time).
+    shape_q, shape_k = query.shape, key.shape
+    if shape_q[-1] not in SUPPORTED_HEAD_DIMS or query.dtype not in SUPPORTED_DTYPES:
+        return f"head_dim {shape_q[-1]} / dtype {query.dtype}"
+    if shape_q[-1] != shape_k[-1] or shape_q[1] % shape_k[1]:
         return "head shapes the kernel does not take"
-    if query.device.type == "cpu" and not interpreting():
+    if not query.is_cuda and query.device.type == "cpu" and not interpreting():
         return "CPU tensors without the Triton interpreter"
     return None
+
+
+#: The last key-range mask seen eagerly and its (first, end) views. Every layer of a forward
+#: pass gets the same mask object, and taking the views costs more host time than the
+#: kernel's launch; one tuple, replaced whole, so concurrent threads read a consistent pair.
+#: Only :func:`key_range_mask`'s tiny (2, batch, 1, 1) tensors are kept alive by it.
+_LAST_RANGES: tuple[Any, Any] = (None, None)
+
+
+def _ranges_views(mask: Any) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """(first, end) of a key-range mask as (batch,) views, None for any other mask
+    (memoized on the last key-range mask object: shape and dtype of a tensor object are
+    fixed, and views share its storage, so in-place updates of its values still show)."""
+    global _LAST_RANGES
+    last, views = _LAST_RANGES
+    if mask is last:
+        return views
+    if not is_key_ranges(mask):
+        return None
+    views = (mask[0, :, 0, 0], mask[1, :, 0, 0])
+    _LAST_RANGES = (mask, views)
+    return views
 
 
 def _sdpa(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attention_mask: Any, scaling: float | None, dropout: float, is_causal: bool) -> torch.Tensor:
@@ -225,10 +252,16 @@ def attention_forward(
     """
     is_causal = kwargs.pop("is_causal", None)
     is_causal = getattr(module, "is_causal", True) if is_causal is None else is_causal
-    ranges = attention_mask if is_key_ranges(attention_mask) else None
-    reason = _fallback_reason(query, key, attention_mask, dropout, kwargs)
+    compiling = torch.compiler.is_compiling()
+    if compiling:  # no module state inside a traced region
+        views = None
+        ranges = attention_mask if is_key_ranges(attention_mask) else None
+    else:
+        views = _ranges_views(attention_mask) if attention_mask is not None else None
+        ranges = attention_mask if views is not None else None
+    reason = _fallback_reason(query, key, attention_mask, dropout, kwargs, ranges)
     if reason is not None:
-        if reason not in _LOGGED and not torch.compiler.is_compiling():
+        if reason not in _LOGGED and not compiling:
             _LOGGED.add(reason)
             _LOG.warning("flashtune attention: %s is not supported by the kernel; using SDPA", reason)
         if ranges is not None:
@@ -236,15 +269,16 @@ def attention_forward(
         out = _sdpa(query, key, value, attention_mask, scaling, dropout, is_causal)
     else:
         scale = None if scaling is None else float(scaling)
-        first = end = None
-        if ranges is not None:
-            first, end = ranges[0, :, 0, 0], ranges[1, :, 0, 0]
-        if torch.compiler.is_compiling():
+        if compiling:
+            first = end = None
+            if ranges is not None:
+                first, end = ranges[0, :, 0, 0], ranges[1, :, 0, 0]
             # One opaque node for torch.compile (its fake implementation gives the shapes).
             out = torch.ops.flashtune.flash_attention(query, key, value, bool(is_causal), scale, end, first)
         else:
             # Eager: the runtime op directly. The torch.library dispatcher would add its own
             # per-call host time, which a decoding step (one query a layer) pays in full.
+            first, end = views if views is not None else (None, None)
             out = _tuned(query, key, value, causal=bool(is_causal), scale=scale, cache_seqlens=end, kv_start=first)
     return out.transpose(1, 2).contiguous(), None
 

@@ -55,13 +55,14 @@ class PreparedCall:
     """
 
     __slots__ = ("batch", "head_dim", "out_shape", "out_dtype", "device", "grid", "options",
-                 "tma", "static", "scale", "with_seqlens", "with_kv_start")
+                 "tma", "static", "scale", "with_seqlens", "with_kv_start", "seq_shape")
 
     def __init__(self, q: torch.Tensor, k: torch.Tensor, *, causal: bool, scale: float | None, config: Config,
                  with_seqlens: bool = False, with_kv_start: bool = False) -> None:
         batch, q_heads, q_len, head_dim = q.shape
         self.batch, self.head_dim = batch, head_dim
         self.out_shape, self.out_dtype, self.device = q.shape, q.dtype, q.device
+        self.seq_shape = torch.Size((batch,))
         self.grid = launch_grid(config, q_len=q_len, batch_heads=batch * q_heads, device=q.device)
         self.options = compile_options(config, head_dim=head_dim, causal=causal, has_seqlens=with_seqlens,
                                        has_kv_start=with_kv_start)
@@ -80,13 +81,13 @@ class PreparedCall:
         if (shape != v.shape or shape[0] != self.batch or shape[3] != self.head_dim or not shape[2]
                 or k_strides[3] != 1 or v_strides[3] != 1):
             return None
-        if ((self.with_seqlens and not _per_sequence_ok(cache_seqlens, self.batch, self.device))
-                or (self.with_kv_start and not _per_sequence_ok(kv_start, self.batch, self.device))):
+        if ((self.with_seqlens and not _per_sequence_ok(cache_seqlens, self.seq_shape, self.device))
+                or (self.with_kv_start and not _per_sequence_ok(kv_start, self.seq_shape, self.device))):
             return None
         if self.tma:
             check_descriptor_alignment(q, k, v)  # raises naming the argument
             use_descriptor_scratch()
-        out = torch.empty(self.out_shape, dtype=self.out_dtype, device=self.device)
+        out = q.new_empty(self.out_shape)  # q's dtype and device are the key's
         args = kernel_arguments(q, k, v, out, q, stride_k=k_strides[:3], stride_v=v_strides,
                                 kv_len=shape[2], scale=self.scale, seqlens=cache_seqlens, kv_start=kv_start,
                                 **self.static)
@@ -112,12 +113,13 @@ class PreparedDecode:
     """
 
     __slots__ = ("batch", "head_dim", "out_shape", "out_dtype", "device", "causal", "scale", "config",
-                 "with_seqlens", "with_kv_start", "workspaces", "splits", "tma", "bound")
+                 "with_seqlens", "with_kv_start", "workspaces", "splits", "tma", "bound", "seq_shape")
 
     def __init__(self, q: torch.Tensor, k: torch.Tensor, *, causal: bool, scale: float | None, config: Config,
                  with_seqlens: bool, with_kv_start: bool = False) -> None:
         self.batch, self.head_dim = q.shape[0], q.shape[3]
         self.out_shape, self.out_dtype, self.device = q.shape, q.dtype, q.device
+        self.seq_shape = torch.Size((self.batch,))  # a per-sequence tensor's, compared every call
         self.causal, self.scale, self.config = causal, resolve_scale(scale, q.shape[3]), config
         self.with_seqlens, self.with_kv_start = with_seqlens, with_kv_start
         self.splits = int(config["num_splits"])
@@ -135,12 +137,12 @@ class PreparedDecode:
         if (shape != v.shape or shape[0] != self.batch or shape[3] != self.head_dim or not shape[2]
                 or k.stride()[3] != 1 or v.stride()[3] != 1):
             return None
-        if ((self.with_seqlens and not _per_sequence_ok(cache_seqlens, self.batch, self.device))
-                or (self.with_kv_start and not _per_sequence_ok(kv_start, self.batch, self.device))):
+        if ((self.with_seqlens and not _per_sequence_ok(cache_seqlens, self.seq_shape, self.device))
+                or (self.with_kv_start and not _per_sequence_ok(kv_start, self.seq_shape, self.device))):
             return None  # the launcher names what is wrong (the values are clamped by the kernel)
         if self.tma:
             check_descriptor_alignment(q, k, v)  # raises naming the argument
-        out = torch.empty(self.out_shape, dtype=self.out_dtype, device=self.device)
+        out = q.new_empty(self.out_shape)  # q's dtype and device are the key's; fewer arguments to parse
         if self.bound is not None:
             self.bound(q, k, v, out, cache_seqlens, kv_start, self._workspace(q) if self.splits > 1 else None)
             return out
@@ -160,10 +162,10 @@ class PreparedDecode:
         return workspace
 
 
-def _per_sequence_ok(t: torch.Tensor, batch: int, device: torch.device) -> bool:
-    """Whether a per-sequence tensor has the form the kernels take (int32 (batch,),
-    contiguous, on the device); its values are the kernels' to clamp."""
-    return t.dtype == torch.int32 and t.shape == (batch,) and t.device == device and t.is_contiguous()
+def _per_sequence_ok(t: torch.Tensor, shape: torch.Size, device: torch.device) -> bool:
+    """Whether a per-sequence tensor has the form the kernels take (int32 ``shape``, i.e.
+    (batch,), contiguous, on the device); its values are the kernels' to clamp (no host read)."""
+    return t.dtype is torch.int32 and t.shape == shape and t.is_contiguous() and t.device == device
 
 
 def _current_stream(device: torch.device) -> int:

@@ -1,0 +1,91 @@
+"""The eager decode path's per-call host work, cut without losing what it protects: the
+transformers attention function takes a key-range mask's views once per mask object (every
+layer of a forward pass gets the same one) and still sees in-place updates of its values;
+a prepared call still rejects a per-sequence tensor of the wrong form, naming it.
+
+Real kernels in the Triton interpreter (fp32), SDPA with an explicit mask as the reference.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from flashtune.runtime import hf_attention
+from flashtune.runtime.dispatch import Dispatcher
+
+pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="CPU interpreter suite; tests/gpu covers the GPU")
+
+BATCH, Q_HEADS, KV_HEADS, KV_LEN, HEAD_DIM = 2, 4, 2, 16, 32
+
+
+class _Layer(torch.nn.Module):
+    is_causal = True
+
+
+def _inputs(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(BATCH, Q_HEADS, 1, HEAD_DIM, generator=g)
+    k = torch.randn(BATCH, KV_HEADS, KV_LEN, HEAD_DIM, generator=g)
+    v = torch.randn(BATCH, KV_HEADS, KV_LEN, HEAD_DIM, generator=g)
+    return q, k, v
+
+
+def _reference(q, k, v, starts: list[int], ends: list[int]) -> torch.Tensor:
+    """SDPA of one query per sequence over keys [start, end), as (batch, 1, heads, head_dim)."""
+    cols = torch.arange(KV_LEN)
+    keep = (cols >= torch.tensor(starts)[:, None]) & (cols < torch.tensor(ends)[:, None])
+    group = Q_HEADS // KV_HEADS
+    out = torch.nn.functional.scaled_dot_product_attention(
+        q, k.repeat_interleave(group, 1), v.repeat_interleave(group, 1), attn_mask=keep[:, None, None, :])
+    return out.transpose(1, 2)
+
+
+def _ranges(starts: list[int], ends: list[int]) -> torch.Tensor:
+    return torch.tensor([starts, ends], dtype=torch.int32)[:, :, None, None]
+
+
+def test_a_range_mask_is_read_once_per_object_and_in_place_updates_still_count(monkeypatch):
+    monkeypatch.setattr(hf_attention, "_LAST_RANGES", (None, None))
+    q, k, v = _inputs()
+    layer = _Layer()
+    mask = _ranges([0, 3], [16, 12])
+    out = hf_attention.attention_forward(layer, q, k, v, mask)[0]
+    torch.testing.assert_close(out, _reference(q, k, v, [0, 3], [16, 12]), atol=1e-4, rtol=1e-4)
+    views = hf_attention._ranges_views(mask)
+    assert views is hf_attention._ranges_views(mask)  # the next layer's call: no new views
+    mask[1, 1] = 9  # the same object, new values (views share its storage)
+    mask[0, 0] = 2
+    out = hf_attention.attention_forward(layer, q, k, v, mask)[0]
+    torch.testing.assert_close(out, _reference(q, k, v, [2, 3], [16, 9]), atol=1e-4, rtol=1e-4)
+    other = _ranges([5, 0], [11, 16])  # a new forward pass's mask
+    out = hf_attention.attention_forward(layer, q, k, v, other)[0]
+    torch.testing.assert_close(out, _reference(q, k, v, [5, 0], [11, 16]), atol=1e-4, rtol=1e-4)
+    assert hf_attention._LAST_RANGES[0] is other
+
+
+def test_a_dense_mask_is_not_taken_for_ranges_nor_kept(monkeypatch, caplog):
+    monkeypatch.setattr(hf_attention, "_LOGGED", set())
+    q, k, v = _inputs(1)
+    ranges = _ranges([0, 0], [16, 16])
+    hf_attention.attention_forward(_Layer(), q, k, v, ranges)
+    dense = torch.zeros(BATCH, 1, 1, KV_LEN)
+    dense[1, ..., :4] = torch.finfo(torch.float32).min
+    out = hf_attention.attention_forward(_Layer(), q, k, v, dense)[0]
+    torch.testing.assert_close(out, _reference(q, k, v, [0, 4], [16, 16]), atol=1e-4, rtol=1e-4)
+    assert hf_attention._LAST_RANGES[0] is ranges  # only key-range masks are memoized
+    assert any("dense attention mask" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize("name", ["cache_seqlens", "kv_start"])
+def test_a_prepared_call_still_rejects_a_per_sequence_tensor_of_the_wrong_dtype(tmp_path, name):
+    dispatcher = Dispatcher(tmp_path / "none.json")
+    q, k, v = _inputs(2)
+    good = {"kv_start": torch.zeros(BATCH, dtype=torch.int32), "cache_seqlens": torch.full((BATCH,), KV_LEN, dtype=torch.int32)}
+    first = dispatcher(q, k, v, causal=True, **good)  # prepares the call key
+    second = dispatcher(q, k, v, causal=True, **good)
+    assert second is not first  # a fresh output every call (callers keep them)
+    torch.testing.assert_close(second, first)
+    bad = {**good, name: good[name].to(torch.int64)}
+    with pytest.raises((TypeError, ValueError), match=name):
+        dispatcher(q, k, v, causal=True, **bad)
