@@ -16,6 +16,7 @@ _SUBCOMMAND_MODULES = (
     "flashtune.experiments.cli.study",
     "flashtune.experiments.cli.export",
     "flashtune.experiments.cli.ui",
+    "flashtune.experiments.cli.repair",
 )
 
 

@@ -80,10 +80,10 @@ def open_storage(url: str, *, heartbeat_s: float | None = None) -> BaseStorage:
         path = path[2:] if path.startswith("//") else path  # journal:///abs and journal:rel both work
         if not path:
             raise ValueError(f"storage URL {url!r}: journal storage needs a file path, e.g. journal:optuna.log")
-        from optuna.storages.journal import JournalFileBackend
+        from flashtune.experiments.study.journal import SafeJournalBackend
 
         try:
-            return optuna.storages.JournalStorage(JournalFileBackend(path))
+            return optuna.storages.JournalStorage(SafeJournalBackend(path))
         except OSError as exc:
             raise ValueError(f"storage URL {url!r}: {exc}") from None
     if "://" not in url:
