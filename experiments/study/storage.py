@@ -29,6 +29,8 @@ if TYPE_CHECKING:  # optuna loads in ~1 s: only when a study runs, not for `flas
     from optuna.storages import BaseStorage
 
 DEFAULT_STORAGE = "sqlite:///flashtune_optuna.db"
+#: What an RDB says when another process created Optuna's schema first.
+_SCHEMA_RACE_WORDS = ("UniqueViolation", "duplicate key", "already exists", "UNIQUE constraint failed")
 
 #: Study user attribute: what defines the study (checked on resume).
 IDENTITY_ATTR = "flashtune.identity"
@@ -108,9 +110,10 @@ def open_storage(url: str, *, heartbeat_s: float | None = None) -> BaseStorage:
                     warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
                     return optuna.storages.RDBStorage(url, **kwargs)
             except Exception as exc:
-                # Workers started together on a fresh database race to create Optuna's schema.
+                # Workers (or processes started by hand) on a fresh database race to create
+                # Optuna's schema: PostgreSQL's and SQLite's words for "made meanwhile".
                 text = f"{type(exc).__name__} {exc}"
-                if attempt == 4 or not any(w in text for w in ("UniqueViolation", "duplicate key", "already exists")):
+                if attempt == 4 or not any(w in text for w in _SCHEMA_RACE_WORDS):
                     raise
                 time.sleep(2.0)
         raise AssertionError("unreachable")
