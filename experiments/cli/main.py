@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import logging
 import re
+import signal
 import sys
 
 # Each module defines ``add_parser(subparsers)`` and sets ``func`` on its parser.
@@ -66,15 +68,83 @@ def _missing(name: str, exc: ImportError):
     return run
 
 
+#: Exit codes of a command stopped by a signal (the shell's 128 + signal number).
+EXIT_SIGINT, EXIT_SIGTERM = 128 + signal.SIGINT, 128 + signal.SIGTERM
+#: Packages whose exceptions are a store's failure (a full disk, a damaged or locked
+#: database), not a bug of ours: said in one line. Matched by module, so that none of
+#: them is imported for ``flashtune --help``.
+_STORE_PACKAGES = ("sqlite3", "sqlalchemy", "optuna", "mlflow", "psycopg", "psycopg2", "alembic")
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    """Run one subcommand; whatever a user can cause or meet ends in one line and an exit code.
+
+    Returns:
+        The subcommand's code; 2 for an error it raised, 130 for Ctrl-C, 143 for SIGTERM.
+    """
+    from flashtune.experiments.study.signals import StudyInterrupted, raise_interrupted
+
+    # From the first instant: a SIGTERM during the imports below ends in a line, not -15.
+    previous = signal.signal(signal.SIGTERM, raise_interrupted)
+    # MLflow logs each database error with its chained tracebacks before raising it (a full
+    # disk printed ten): the error it raises reaches the handler below and is said once. A
+    # filter, not a level: MLflow's logging setup at import resets its loggers' levels.
+    logging.getLogger("mlflow.store.db.utils").addFilter(_quiet)
+    command = "flashtune"  # until the subcommand is known
     try:
+        args = build_parser().parse_args(argv)
+        command = f"flashtune {args.command}"
         return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        print(f"{command}: stopped by Ctrl-C; what was written is kept (run it again to resume)",
+              file=sys.stderr)
+        return EXIT_SIGINT
+    except StudyInterrupted:
+        print(f"{command}: stopped by SIGTERM; what was written is kept (run it again to resume)",
+              file=sys.stderr)
+        return EXIT_SIGTERM
     except (ValueError, TypeError, OSError) as exc:
         # Bad input from the command line, or a file that cannot be read or written
         # (missing, unreadable, a folder): one clear line, not a traceback.
-        print(f"flashtune {args.command}: error: {exc}", file=sys.stderr)
+        print(f"{command}: error: {_without_sql(str(exc))}", file=sys.stderr)
         return 2
+    except Exception as exc:
+        if not _store_error(exc):
+            raise  # a bug: its traceback is what a report needs
+        print(f"{command}: error: {_first_line(exc)}", file=sys.stderr)
+        return 2
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _quiet(record: logging.LogRecord) -> bool:
+    return False
+
+
+def _store_error(exc: BaseException) -> bool:
+    """Whether ``exc`` (or what it was raised from) is a storage package's exception."""
+    for _ in range(20):  # a chain is short; never follow a cycle
+        if exc is None:
+            return False
+        if any(cls.__module__.split(".")[0] in _STORE_PACKAGES for cls in type(exc).__mro__):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+def _first_line(exc: BaseException) -> str:
+    """``Type: message`` in one line (SQLAlchemy appends the SQL and a link on lines after)."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"{type(exc).__name__}: {text[:300]}"
+
+
+#: Lines SQLAlchemy appends to a message (the statement, its parameters, a web link): noise
+#: to a user whose disk is full, also when our own error quotes the message.
+_SQL_DETAIL = ("[SQL:", "[parameters:", "(Background on this error")
+
+
+def _without_sql(text: str) -> str:
+    return "\n".join(line for line in text.splitlines() if not line.lstrip().startswith(_SQL_DETAIL)).strip()
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ from typing import Any
 from flashtune.experiments.evaluation import priors as prior_tags
 from flashtune.experiments.study.ledger import SharedLedger, StoreLedger, TrialStore
 from flashtune.experiments.study.locks import study_lock
-from flashtune.experiments.study.signals import signals_deferred
+from flashtune.experiments.study.signals import StudyInterrupted, signals_deferred
 from flashtune.experiments.study.storage import is_shared_storage, open_storage
 from flashtune.experiments.tracking.tracker import MlflowTracker, sqlite_path
 from flashtune.kernels.config import Config
@@ -37,14 +37,6 @@ _log = logging.getLogger(__name__)
 #: Seconds between Optuna heartbeats of a worker on a shared RDB study (stale after 3x).
 DEFAULT_HEARTBEAT_S = 10.0
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-/+=:@ ]{0,199}$")
-
-
-class StudyInterrupted(BaseException):
-    """Raised in the study's process on SIGTERM: the study ends KILLED, not FAILED.
-
-    A BaseException, like KeyboardInterrupt, so that no ``except Exception`` on the way
-    swallows it.
-    """
 
 
 def check_study_name(name: str) -> str:
