@@ -133,9 +133,17 @@ def _store_error(exc: BaseException) -> bool:
 
 
 def _first_line(exc: BaseException) -> str:
-    """``Type: message`` in one line (SQLAlchemy appends the SQL and a link on lines after)."""
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    return f"{type(exc).__name__}: {text[:300]}"
+    """``Type: message`` in one line (SQLAlchemy appends the SQL and a link on lines after),
+    with the root cause when there is one: Optuna's ``StorageInternalError`` says only "an
+    exception is raised during the commit" when the disk is full."""
+    def said(error: BaseException) -> str:
+        text = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        return f"{type(error).__name__}: {text[:300]}"
+
+    root, seen = exc, 0
+    while (root.__cause__ or root.__context__) is not None and seen < 20:
+        root, seen = root.__cause__ or root.__context__, seen + 1
+    return said(exc) if root is exc else f"{said(exc)} (cause: {said(root)})"
 
 
 #: Lines SQLAlchemy appends to a message (the statement, its parameters, a web link): noise

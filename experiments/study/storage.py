@@ -17,6 +17,7 @@ contiguous (0, 1, ...): they number measurements, not Optuna rows.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sqlite3
@@ -95,6 +96,7 @@ def open_storage(url: str, *, heartbeat_s: float | None = None) -> BaseStorage:
     if url.startswith("sqlite://") and not url.startswith("sqlite:///"):
         raise ValueError(f"storage URL {url!r}: SQLite URLs need three slashes, e.g. {DEFAULT_STORAGE}")
 
+    check_sqlite_file(url)
     tune_sqlite_connections()
     url = postgres_driver(url)
     try:
@@ -119,6 +121,32 @@ def open_storage(url: str, *, heartbeat_s: float | None = None) -> BaseStorage:
         raise AssertionError("unreachable")
     except Exception as exc:  # SQLAlchemy raises ArgumentError, OperationalError, ImportError, ...
         raise ValueError(f"storage URL {url!r} cannot be opened: {type(exc).__name__}: {exc}") from None
+
+
+def check_sqlite_file(url: str) -> None:
+    """Refuse a damaged SQLite study file in one line, leaving it as it is.
+
+    A truncated copy (or a disk that lost pages) read as "malformed" on open, or as a
+    misleading ``StorageInternalError`` at the first commit (issue 23).
+
+    Raises:
+        ValueError: the file exists and SQLite's ``quick_check`` fails, naming what to do.
+    """
+    if not url.startswith("sqlite:///"):
+        return
+    path = url[len("sqlite:///"):].split("?", 1)[0]
+    if path in ("", ":memory:") or not os.path.isfile(path) or os.path.getsize(path) == 0:
+        return
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{path}?mode=rw", uri=True)) as db:
+            problem = [str(row[0]).splitlines()[0] for row in db.execute("PRAGMA quick_check")]
+    except sqlite3.DatabaseError as exc:
+        problem = [str(exc)]
+    if problem != ["ok"]:
+        raise ValueError(
+            f"Optuna database {path} is damaged ({problem[0]}): it is left as it is. Restore it from a backup; "
+            f"to start over instead, move it aside (mv {path} {path}.damaged) and run with another --study-name "
+            "(the MLflow runs of its studies name trials the new database lacks)")
 
 
 def postgres_driver(url: str) -> str:
