@@ -45,18 +45,22 @@ def _complete(folder: Path, storage: str) -> set[str]:
     """Configs of the study's COMPLETE trials (empty if it cannot be read)."""
     import optuna
 
-    from flashtune.experiments.study.storage import open_storage
+    from flashtune.experiments.study.storage import close_storage, open_storage
 
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     cwd = os.getcwd()
     os.chdir(folder)
+    opened = None
     try:
-        study = optuna.load_study(study_name=GPU_STUDY, storage=open_storage(storage))
+        opened = open_storage(storage)
+        study = optuna.load_study(study_name=GPU_STUDY, storage=opened)
         return {json.dumps(t.params, sort_keys=True) for t in study.get_trials(deepcopy=False)
                 if t.state == optuna.trial.TrialState.COMPLETE}
     except Exception:  # noqa: BLE001 - unreadable counts as empty
         return set()
     finally:
+        if opened is not None:
+            close_storage(opened)
         os.chdir(cwd)
 
 
@@ -160,7 +164,7 @@ def disk_full_runs(trials: int, root: Path) -> list[dict[str, Any]]:
                             "first_error": next((ln for ln in first.stderr.splitlines() if "error" in ln), ""),
                             **result})
         finally:
-            subprocess.run(["umount", str(mnt)], check=False)
+            subprocess.run(["umount", "-l", str(mnt)], check=False)
         print(json.dumps(results[-1]), flush=True)
     return results
 

@@ -8,6 +8,7 @@ import logging
 import re
 import signal
 import sys
+from typing import Any
 
 # Each module defines ``add_parser(subparsers)`` and sets ``func`` on its parser.
 _SUBCOMMAND_MODULES = (
@@ -89,7 +90,11 @@ def main(argv: list[str] | None = None) -> int:
     # MLflow logs each database error with its chained tracebacks before raising it (a full
     # disk printed ten): the error it raises reaches the handler below and is said once. A
     # filter, not a level: MLflow's logging setup at import resets its loggers' levels.
-    logging.getLogger("mlflow.store.db.utils").addFilter(_quiet)
+    # SQLAlchemy's pool does the same when the rollback of a connection it takes back fails.
+    for name in ("mlflow.store.db.utils", "sqlalchemy.pool"):
+        logging.getLogger(name).addFilter(_quiet)
+    # A finalizer failing on a full disk (also at exit, after main returns): a line, not a traceback.
+    sys.unraisablehook = _unraisable_line
     command = "flashtune"  # until the subcommand is known
     try:
         args = build_parser().parse_args(argv)
@@ -119,6 +124,12 @@ def main(argv: list[str] | None = None) -> int:
 
 def _quiet(record: logging.LogRecord) -> bool:
     return False
+
+
+def _unraisable_line(unraisable: Any) -> None:
+    if unraisable.exc_value is None:
+        return
+    print(f"flashtune: ignored while cleaning up: {_first_line(unraisable.exc_value)}", file=sys.stderr)
 
 
 def _store_error(exc: BaseException) -> bool:

@@ -13,6 +13,7 @@ import pytest
 from study_support import cli_env, flashtune_command, run_cli, tune_args
 
 from flashtune.experiments.cli.main import main
+from flashtune.experiments.study.storage import close_storage, open_storage
 
 
 def _catches(pid: int, signum: int) -> bool:
@@ -77,10 +78,12 @@ def test_a_full_disk_on_sqlite_is_one_line_and_resumes(replay_dir, tmp_path) -> 
         full = run_cli(*args, cwd=tmp_path)
         assert full.returncode == 2, full.stderr
         assert "Traceback" not in full.stderr and "disk is full" in full.stderr.strip().splitlines()[-1], full.stderr
-        before = len(optuna.load_study(study_name="NVIDIA H200/random-seed0", storage=stores["storage"]).trials)
+        storage = open_storage(stores["storage"])
+        before = len(optuna.load_study(study_name="NVIDIA H200/random-seed0", storage=storage).trials)
+        close_storage(storage)  # an open connection would keep the tmpfs busy
         subprocess.run(["mount", "-o", "remount,size=64m", str(mnt)], check=True)
         resumed = run_cli(*args, cwd=tmp_path)
         assert resumed.returncode == 0, resumed.stderr
         assert f"resuming study 'random-seed0' at trial" in resumed.stderr and before > 0
     finally:
-        subprocess.run(["umount", str(mnt)], check=False)
+        subprocess.run(["umount", "-l", str(mnt)], check=False)

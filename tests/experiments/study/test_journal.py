@@ -151,4 +151,4 @@ def test_a_failed_write_is_taken_back(tmp_path) -> None:
         assert (mnt / "study.log").read_bytes().count(b"\n") == written
         assert len(list(backend.read_logs(0))) == written
     finally:
-        subprocess.run(["umount", str(mnt)], check=False)
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
