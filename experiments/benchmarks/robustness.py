@@ -26,6 +26,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from flashtune.experiments.study.storage import close_storage, open_storage
+
 STUDY = "robust"
 GPU_STUDY = f"NVIDIA H200/{STUDY}"
 
@@ -43,9 +45,7 @@ def _tune(folder: Path, storage: str, trials: int) -> subprocess.CompletedProces
 
 def _complete(folder: Path, storage: str) -> set[str]:
     """Configs of the study's COMPLETE trials (empty if it cannot be read)."""
-    import optuna
-
-    from flashtune.experiments.study.storage import close_storage, open_storage
+    import optuna  # heavy (about 1 s): only when counting trials
 
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     cwd = os.getcwd()

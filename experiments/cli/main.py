@@ -10,6 +10,8 @@ import signal
 import sys
 from typing import Any
 
+from flashtune.experiments.study.signals import StudyInterrupted, raise_interrupted
+
 # Each module defines ``add_parser(subparsers)`` and sets ``func`` on its parser.
 _SUBCOMMAND_MODULES = (
     "flashtune.experiments.cli.sweep",
@@ -83,8 +85,6 @@ def main(argv: list[str] | None = None) -> int:
     Returns:
         The subcommand's code; 2 for an error it raised, 130 for Ctrl-C, 143 for SIGTERM.
     """
-    from flashtune.experiments.study.signals import StudyInterrupted, raise_interrupted
-
     # From the first instant: a SIGTERM during the imports below ends in a line, not -15.
     previous = signal.signal(signal.SIGTERM, raise_interrupted)
     # MLflow logs each database error with its chained tracebacks before raising it (a full

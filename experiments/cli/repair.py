@@ -20,7 +20,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def run_repair(args: argparse.Namespace) -> int:
     if not args.target.startswith("journal:"):
         raise ValueError(f"repair {args.target!r}: give the journal as journal:PATH (the study's --storage)")
-    from flashtune.experiments.study.journal import repair
+    from flashtune.experiments.study.journal import repair  # imports optuna (about 1 s): not for --help
 
     path = args.target[len("journal:"):]
     path = path[2:] if path.startswith("//") else path

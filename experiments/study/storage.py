@@ -83,7 +83,7 @@ def open_storage(url: str, *, heartbeat_s: float | None = None) -> BaseStorage:
         path = path[2:] if path.startswith("//") else path  # journal:///abs and journal:rel both work
         if not path:
             raise ValueError(f"storage URL {url!r}: journal storage needs a file path, e.g. journal:optuna.log")
-        from flashtune.experiments.study.journal import SafeJournalBackend
+        from flashtune.experiments.study.journal import SafeJournalBackend  # imports optuna: only for a journal
 
         try:
             return optuna.storages.JournalStorage(SafeJournalBackend(path))
