@@ -92,7 +92,8 @@ def _outcome(folder: Path, storage: str, trials: int, before: set[str], run: Any
         "codes": [r.returncode for r in runs],
         "tracebacks": sum(r.stderr.count("Traceback") for r in runs),
         "first_error": next((line for r in runs for line in r.stderr.splitlines() if "error:" in line), ""),
-        "resumed": runs[-1].returncode == 0 and len(after) >= min(trials, 120),
+        # The budget, or every config the recorded space holds (the strategy says it ran out).
+        "resumed": runs[-1].returncode == 0 and (len(after) >= trials or "ran out of configs" in runs[-1].stdout),
         "lost": len(before - after),
     }
 
@@ -161,7 +162,7 @@ def disk_full_runs(trials: int, root: Path) -> list[dict[str, Any]]:
             result = _outcome(mnt, storage, trials, before, _tune(mnt, storage, trials))
             results.append({"kind": f"disk-full-{kind}", "first_code": first.returncode,
                             "first_tracebacks": first.stderr.count("Traceback"),
-                            "first_error": next((ln for ln in first.stderr.splitlines() if "error" in ln), ""),
+                            "first_error": (first.stderr.strip().splitlines() or [""])[-1],
                             **result})
         finally:
             subprocess.run(["umount", "-l", str(mnt)], check=False)
@@ -173,13 +174,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--offsets", type=int, default=20, help="cuts per file (default: 20)")
     parser.add_argument("--trials", type=int, default=10, help="trials of the study before a cut (default: 10)")
-    parser.add_argument("--kinds", default="journal,sqlite,mlflow,store", help="files to cut, comma-separated")
+    parser.add_argument("--kinds", default="journal,sqlite,mlflow,store",
+                        help="files to cut, comma-separated ('' for the full disk only)")
     parser.add_argument("--out", type=Path, default=None, help="write every run's outcome here (JSON)")
     args = parser.parse_args(argv)
     results: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="flashtune-robustness-") as tmp:
         root = Path(tmp)
-        for kind in args.kinds.split(","):
+        for kind in filter(None, args.kinds.split(",")):
             results += cut_runs(kind, args.offsets, args.trials, root)
         results += disk_full_runs(120, root)
     print(f"{'file':18s} {'runs':>4s} {'not resumed':>11s} {'trials lost':>11s} {'tracebacks':>10s}")
