@@ -38,9 +38,10 @@ def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=600, check=False)
 
 
-def _tune(folder: Path, storage: str, trials: int) -> subprocess.CompletedProcess[str]:
+def _tune(folder: Path, storage: str, trials: int, tracking_uri: str = "sqlite:///mlflow.db"
+          ) -> subprocess.CompletedProcess[str]:
     return _cli("tune", "--strategy", "random", "--trials", str(trials), "--study-name", STUDY, "--storage", storage,
-                "--tracking-uri", "sqlite:///mlflow.db", "--no-progress", cwd=folder)
+                "--tracking-uri", tracking_uri, "--no-progress", cwd=folder)
 
 
 def _complete(folder: Path, storage: str) -> set[str]:
@@ -83,10 +84,11 @@ def _advice_followed(stderr: str, folder: Path) -> bool:
     return False
 
 
-def _outcome(folder: Path, storage: str, trials: int, before: set[str], run: Any) -> dict[str, Any]:
+def _outcome(folder: Path, storage: str, trials: int, before: set[str], run: Any,
+             tracking_uri: str = "sqlite:///mlflow.db") -> dict[str, Any]:
     runs = [run]
     if run.returncode != 0 and _advice_followed(run.stderr, folder):
-        runs.append(_tune(folder, storage, trials))
+        runs.append(_tune(folder, storage, trials, tracking_uri))
     after = _complete(folder, storage)
     return {
         "codes": [r.returncode for r in runs],
@@ -145,24 +147,27 @@ def cut_runs(kind: str, offsets: int, trials: int, root: Path) -> list[dict[str,
 
 
 def disk_full_runs(trials: int, root: Path) -> list[dict[str, Any]]:
-    """Journal and SQLite studies on a 3 MiB tmpfs until it fills; grown, then resumed."""
+    """The study's storage on a small tmpfs (MLflow beside it, on the disk) until it fills
+    mid-study; the tmpfs grown, then the same command resumes."""
     results = []
-    for kind, storage in (("journal", "journal:study.log"), ("sqlite", "sqlite:///optuna.db")):
+    for kind, storage, size in (("journal", "journal:study.log", "96k"), ("sqlite", "sqlite:///optuna.db", "160k")):
         mnt = root / f"full-{kind}"
         mnt.mkdir()
-        mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(mnt)], check=False,
+        tracking_uri = f"sqlite:///{root}/full-{kind}-mlflow.db"
+        mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mnt)], check=False,
                                  capture_output=True, text=True)
         if mounted.returncode:
             results.append({"kind": f"disk-full-{kind}", "skipped": mounted.stderr.strip()})
             continue
         try:
-            first = _tune(mnt, storage, trials)
+            first = _tune(mnt, storage, trials, tracking_uri)
             subprocess.run(["mount", "-o", "remount,size=64m", str(mnt)], check=True)
             before = _complete(mnt, storage)
-            result = _outcome(mnt, storage, trials, before, _tune(mnt, storage, trials))
+            result = _outcome(mnt, storage, trials, before, _tune(mnt, storage, trials, tracking_uri), tracking_uri)
+            result["trials_before_full"] = len(before)
             results.append({"kind": f"disk-full-{kind}", "first_code": first.returncode,
                             "first_tracebacks": first.stderr.count("Traceback"),
-                            "first_error": (first.stderr.strip().splitlines() or [""])[-1],
+                            "full_error": (first.stderr.strip().splitlines() or [""])[-1],
                             **result})
         finally:
             subprocess.run(["umount", "-l", str(mnt)], check=False)

@@ -142,17 +142,26 @@ class SafeJournalBackend(BaseJournalBackend):
         data = "".join(json.dumps(log, separators=(",", ":")) + "\n" for log in logs).encode("utf-8")
         with journal_lock(self._path):
             cut_partial_tail(self._path)
-            with open(self._path, "ab") as fh:
-                start = fh.seek(0, os.SEEK_END)
+            # Unbuffered: a buffered file flushes again when closed, after the take-back below.
+            fd = os.open(self._path, os.O_WRONLY | os.O_APPEND)
+            try:
+                start = os.lseek(fd, 0, os.SEEK_END)
                 try:
-                    fh.write(data)
-                    fh.flush()
-                    os.fsync(fh.fileno())
-                except BaseException:
-                    # A full disk (or a signal) mid-write: take back the part written, so the
-                    # journal ends with the last whole record (a truncate needs no free space).
-                    os.truncate(self._path, start)
+                    view = memoryview(data)
+                    while view:
+                        view = view[os.write(fd, view):]
+                    os.fsync(fd)
+                except OSError as exc:
+                    # A full disk mid-write: take back the part written, so the journal ends
+                    # with the last whole record (a truncate needs no free space).
+                    os.ftruncate(fd, start)
+                    raise OSError(exc.errno, f"{exc.strerror} (writing journal {self._path}; what it holds is "
+                                  "whole: free space and run again)") from None
+                except BaseException:  # a signal mid-write: the same take-back
+                    os.ftruncate(fd, start)
                     raise
+            finally:
+                os.close(fd)
 
 
 @dataclass(frozen=True)
