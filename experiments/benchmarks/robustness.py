@@ -150,7 +150,7 @@ def disk_full_runs(trials: int, root: Path) -> list[dict[str, Any]]:
     """The study's storage on a small tmpfs (MLflow beside it, on the disk) until it fills
     mid-study; the tmpfs grown, then the same command resumes."""
     results = []
-    for kind, storage, size in (("journal", "journal:study.log", "96k"), ("sqlite", "sqlite:///optuna.db", "160k")):
+    for kind, storage, size in (("journal", "journal:study.log", "96k"), ("sqlite", "sqlite:///optuna.db", "600k")):
         mnt = root / f"full-{kind}"
         mnt.mkdir()
         tracking_uri = f"sqlite:///{root}/full-{kind}-mlflow.db"

@@ -163,7 +163,13 @@ _SQL_DETAIL = ("[SQL:", "[parameters:", "(Background on this error")
 
 
 def _without_sql(text: str) -> str:
-    return "\n".join(line for line in text.splitlines() if not line.lstrip().startswith(_SQL_DETAIL)).strip()
+    """``text`` up to SQLAlchemy's first detail line (the statement may span many lines)."""
+    kept = []
+    for line in text.splitlines():
+        if line.lstrip().startswith(_SQL_DETAIL):
+            break
+        kept.append(line)
+    return "\n".join(kept).strip()
 
 
 if __name__ == "__main__":
