@@ -32,13 +32,23 @@ def load_table(path: str | Path) -> list[Measurement]:
         lines = path.read_text().splitlines()
     except OSError as exc:
         raise ValueError(f"replay table {path}: {exc}") from None
+    line_of: dict[Config, int] = {}  # a config's line: one line per config
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
         try:
-            measurements.append(Measurement.from_dict(json.loads(line)))
+            measurement = Measurement.from_dict(json.loads(line))
         except (ValueError, KeyError, TypeError) as exc:
             raise ValueError(f"replay table {path}, line {number}: {exc}") from None
+        params = sorted(measurement.config.keys())
+        if measurements and params != sorted(measurements[0].config.keys()):
+            raise ValueError(f"replay table {path}, line {number}: config parameters {params} differ from "
+                             f"the table's {sorted(measurements[0].config.keys())} (line {min(line_of.values())})")
+        if measurement.config in line_of:
+            raise ValueError(f"replay table {path}, line {number}: config {measurement.config} is recorded twice "
+                             f"(line {line_of[measurement.config]} too); keep one line per config")
+        line_of[measurement.config] = number
+        measurements.append(measurement)
     if not measurements:
         raise ValueError(f"replay table {path} is empty")
     workloads = {m.workload for m in measurements}

@@ -195,11 +195,26 @@ class Measurement:
                 values[name] = math.nan
         if values.get("tflops") is None:
             values["tflops"] = 0.0
+        _check_times(values)
         return cls(**values)
 
     @classmethod
     def failure(cls, config: Config, workload: Workload, status: Status, error: str = "", **extra: Any) -> Measurement:
         return cls(config=config, workload=workload, status=status, error=error[:2000], **extra)
+
+
+def _check_times(values: dict[str, Any]) -> None:
+    """Recorded numbers checked at the door (issue 23: a 0 or -5 ms median was stored as a
+    success and broke every later read; ``"fast"`` failed mid-study)."""
+    for name in ("median_ms", "p20_ms", "p80_ms", "tflops", "compile_s", "rel_error"):
+        value = values[name]
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ValueError(f"Measurement: {name} must be a number, got {value!r}")
+    if values["status"] is Status.OK:
+        median = values["median_ms"]
+        if not (math.isfinite(median) and median > 0):
+            raise ValueError(f"Measurement: a successful (ok) median_ms must be a finite positive number of ms, "
+                             f"got {median!r}")
 
 
 #: The standard workload suite (bf16 forward): `flashtune sweep --suite`, the default study workloads.

@@ -166,11 +166,12 @@ class Snapshot:
     def __init__(self, path: Path, state: str, raw_entries: Iterable[Any] = ()) -> None:
         self.path = path
         self.state = state
+        self.raw = raw_entries if isinstance(raw_entries, list) else list(raw_entries)  # as written
         # Group (None: too broken to belong to any GPU) -> bucket as written (None: no
         # usable bucket) -> (position, raw entry). One pass with C-level lookups: at the
         # size limit this loop is a visible part of the op's first call.
         self._places: dict[Key | None, dict[_Place | None, list[tuple[int, Any]]]] = {}
-        for item in enumerate(raw_entries):
+        for item in enumerate(self.raw):
             raw = item[1]
             try:
                 key = _KEY_FIELDS(raw)
@@ -352,7 +353,8 @@ def _parse(data: bytes) -> dict[str, Any]:
     except UnicodeDecodeError as exc:
         raise _Invalid(f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     try:
-        doc = json.loads(text, parse_constant=_reject_constant, object_pairs_hook=_no_duplicates)
+        doc = json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float,
+                         object_pairs_hook=_no_duplicates)
     except json.JSONDecodeError as exc:
         raise _Invalid(f"not valid JSON ({exc.msg} at byte {exc.pos}): corrupt or truncated") from None
     except RecursionError:
@@ -394,17 +396,47 @@ def _validate_entries(items: Iterable[tuple[int, Any]]) -> tuple[list[StoreEntry
             problems.append(f"entries/{number}{'/' + where if where else ''}: {error.message[:200]}")
             continue
         try:
-            entry = StoreEntry.from_dict(raw)
-            # Only entries of this kernel must fit its declared space (another kernel
-            # version may declare other tunables); completed with implied knobs, so it
-            # equals the same config from elsewhere.
-            if entry.kernel_hash == current_kernel:
-                entry = dataclasses.replace(entry, config=validate_config(entry.config))
+            entry = completed(StoreEntry.from_dict(raw), current_kernel)
         except (ValueError, TypeError) as exc:
             problems.append(f"entries/{number}: {str(exc)[:200]}")
             continue
         entries.append(entry)
     return entries, problems
+
+
+def completed(entry: StoreEntry, current_kernel: str | None = None) -> StoreEntry:
+    """``entry`` as the store holds it: an entry of this kernel checked against its declared
+    space and completed with the knobs older configs imply, so that it equals the same
+    config from elsewhere (another kernel version may declare other tunables: left as is).
+
+    Raises:
+        ValueError: a config of this kernel outside its space.
+    """
+    if entry.kernel_hash != (current_kernel or kernel_source_hash()):
+        return entry
+    return dataclasses.replace(entry, config=validate_config(entry.config))
+
+
+def _check_time(entry: StoreEntry, number: int) -> None:
+    """A time a store may hold: none (or inf, written as none), or a finite positive number
+    (0 ms would be the best forever)."""
+    for name in ("median_ms", "tflops"):
+        value = getattr(entry, name)
+        if value is None:
+            continue
+        if value == math.inf:
+            continue  # no time: written as null
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+                or (name == "median_ms" and value <= 0) or value < 0:
+            raise ValueError(f"entries[{number}] ({entry.bucket.name}, {entry.config}): {name} must be a finite "
+                             f"{'positive' if name == 'median_ms' else 'non-negative'} number or None, got {value!r}")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # 1e400: Python's JSON reads it as inf
+        raise _Invalid(f"non-finite number {text[:40]} (out of range)")
+    return value
 
 
 def _read_bytes(path: Path) -> bytes | None:
@@ -598,15 +630,40 @@ class Store:
         for number, entry in enumerate(new):
             if not isinstance(entry, StoreEntry):
                 raise TypeError(f"entries[{number}] must be a StoreEntry, got {type(entry).__name__}")
+            _check_time(entry, number)
+        new = [completed(entry) for entry in new]
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with _locked(self.path):
-            merged = {(e.key, e.bucket): e for e in self._read_for_write().entries()}
+            merged: dict[tuple[Key, Bucket], StoreEntry] = {}
+            for entry in self._usable_for_write():
+                k = (entry.key, entry.bucket)
+                merged[k] = entry if k not in merged else better(entry, merged[k])
             for entry in new:
                 k = (entry.key, entry.bucket)
                 old = merged.get(k)
                 merged[k] = entry if old is None or policy == "replace" else better(entry, old)
             _atomic_write(self.path, dump(merged.values()))
         return len(merged)
+
+    def _usable_for_write(self) -> list[StoreEntry]:
+        """The file's usable entries, under the lock. Unusable ones (failing the schema, a
+        config outside this kernel's space) cannot be written back: they are kept in a side
+        file, and the warning says how many were dropped from the store and where they are."""
+        snapshot = self._read_for_write()
+        usable, dropped, problems = [], [], []
+        for number, raw in enumerate(snapshot.raw):
+            entries, found = _validate_entries([(number, raw)])
+            usable += entries
+            if found:
+                dropped.append(raw)
+                problems += found
+        if dropped:
+            aside = self.path.with_name(f"{self.path.name}.dropped.{time.time_ns()}")
+            _atomic_write(aside, json.dumps(dropped, indent=1, sort_keys=True, default=str) + "\n")
+            more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+            warn_once(self.path, f"drop:{aside.name}", f"{len(dropped)} unusable entries dropped from the file by "
+                      f"this write (kept in {aside.name}): {problems[0]}{more}")
+        return usable
 
     def _read_for_write(self) -> Snapshot:
         """The current file under the lock; a corrupt file is moved aside, not lost."""

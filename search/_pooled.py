@@ -26,13 +26,14 @@ learn that its proposal was moved.
 from __future__ import annotations
 
 import abc
+import dataclasses
 import math
 from typing import Any, ClassVar
 
 import numpy as np
 
 from flashtune.kernels.config import Config
-from flashtune.objectives.types import Measurement
+from flashtune.objectives.types import Measurement, Status
 from flashtune.search._candidates import CandidatePool
 from flashtune.search.priors import PriorGuide
 from flashtune.search.space import SearchSpace
@@ -156,7 +157,12 @@ class PooledStrategy(Strategy):
 
     def model_cost(self, measurement: Measurement) -> float:
         """log(ms), or log of the failure penalty (``penalized_ms``: above any success)."""
-        return math.log(self.penalized_ms(measurement))
+        cost = self.penalized_ms(measurement)
+        if not (cost > 0 and math.isfinite(cost)):
+            # A time no GPU gives (0 or negative ms, checked at every door already): scored as a
+            # failure, never a log of it (issue 23: "math domain error" ended every resume).
+            cost = self.penalized_ms(dataclasses.replace(measurement, status=Status.CRASHED, median_ms=math.inf))
+        return math.log(cost)
 
     @property
     def n_startup(self) -> int:

@@ -34,7 +34,7 @@ from flashtune.experiments.study.storage import DEFAULT_STORAGE, IDENTITY_ATTR, 
 from flashtune.experiments.tracking.tracker import DEFAULT_TRACKING_URI, sqlite_path
 from flashtune.objectives.types import Measurement
 from flashtune.runtime.export import best_entries, entry_of
-from flashtune.runtime.store import Store, StoreEntry, read_snapshot
+from flashtune.runtime.store import Store, StoreEntry, completed, read_snapshot
 
 #: The kinds of source ``flashtune export`` reads, in the order its messages list them.
 KINDS = ("mlflow", "mlflow-experiment", "optuna", "table")
@@ -89,7 +89,8 @@ def run_export(args: argparse.Namespace) -> int:
     for entry in sorted(entries, key=lambda e: (e.hardware, e.key, e.bucket.name)):
         in_file = stored.exact(entry.key, entry.bucket)
         note = ""
-        if in_file is not None and in_file.config != entry.config:
+        # Compared as the store holds configs (completed with the knobs it fills in).
+        if in_file is not None and in_file.config != completed(entry).config:
             kept += 1
             note = f"  (the file's {in_file.median_ms:.4f} ms entry is faster: kept)"
         time = f"{entry.median_ms:.4f} ms" if entry.median_ms is not None else "time unknown"

@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import logging
 import re
+import signal
 import sys
+from typing import Any
+
+from flashtune.experiments.study.signals import StudyInterrupted, raise_interrupted
 
 # Each module defines ``add_parser(subparsers)`` and sets ``func`` on its parser.
 _SUBCOMMAND_MODULES = (
@@ -16,6 +21,7 @@ _SUBCOMMAND_MODULES = (
     "flashtune.experiments.cli.study",
     "flashtune.experiments.cli.export",
     "flashtune.experiments.cli.ui",
+    "flashtune.experiments.cli.repair",
 )
 
 
@@ -65,15 +71,105 @@ def _missing(name: str, exc: ImportError):
     return run
 
 
+#: Exit codes of a command stopped by a signal (the shell's 128 + signal number).
+EXIT_SIGINT, EXIT_SIGTERM = 128 + signal.SIGINT, 128 + signal.SIGTERM
+#: Packages whose exceptions are a store's failure (a full disk, a damaged or locked
+#: database), not a bug of ours: said in one line. Matched by module, so that none of
+#: them is imported for ``flashtune --help``.
+_STORE_PACKAGES = ("sqlite3", "sqlalchemy", "optuna", "mlflow", "psycopg", "psycopg2", "alembic")
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    """Run one subcommand; whatever a user can cause or meet ends in one line and an exit code.
+
+    Returns:
+        The subcommand's code; 2 for an error it raised, 130 for Ctrl-C, 143 for SIGTERM.
+    """
+    # From the first instant: a SIGTERM during the imports below ends in a line, not -15.
+    previous = signal.signal(signal.SIGTERM, raise_interrupted)
+    # MLflow logs each database error with its chained tracebacks before raising it (a full
+    # disk printed ten): the error it raises reaches the handler below and is said once. A
+    # filter, not a level: MLflow's logging setup at import resets its loggers' levels.
+    # SQLAlchemy's pool does the same when the rollback of a connection it takes back fails.
+    for name in ("mlflow.store.db.utils", "sqlalchemy.pool"):
+        logging.getLogger(name).addFilter(_quiet)
+    # A finalizer failing on a full disk (also at exit, after main returns): a line, not a traceback.
+    sys.unraisablehook = _unraisable_line
+    command = "flashtune"  # until the subcommand is known
     try:
+        args = build_parser().parse_args(argv)
+        command = f"flashtune {args.command}"
         return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        print(f"{command}: stopped by Ctrl-C; what was written is kept (run it again to resume)",
+              file=sys.stderr)
+        return EXIT_SIGINT
+    except StudyInterrupted:
+        print(f"{command}: stopped by SIGTERM; what was written is kept (run it again to resume)",
+              file=sys.stderr)
+        return EXIT_SIGTERM
     except (ValueError, TypeError, OSError) as exc:
         # Bad input from the command line, or a file that cannot be read or written
         # (missing, unreadable, a folder): one clear line, not a traceback.
-        print(f"flashtune {args.command}: error: {exc}", file=sys.stderr)
+        print(f"{command}: error: {_without_sql(str(exc))}", file=sys.stderr)
         return 2
+    except Exception as exc:
+        if not _store_error(exc):
+            raise  # a bug: its traceback is what a report needs
+        print(f"{command}: error: {_first_line(exc)}", file=sys.stderr)
+        return 2
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _quiet(record: logging.LogRecord) -> bool:
+    return False
+
+
+def _unraisable_line(unraisable: Any) -> None:
+    if unraisable.exc_value is None:
+        return
+    print(f"flashtune: ignored while cleaning up: {_first_line(unraisable.exc_value)}", file=sys.stderr)
+
+
+def _store_error(exc: BaseException) -> bool:
+    """Whether ``exc`` (or what it was raised from) is a storage package's exception."""
+    for _ in range(20):  # a chain is short; never follow a cycle
+        if exc is None:
+            return False
+        if any(cls.__module__.split(".")[0] in _STORE_PACKAGES for cls in type(exc).__mro__):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+def _first_line(exc: BaseException) -> str:
+    """``Type: message`` in one line (SQLAlchemy appends the SQL and a link on lines after),
+    with the root cause when there is one: Optuna's ``StorageInternalError`` says only "an
+    exception is raised during the commit" when the disk is full."""
+    def said(error: BaseException) -> str:
+        text = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        return f"{type(error).__name__}: {text[:300]}"
+
+    root, seen = exc, 0
+    while (root.__cause__ or root.__context__) is not None and seen < 20:
+        root, seen = root.__cause__ or root.__context__, seen + 1
+    return said(exc) if root is exc else f"{said(exc)} (cause: {said(root)})"
+
+
+#: Lines SQLAlchemy appends to a message (the statement, its parameters, a web link): noise
+#: to a user whose disk is full, also when our own error quotes the message.
+_SQL_DETAIL = ("[SQL:", "[parameters:", "(Background on this error")
+
+
+def _without_sql(text: str) -> str:
+    """``text`` up to SQLAlchemy's first detail line (the statement may span many lines)."""
+    kept = []
+    for line in text.splitlines():
+        if line.lstrip().startswith(_SQL_DETAIL):
+            break
+        kept.append(line)
+    return "\n".join(kept).strip()
 
 
 if __name__ == "__main__":

@@ -17,13 +17,13 @@ import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from flashtune.experiments.evaluation import priors
 from flashtune.experiments.study import measurers, workers
 from flashtune.experiments.study.progress import ProgressBar
 from flashtune.experiments.study.runner import StudyInterrupted, StudyResult, check_study_name, run_study, studies_for
+from flashtune.experiments.study.signals import raise_interrupted
 from flashtune.experiments.study.storage import DEFAULT_STORAGE, close_storage, is_shared_storage, open_storage
 from flashtune.experiments.tracking import report
 from flashtune.experiments.tracking.tracker import DEFAULT_TRACKING_URI, check_tracking_uri, record_default, sqlite_path
@@ -153,7 +153,7 @@ def run_tune(args: argparse.Namespace) -> int:
                           strategy_options=options, trials=args.trials, seed=args.seed, objective=kind,
                           max_seconds=args.max_seconds)
     results = []
-    previous = signal.signal(signal.SIGTERM, _interrupt)
+    previous = signal.signal(signal.SIGTERM, raise_interrupted)
     try:
         for study in studies:
             priors = _study_priors(study, prior_specs, raw_priors, prog)
@@ -451,6 +451,3 @@ def _run_one(study: Any, measurer: Any, tracking_uri: str, storage_url: str, *, 
     return result
 
 
-def _interrupt(signum: int, frame: FrameType | None) -> None:
-
-    raise StudyInterrupted(f"signal {signum}")

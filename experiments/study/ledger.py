@@ -489,8 +489,12 @@ class SharedLedger(Ledger):
 
     # -- dead workers -------------------------------------------------------------------------
 
-    def reap(self) -> int:
+    def reap(self, *, own_too: bool = False) -> int:
         """Fail claims of dead workers: this host's by process id, any host's by heartbeat.
+
+        Args:
+            own_too: also this process's claims: at the start of a run, those are leftovers
+                of an earlier run in this process (a cut journal left them RUNNING).
 
         Returns:
             How many claims were failed.
@@ -500,7 +504,9 @@ class SharedLedger(Ledger):
         for frozen in self.storage.get_all_trials(self.study_id, deepcopy=False, states=(TrialState.RUNNING,)):
             owner = frozen.user_attrs.get(OWNER_ATTR) or {}
             pid = owner.get("pid")
-            if owner.get("host") != self._here or not isinstance(pid, int) or process_alive(pid):
+            if owner.get("host") != self._here or not isinstance(pid, int):
+                continue
+            if process_alive(pid) and not (own_too and pid == os.getpid()):
                 continue
             try:
                 if MEASUREMENT_ATTR in frozen.user_attrs:

@@ -22,9 +22,10 @@ from typing import Any
 
 from flashtune.experiments.evaluation import priors as prior_tags
 from flashtune.experiments.study.ledger import SharedLedger, StoreLedger, TrialStore
-from flashtune.experiments.study.signals import signals_deferred
+from flashtune.experiments.study.locks import study_lock
+from flashtune.experiments.study.signals import StudyInterrupted, signals_deferred
 from flashtune.experiments.study.storage import is_shared_storage, open_storage
-from flashtune.experiments.tracking.tracker import MlflowTracker
+from flashtune.experiments.tracking.tracker import MlflowTracker, sqlite_path
 from flashtune.kernels.config import Config
 from flashtune.objectives.hardware import HardwareSpec
 from flashtune.objectives.types import Measurement, Workload
@@ -36,14 +37,6 @@ _log = logging.getLogger(__name__)
 #: Seconds between Optuna heartbeats of a worker on a shared RDB study (stale after 3x).
 DEFAULT_HEARTBEAT_S = 10.0
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-/+=:@ ]{0,199}$")
-
-
-class StudyInterrupted(BaseException):
-    """Raised in the study's process on SIGTERM: the study ends KILLED, not FAILED.
-
-    A BaseException, like KeyboardInterrupt, so that no ``except Exception`` on the way
-    swallows it.
-    """
 
 
 def check_study_name(name: str) -> str:
@@ -181,6 +174,19 @@ def run_study(
     Raises:
         Whatever ended the study, after the parent run was closed FAILED or KILLED.
     """
+    db = sqlite_path(storage_url)
+    if db is not None:  # one process per SQLite study: refused before any write
+        with study_lock(db, study.storage_name):
+            return _run_study(study, evaluate, storage_url, tracking_uri, fingerprint, versions, callbacks, on_start,
+                              priors, constraint, worker, heartbeat_s)
+    return _run_study(study, evaluate, storage_url, tracking_uri, fingerprint, versions, callbacks, on_start,
+                      priors, constraint, worker, heartbeat_s)
+
+
+def _run_study(study: Study, evaluate: Callable[[Config], Measurement], storage_url: str, tracking_uri: str,
+               fingerprint: str | None, versions: Mapping[str, str] | None, callbacks: Iterable[Callback],
+               on_start: Callable[[StudyResult], None] | None, priors: Iterable[Measurement],
+               constraint: Callable[[Config], bool] | None, worker: int | None, heartbeat_s: float) -> StudyResult:
     priors = list(priors)  # told to the strategy, and described in MLflow
     fingerprint = fingerprint or study.hardware.fingerprint
     versions = dict(versions) if versions else {
@@ -201,7 +207,7 @@ def run_study(
     ledger: StoreLedger | SharedLedger
     if shared:
         ledger = SharedLedger(store)
-        ledger.reap()  # dead workers' claims; live ones belong to workers running now
+        ledger.reap(own_too=True)  # dead workers' claims; live ones belong to workers running now
     else:
         ledger = StoreLedger(store)
     history = History(ledger.refresh())

@@ -14,6 +14,20 @@ import signal
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from types import FrameType
+
+
+class StudyInterrupted(BaseException):
+    """Raised in the study's process on SIGTERM: the study ends KILLED, not FAILED.
+
+    A BaseException, like KeyboardInterrupt, so that no ``except Exception`` on the way
+    swallows it.
+    """
+
+
+def raise_interrupted(signum: int, frame: FrameType | None) -> None:
+    """A SIGTERM handler: :class:`StudyInterrupted` wherever the main thread is."""
+    raise StudyInterrupted(f"signal {signum}")
 
 
 @contextmanager

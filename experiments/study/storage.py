@@ -17,7 +17,10 @@ contiguous (0, 1, ...): they number measurements, not Optuna rows.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
+import sqlite3
 import time
 import warnings
 from typing import TYPE_CHECKING, Any
@@ -28,6 +31,8 @@ if TYPE_CHECKING:  # optuna loads in ~1 s: only when a study runs, not for `flas
     from optuna.storages import BaseStorage
 
 DEFAULT_STORAGE = "sqlite:///flashtune_optuna.db"
+#: What an RDB says when another process created Optuna's schema first.
+_SCHEMA_RACE_WORDS = ("UniqueViolation", "duplicate key", "already exists", "UNIQUE constraint failed")
 
 #: Study user attribute: what defines the study (checked on resume).
 IDENTITY_ATTR = "flashtune.identity"
@@ -79,10 +84,10 @@ def open_storage(url: str, *, heartbeat_s: float | None = None) -> BaseStorage:
         path = path[2:] if path.startswith("//") else path  # journal:///abs and journal:rel both work
         if not path:
             raise ValueError(f"storage URL {url!r}: journal storage needs a file path, e.g. journal:optuna.log")
-        from optuna.storages.journal import JournalFileBackend
+        from flashtune.experiments.study.journal import SafeJournalBackend  # imports optuna: only for a journal
 
         try:
-            return optuna.storages.JournalStorage(JournalFileBackend(path))
+            return optuna.storages.JournalStorage(SafeJournalBackend(path))
         except OSError as exc:
             raise ValueError(f"storage URL {url!r}: {exc}") from None
     if "://" not in url:
@@ -92,6 +97,7 @@ def open_storage(url: str, *, heartbeat_s: float | None = None) -> BaseStorage:
     if url.startswith("sqlite://") and not url.startswith("sqlite:///"):
         raise ValueError(f"storage URL {url!r}: SQLite URLs need three slashes, e.g. {DEFAULT_STORAGE}")
 
+    check_sqlite_file(url)
     tune_sqlite_connections()
     url = postgres_driver(url)
     try:
@@ -107,14 +113,41 @@ def open_storage(url: str, *, heartbeat_s: float | None = None) -> BaseStorage:
                     warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
                     return optuna.storages.RDBStorage(url, **kwargs)
             except Exception as exc:
-                # Workers started together on a fresh database race to create Optuna's schema.
+                # Workers (or processes started by hand) on a fresh database race to create
+                # Optuna's schema: PostgreSQL's and SQLite's words for "made meanwhile".
                 text = f"{type(exc).__name__} {exc}"
-                if attempt == 4 or not any(w in text for w in ("UniqueViolation", "duplicate key", "already exists")):
+                if attempt == 4 or not any(w in text for w in _SCHEMA_RACE_WORDS):
                     raise
                 time.sleep(2.0)
         raise AssertionError("unreachable")
     except Exception as exc:  # SQLAlchemy raises ArgumentError, OperationalError, ImportError, ...
         raise ValueError(f"storage URL {url!r} cannot be opened: {type(exc).__name__}: {exc}") from None
+
+
+def check_sqlite_file(url: str) -> None:
+    """Refuse a damaged SQLite study file in one line, leaving it as it is.
+
+    A truncated copy (or a disk that lost pages) read as "malformed" on open, or as a
+    misleading ``StorageInternalError`` at the first commit (issue 23).
+
+    Raises:
+        ValueError: the file exists and SQLite's ``quick_check`` fails, naming what to do.
+    """
+    if not url.startswith("sqlite:///"):
+        return
+    path = url[len("sqlite:///"):].split("?", 1)[0]
+    if path in ("", ":memory:") or not os.path.isfile(path) or os.path.getsize(path) == 0:
+        return
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{path}?mode=rw", uri=True)) as db:
+            problem = [str(row[0]).splitlines()[0] for row in db.execute("PRAGMA quick_check")]
+    except sqlite3.DatabaseError as exc:
+        problem = [str(exc)]
+    if problem != ["ok"]:
+        raise ValueError(
+            f"Optuna database {path} is damaged ({problem[0]}): it is left as it is. Restore it from a backup; "
+            f"to start over instead, move it aside (mv {path} {path}.damaged) and run with another --study-name "
+            "(the MLflow runs of its studies name trials the new database lacks)")
 
 
 def postgres_driver(url: str) -> str:

@@ -12,7 +12,8 @@ another process made meanwhile). A kill at any moment leaves no database or a co
 one; a temporary file of a killed process is removed by the next start. A database that a
 kill left half-created by an earlier version holds no runs (creation comes before the
 first run): it is moved aside and made anew. A database with runs whose schema is not
-current is never touched: the error says what repairs it.
+current, or a damaged one (truncated: its runs cannot be counted), is never touched: the
+error says what repairs it.
 """
 
 from __future__ import annotations
@@ -57,6 +58,10 @@ def prepare_sqlite_db(path: Path) -> str | None:
         if problem is None:
             return None
         runs = _count_runs(path)
+        if runs is None:
+            # Damaged (a truncated copy, a full disk): what it held cannot be counted, so it
+            # is never taken for an empty one (issue 23: 101 runs were moved aside as none).
+            raise BrokenDatabase(_damaged_advice(path, problem))
         if runs:
             raise BrokenDatabase(_repair_advice(path, problem, runs))
         aside = path.with_name(f"{path.name}.broken-{time.strftime('%Y%m%d-%H%M%S')}")
@@ -79,6 +84,9 @@ def schema_problem(path: Path) -> str | None:
             if missing:
                 return f"left half-created (table {missing[0]} missing)"
             versions = [row[0] for row in db.execute("SELECT version_num FROM alembic_version")]
+            check = [row[0] for row in db.execute("PRAGMA quick_check")]
+            if check != ["ok"]:
+                return f"damaged ({check[0]})"
     except sqlite3.DatabaseError as exc:
         return f"not a usable SQLite database ({exc})"
     head = _head_revision()
@@ -106,12 +114,24 @@ def _head_revision() -> str:
     return _get_latest_schema_revision()
 
 
-def _count_runs(path: Path) -> int:
+def _count_runs(path: Path) -> int | None:
+    """The runs ``path`` holds: 0 when it has no runs table, None when it cannot be read."""
     try:
         with contextlib.closing(_connect(path)) as db:
+            tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            if "runs" not in tables:
+                return 0  # creation stopped before the runs table: nothing to lose
+            if [row[0] for row in db.execute("PRAGMA quick_check")] != ["ok"]:
+                return None
             return int(db.execute("SELECT COUNT(*) FROM runs").fetchone()[0])
-    except sqlite3.DatabaseError:  # no runs table (or no database at all): nothing to lose
-        return 0
+    except sqlite3.DatabaseError:
+        return None
+
+
+def _damaged_advice(path: Path, problem: str) -> str:
+    return (f"MLflow database {path} is {problem}: it may hold runs, so it is left as it is. Restore it from a "
+            f"backup, or see what it still holds with `sqlite3 {path} .recover`; to start a new database "
+            f"instead, move it aside (mv {path} {path}.damaged) and run again")
 
 
 def _repair_advice(path: Path, problem: str, runs: int) -> str:

@@ -116,3 +116,30 @@ def test_a_kill_at_any_moment_of_creation_leaves_no_database_or_a_working_one(tm
         assert prepare_sqlite_db(path) is None and schema_problem(path) is None
         assert sorted(p.name for p in tmp_path.iterdir()) == ["mlflow.db"], attempt
     print(f"\nkills during creation: {outcomes.count('absent')} left no file, {outcomes.count('complete')} a complete one")
+
+
+@pytest.mark.parametrize("fraction", [0.004, 0.5, 0.99])
+def test_a_truncated_database_with_runs_is_left_in_place_with_the_repair(tmp_path, fraction):
+    """Issue 23: a truncated file was moved aside as one that "held no runs" (it held 101)."""
+    path = tmp_path / "mlflow.db"
+    prepare_sqlite_db(path)
+    client = _client(path)
+    experiment = client.create_experiment("e")
+    for _ in range(30):
+        client.create_run(experiment)
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    data = path.read_bytes()
+    path.write_bytes(data[:max(4096, int(len(data) * fraction))])
+    cut = path.read_bytes()
+    with pytest.raises(BrokenDatabase, match=rf"MLflow database {path} is .*it may hold runs, so it is left as it is.*"
+                                             rf"sqlite3 {path} \.recover.*mv {path} {path}\.damaged"):
+        prepare_sqlite_db(path)
+    assert path.read_bytes() == cut and not list(tmp_path.glob("mlflow.db.broken-*"))
+
+
+def test_an_empty_file_held_nothing_and_is_made_anew(tmp_path):
+    path = tmp_path / "mlflow.db"
+    path.write_bytes(b"")
+    assert "moved aside" in prepare_sqlite_db(path)
+    assert schema_problem(path) is None

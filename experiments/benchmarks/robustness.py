@@ -1,0 +1,206 @@
+"""Cut each file a study writes at many offsets, fill the disk mid-study: is anything lost?
+
+    python -m flashtune.experiments.benchmarks.robustness --offsets 20 --out robustness.json
+
+CPU only (the CLI replaying the shipped H200 tables). For each file (the journal, the
+SQLite Optuna database, the MLflow database, the tuned-config store), a study of
+``--trials`` trials is made once; then, for each offset, a copy of it has that file cut
+there and the same command (``tune`` with a larger budget; ``export`` for the store) runs
+again. Counted per run: the exit code, tracebacks on stderr, whether the study reached its
+budget (after doing what the error line said, when it said something), and the complete
+trials the cut file still held whole that the resumed study lacks. A full disk: the
+journal and SQLite studies on a small tmpfs, grown after the failure (needs root).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import sqlite3
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from flashtune.experiments.study.storage import close_storage, open_storage
+
+STUDY = "robust"
+GPU_STUDY = f"NVIDIA H200/{STUDY}"
+
+
+def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "PYTHONUNBUFFERED": "1"}
+    return subprocess.run([sys.executable, "-m", "flashtune.experiments.cli.main", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=600, check=False)
+
+
+def _tune(folder: Path, storage: str, trials: int, tracking_uri: str = "sqlite:///mlflow.db"
+          ) -> subprocess.CompletedProcess[str]:
+    return _cli("tune", "--strategy", "random", "--trials", str(trials), "--study-name", STUDY, "--storage", storage,
+                "--tracking-uri", tracking_uri, "--no-progress", cwd=folder)
+
+
+def _complete(folder: Path, storage: str) -> set[str]:
+    """Configs of the study's COMPLETE trials (empty if it cannot be read)."""
+    import optuna  # heavy (about 1 s): only when counting trials
+
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    cwd = os.getcwd()
+    os.chdir(folder)
+    opened = None
+    try:
+        opened = open_storage(storage)
+        study = optuna.load_study(study_name=GPU_STUDY, storage=opened)
+        return {json.dumps(t.params, sort_keys=True) for t in study.get_trials(deepcopy=False)
+                if t.state == optuna.trial.TrialState.COMPLETE}
+    except Exception:  # unreadable counts as empty
+        return set()
+    finally:
+        if opened is not None:
+            close_storage(opened)
+        os.chdir(cwd)
+
+
+def _checkpoint(path: Path) -> None:
+    """Fold a database's write-ahead log into the file, so that cutting the file cuts data."""
+    with sqlite3.connect(path) as db:
+        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+
+
+def _advice_followed(stderr: str, folder: Path) -> bool:
+    """Do what a refusal's line says when it is a command to run: mv aside or flashtune repair."""
+    moved = re.search(r"\(mv (\S+) (\S+)\)(?! and run with another)", stderr)
+    if moved:
+        shutil.move(folder / moved.group(1), folder / moved.group(2))
+        return True
+    repair = re.search(r"`flashtune repair (\S+)`", stderr)
+    if repair:
+        _cli("repair", repair.group(1), cwd=folder)
+        return True
+    return False
+
+
+def _outcome(folder: Path, storage: str, trials: int, before: set[str], run: Any,
+             tracking_uri: str = "sqlite:///mlflow.db") -> dict[str, Any]:
+    runs = [run]
+    if run.returncode != 0 and _advice_followed(run.stderr, folder):
+        runs.append(_tune(folder, storage, trials, tracking_uri))
+    after = _complete(folder, storage)
+    return {
+        "codes": [r.returncode for r in runs],
+        "tracebacks": sum(r.stderr.count("Traceback") for r in runs),
+        "first_error": next((line for r in runs for line in r.stderr.splitlines() if "error:" in line), ""),
+        # The budget, or every config the recorded space holds (the strategy says it ran out).
+        "resumed": runs[-1].returncode == 0 and (len(after) >= trials or "ran out of configs" in runs[-1].stdout),
+        "lost": len(before - after),
+    }
+
+
+def cut_runs(kind: str, offsets: int, trials: int, root: Path) -> list[dict[str, Any]]:
+    """Make the study once, then cut its ``kind`` file at ``offsets`` offsets and resume."""
+    base = root / f"{kind}-base"
+    base.mkdir()
+    storage = "journal:study.log" if kind == "journal" else "sqlite:///optuna.db"
+    made = _tune(base, storage, trials)
+    if made.returncode != 0:
+        raise RuntimeError(f"{kind}: the first study failed: {made.stderr[-500:]}")
+    for db in ("mlflow.db", "optuna.db"):
+        if (base / db).exists():
+            _checkpoint(base / db)
+    run_id = re.search(r"export mlflow:(\w+)", made.stdout).group(1)
+    if kind == "store":
+        _cli("export", f"mlflow:{run_id}", "--to", "store.json", "--tracking-uri", "sqlite:///mlflow.db", cwd=base)
+    target = {"journal": "study.log", "sqlite": "optuna.db", "mlflow": "mlflow.db", "store": "store.json"}[kind]
+    size = (base / target).stat().st_size
+    results = []
+    for i in range(1, offsets + 1):
+        at = size * i // (offsets + 1)
+        folder = root / f"{kind}-{i}"
+        shutil.copytree(base, folder)
+        data = (folder / target).read_bytes()[:at]
+        (folder / target).write_bytes(data)
+        if kind == "journal":
+            whole = root / f"{kind}-{i}-prefix"
+            whole.mkdir()
+            (whole / "study.log").write_bytes(data[:data.rfind(b"\n") + 1])
+            before = _complete(whole, storage)
+        elif kind == "sqlite":
+            before = _complete(base, storage)  # a cut database loses pages: count against the whole study
+        else:
+            before = _complete(folder, storage)
+        if kind == "store":
+            run = _cli("export", f"mlflow:{run_id}", "--to", "store.json", "--tracking-uri", "sqlite:///mlflow.db",
+                       cwd=folder)
+            entries = run.returncode == 0 and "the file holds 1" in run.stdout
+            result = {"codes": [run.returncode], "tracebacks": run.stderr.count("Traceback"),
+                      "first_error": next((ln for ln in run.stderr.splitlines() if "error" in ln), ""),
+                      "resumed": entries, "lost": 0 if entries else 1}
+        else:
+            result = _outcome(folder, storage, trials + 4, before, _tune(folder, storage, trials + 4))
+        results.append({"kind": kind, "offset": at, "size": size, **result})
+        print(json.dumps(results[-1]), flush=True)
+    return results
+
+
+def disk_full_runs(trials: int, root: Path) -> list[dict[str, Any]]:
+    """The study's storage on a small tmpfs (MLflow beside it, on the disk) until it fills
+    mid-study; the tmpfs grown, then the same command resumes."""
+    results = []
+    for kind, storage, size in (("journal", "journal:study.log", "96k"), ("sqlite", "sqlite:///optuna.db", "600k")):
+        mnt = root / f"full-{kind}"
+        mnt.mkdir()
+        tracking_uri = f"sqlite:///{root}/full-{kind}-mlflow.db"
+        mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mnt)], check=False,
+                                 capture_output=True, text=True)
+        if mounted.returncode:
+            results.append({"kind": f"disk-full-{kind}", "skipped": mounted.stderr.strip()})
+            continue
+        try:
+            first = _tune(mnt, storage, trials, tracking_uri)
+            subprocess.run(["mount", "-o", "remount,size=64m", str(mnt)], check=True)
+            before = _complete(mnt, storage)
+            result = _outcome(mnt, storage, trials, before, _tune(mnt, storage, trials, tracking_uri), tracking_uri)
+            result["trials_before_full"] = len(before)
+            results.append({"kind": f"disk-full-{kind}", "first_code": first.returncode,
+                            "first_tracebacks": first.stderr.count("Traceback"),
+                            "full_error": (first.stderr.strip().splitlines() or [""])[-1],
+                            **result})
+        finally:
+            subprocess.run(["umount", "-l", str(mnt)], check=False)
+        print(json.dumps(results[-1]), flush=True)
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--offsets", type=int, default=20, help="cuts per file (default: 20)")
+    parser.add_argument("--trials", type=int, default=10, help="trials of the study before a cut (default: 10)")
+    parser.add_argument("--kinds", default="journal,sqlite,mlflow,store",
+                        help="files to cut, comma-separated ('' for the full disk only)")
+    parser.add_argument("--out", type=Path, default=None, help="write every run's outcome here (JSON)")
+    args = parser.parse_args(argv)
+    results: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="flashtune-robustness-") as tmp:
+        root = Path(tmp)
+        for kind in filter(None, args.kinds.split(",")):
+            results += cut_runs(kind, args.offsets, args.trials, root)
+        results += disk_full_runs(120, root)
+    print(f"{'file':18s} {'runs':>4s} {'not resumed':>11s} {'trials lost':>11s} {'tracebacks':>10s}")
+    for kind in dict.fromkeys(r["kind"] for r in results):
+        rows = [r for r in results if r["kind"] == kind and "skipped" not in r]
+        if not rows:
+            print(f"{kind:18s} skipped")
+            continue
+        print(f"{kind:18s} {len(rows):4d} {sum(not r['resumed'] for r in rows):11d} {sum(r['lost'] for r in rows):11d} "
+              f"{sum(r['tracebacks'] + r.get('first_tracebacks', 0) for r in rows):10d}")
+    if args.out:
+        args.out.write_text(json.dumps(results, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

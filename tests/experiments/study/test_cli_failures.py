@@ -1,0 +1,89 @@
+"""What a user can cause or meet ends in one line and an exit code, and resumes (issue 23)."""
+
+from __future__ import annotations
+
+import signal
+import sqlite3
+import subprocess
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+from study_support import cli_env, flashtune_command, run_cli, tune_args
+
+from flashtune.experiments.cli.main import main
+from flashtune.experiments.study.storage import close_storage, open_storage
+
+
+def _catches(pid: int, signum: int) -> bool:
+    """Whether process ``pid`` has a handler for ``signum`` (its SigCgt mask, /proc)."""
+    try:
+        text = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    mask = int(next(line.split()[1] for line in text.splitlines() if line.startswith("SigCgt:")), 16)
+    return bool(mask >> (signum - 1) & 1)
+
+
+@pytest.mark.parametrize("signum, code, words", [(signal.SIGINT, 130, "stopped by Ctrl-C"),
+                                                 (signal.SIGTERM, 143, "stopped by SIGTERM")])
+def test_a_signal_in_the_first_instants_is_one_line(signum, code, words, replay_dir, stores, tmp_path) -> None:
+    if not Path("/proc/self/status").exists():
+        pytest.skip("needs /proc to see when the handler is in place")
+    proc = subprocess.Popen(flashtune_command(*tune_args(stores, replay_dir, "--trials", "3")), cwd=tmp_path,
+                            env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        # The moment main() is running (its SIGTERM handler in place): still importing.
+        deadline = time.monotonic() + 120
+        while not _catches(proc.pid, signal.SIGTERM) and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.005)
+        proc.send_signal(signum)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    if proc.returncode == 0:
+        pytest.skip("the study finished before the signal arrived")
+    assert proc.returncode == code, err
+    assert "Traceback" not in err and words in err.strip().splitlines()[-1], err
+
+
+def test_a_damaged_optuna_database_is_one_line_and_left_alone(replay_dir, stores, tmp_path, capsys) -> None:
+    db = tmp_path / "optuna.db"
+    study = optuna.create_study(storage=stores["storage"], study_name="other")
+    for x in range(30):
+        study.add_trial(optuna.trial.create_trial(params={"x": float(x)}, distributions={
+            "x": optuna.distributions.FloatDistribution(0, 100)}, value=float(x)))
+    with sqlite3.connect(db) as connection:
+        connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    db.write_bytes(db.read_bytes()[:db.stat().st_size // 2])
+    cut = db.read_bytes()
+    assert main(tune_args(stores, replay_dir, "--trials", "2")) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"Optuna database {db} is damaged" in err[0] and f"mv {db} {db}.damaged" in err[0]
+    assert db.read_bytes() == cut
+
+
+@pytest.mark.slow
+def test_a_full_disk_on_sqlite_is_one_line_and_resumes(replay_dir, tmp_path) -> None:
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=5m", "tmpfs", str(mnt)], check=False,
+                      capture_output=True).returncode:
+        pytest.skip("mount -t tmpfs is not allowed here (needs root; CI runs as root)")
+    try:
+        stores = {"tracking_uri": f"sqlite:///{mnt}/mlflow.db", "storage": f"sqlite:///{mnt}/optuna.db"}
+        args = tune_args(stores, replay_dir, "--strategy", "random", "--trials", "400")
+        full = run_cli(*args, cwd=tmp_path)
+        assert full.returncode == 2, full.stderr
+        assert "Traceback" not in full.stderr and "disk is full" in full.stderr.strip().splitlines()[-1], full.stderr
+        storage = open_storage(stores["storage"])
+        before = len(optuna.load_study(study_name="NVIDIA H200/random-seed0", storage=storage).trials)
+        close_storage(storage)  # an open connection would keep the tmpfs busy
+        subprocess.run(["mount", "-o", "remount,size=64m", str(mnt)], check=True)
+        resumed = run_cli(*args, cwd=tmp_path)
+        assert resumed.returncode == 0, resumed.stderr
+        assert "resuming study 'random-seed0' at trial" in resumed.stderr and before > 0
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
