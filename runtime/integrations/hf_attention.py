@@ -38,10 +38,10 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-import flashtune.runtime.torch_op  # noqa: F401 - registers torch.ops.flashtune.flash_attention
+import flashtune.runtime.integrations.torch_op  # noqa: F401 - registers torch.ops.flashtune.flash_attention
 from flashtune.kernels.attention import SUPPORTED_DTYPES, SUPPORTED_HEAD_DIMS
 from flashtune.kernels.dtypes import interpreting
-from flashtune.runtime.dispatch import flash_attention as _tuned
+from flashtune.runtime.dispatching.dispatch import flash_attention as _tuned
 
 #: Not "flashtune": transformers (5.x) treats every implementation name containing
 #: "flash" as a FlashAttention build and tries to load it (from the hub for unknown names),
