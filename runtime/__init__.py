@@ -4,12 +4,15 @@
 (dispatch, the ``torch.library`` op, online tuning) load on first use, so that the store,
 the buckets and the baselines import without torch.
 
-Modules: ``store`` (the JSON file), ``buckets``, ``baselines`` (the hardware feature
-library), ``resolve`` (exact -> nearest -> baseline), ``dispatch`` (the op),
-``torch_op`` (``torch.ops.flashtune.flash_attention``), ``hf_attention`` (transformers),
-``online`` with ``monitor``, ``timing``, ``candidates`` and ``worker`` (opt-in
-re-tuning), ``mlflow_callback``, ``export`` (``export_best``), and the benchmarks
-``bench_dispatch`` and ``bench_model``.
+Rooms, one job each: ``storage`` (``store``, the JSON file, its ``store_schema``, the
+``buckets`` it keys on, ``export`` (``export_best``)); ``dispatching`` (``dispatch``, the op,
+``resolve``: exact -> nearest -> baseline, ``baselines``: the hardware feature library,
+``prepared`` calls); ``retuning`` (``online`` with ``online_options``, ``monitor``,
+``timing``, ``candidates``, ``worker`` and ``mlflow_callback``: opt-in re-tuning);
+``integrations`` (``torch_op``: ``torch.ops.flashtune.flash_attention``, ``hf_attention``:
+transformers). The rooms are named apart from the modules they hold, so no package shadows
+a module of its own name. ``flashtune.runtime.hf_attention`` stays importable as the README
+documents it. The benchmarks live in ``flashtune.experiments.benchmarks``.
 
 Usage::
 
@@ -22,7 +25,7 @@ Usage::
     from flashtune.runtime.hf_attention import register
     model.set_attn_implementation(register())  # transformers, name "tuned_attention"
 
-    from flashtune.runtime.mlflow_callback import MlflowMetrics
+    from flashtune.runtime.retuning.mlflow_callback import MlflowMetrics
     tuner = rt.enable_online(callbacks=[MlflowMetrics()])  # opt-in; tuner.metrics(), tuner.close()
 """
 
@@ -37,20 +40,20 @@ __all__ = [
 ]
 
 _LAZY = {
-    "flash_attention": "flashtune.runtime.dispatch",
-    "explain": "flashtune.runtime.dispatch",
-    "set_store": "flashtune.runtime.dispatch",
-    "set_hardware": "flashtune.runtime.dispatch",
-    "reload_store": "flashtune.runtime.dispatch",
-    "get_dispatcher": "flashtune.runtime.dispatch",
-    "export_best": "flashtune.runtime.export",
-    "Store": "flashtune.runtime.store",
-    "StoreWarning": "flashtune.runtime.store",
-    "baseline_priors": "flashtune.runtime.baselines",
-    "fallback_config": "flashtune.runtime.baselines",
-    "enable_online": "flashtune.runtime.online",
-    "OnlineTuner": "flashtune.runtime.online",
-    "OnlineOptions": "flashtune.runtime.online_options",
+    "flash_attention": "flashtune.runtime.dispatching.dispatch",
+    "explain": "flashtune.runtime.dispatching.dispatch",
+    "set_store": "flashtune.runtime.dispatching.dispatch",
+    "set_hardware": "flashtune.runtime.dispatching.dispatch",
+    "reload_store": "flashtune.runtime.dispatching.dispatch",
+    "get_dispatcher": "flashtune.runtime.dispatching.dispatch",
+    "export_best": "flashtune.runtime.storage.export",
+    "Store": "flashtune.runtime.storage.store",
+    "StoreWarning": "flashtune.runtime.storage.store",
+    "baseline_priors": "flashtune.runtime.dispatching.baselines",
+    "fallback_config": "flashtune.runtime.dispatching.baselines",
+    "enable_online": "flashtune.runtime.retuning.online",
+    "OnlineTuner": "flashtune.runtime.retuning.online",
+    "OnlineOptions": "flashtune.runtime.retuning.online_options",
 }
 
 

@@ -23,6 +23,6 @@ export FLASHTUNE_STORE="$OUT/empty_store.json"
 timeout -k 5 170 python3 -m pytest -m gpu tests/gpu/test_serving_gpu.py tests/gpu/test_decode_gpu.py \
   tests/gpu/test_oneloop_gpu.py tests/gpu/test_peers_gpu.py -q -p no:cacheprovider \
   --junitxml "$OUT/gpu_tests.xml" 2>&1 | tail -15
-timeout -k 5 90 python3 -m flashtune.runtime.bench_host_time --json "$OUT/host_time.json" 2>&1 | tail -25
-timeout -k 5 110 python3 -m flashtune.runtime.bench_serving --modes static --budget-s 80 --json "$OUT/serving_static.json" 2>&1 | grep -v DEBUG | tail -15
-timeout -k 5 120 python3 -m flashtune.runtime.bench_serving --modes eager,padded --budget-s 90 --json "$OUT/serving.json" 2>&1 | grep -v DEBUG | tail -20
+timeout -k 5 90 python3 -m flashtune.experiments.benchmarks.bench_host_time --json "$OUT/host_time.json" 2>&1 | tail -25
+timeout -k 5 110 python3 -m flashtune.experiments.benchmarks.bench_serving --modes static --budget-s 80 --json "$OUT/serving_static.json" 2>&1 | grep -v DEBUG | tail -15
+timeout -k 5 120 python3 -m flashtune.experiments.benchmarks.bench_serving --modes eager,padded --budget-s 90 --json "$OUT/serving.json" 2>&1 | grep -v DEBUG | tail -20

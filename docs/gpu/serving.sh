@@ -8,7 +8,7 @@
 #    against SDPA cuDNN and flash, and the serving table (bench_serving): eager dynamic
 #    cache, left-padded batch, static cache compiled x batch 1, 8 x prompt 512, 2k, 8k,
 #    SDPA vs the op in one run, teacher-forced logits.
-# Back in $OUT: serving.log, gpu_tests.xml, serving.json. The GPU image lacks jsonschema (runtime/store.py
+# Back in $OUT: serving.log, gpu_tests.xml, serving.json. The GPU image lacks jsonschema (runtime/storage/store.py
 # imports it): carry its wheels in .whl (README of the device tool) and install them first.
 set -o pipefail
 export PYTHONUNBUFFERED=1
@@ -19,4 +19,4 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu --format=cs
 python3 -c "import transformers, torch, triton; print('transformers', transformers.__version__, 'torch', torch.__version__, 'triton', triton.__version__)"
 timeout -k 5 100 python3 -m pytest -m gpu tests/gpu/test_serving_gpu.py -q -p no:cacheprovider \
   --junitxml "$OUT/gpu_tests.xml" 2>&1 | tail -30
-timeout -k 5 170 python3 -m flashtune.runtime.bench_serving --host-time --budget-s 90 --json "$OUT/serving.json"
+timeout -k 5 170 python3 -m flashtune.experiments.benchmarks.bench_serving --host-time --budget-s 90 --json "$OUT/serving.json"

@@ -2,7 +2,7 @@
 
 Reads the measurements of one or more sources and merges the fastest successful config
 per (GPU fingerprint, kernel source hash, Triton version, workload bucket) into the
-store file that ``flashtune.runtime`` serves (``flashtune.runtime.export``). An entry
+store file that ``flashtune.runtime`` serves (``flashtune.runtime.storage.export``). An entry
 already in the file is kept if it is faster. Sources, spelt as ``tune --prior-from``:
 
 - ``mlflow:RUN_ID``: one study's trials (its parent run) in the tracking store;
@@ -33,8 +33,8 @@ from flashtune.experiments.evaluation.priors import parse_source
 from flashtune.experiments.study.storage import DEFAULT_STORAGE, IDENTITY_ATTR, MEASUREMENT_ATTR, open_storage
 from flashtune.experiments.tracking.tracker import DEFAULT_TRACKING_URI, sqlite_path
 from flashtune.objectives.types import Measurement
-from flashtune.runtime.export import best_entries, entry_of
-from flashtune.runtime.store import Store, StoreEntry, completed, read_snapshot
+from flashtune.runtime.storage.export import best_entries, entry_of
+from flashtune.runtime.storage.store import Store, StoreEntry, completed, read_snapshot
 
 #: The kinds of source ``flashtune export`` reads, in the order its messages list them.
 KINDS = ("mlflow", "mlflow-experiment", "optuna", "table")

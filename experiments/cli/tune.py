@@ -29,8 +29,8 @@ from flashtune.experiments.tracking import report
 from flashtune.experiments.tracking.tracker import DEFAULT_TRACKING_URI, check_tracking_uri, record_default, sqlite_path
 from flashtune.objectives.hardware import HardwareSpec, load_spec
 from flashtune.objectives.types import SUITE, Measurement, Status, Workload
-from flashtune.runtime.baselines import fallback_config
-from flashtune.runtime.store import ENV_STORE, default_store_path
+from flashtune.runtime.dispatching.baselines import fallback_config
+from flashtune.runtime.storage.store import ENV_STORE, default_store_path
 from flashtune.search import make_strategy, option_value, strategy_names
 from flashtune.search.space import SearchSpace
 

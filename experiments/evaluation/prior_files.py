@@ -15,7 +15,7 @@ from pathlib import Path
 
 from flashtune.objectives.replay import load_table
 from flashtune.objectives.types import Measurement, Status
-from flashtune.runtime.store import read_snapshot
+from flashtune.runtime.storage.store import read_snapshot
 
 #: Key of ``Measurement.versions`` naming the source a prior came from (``table:PATH`` ...).
 SOURCE_KEY = "prior_source"
@@ -50,7 +50,7 @@ def read_tables(path: str | Path, label: str) -> list[Measurement]:
 
 
 def read_store(path: str | Path, label: str) -> list[Measurement]:
-    """The entries of a tuned-config store file (``flashtune.runtime.store``) as priors.
+    """The entries of a tuned-config store file (``flashtune.runtime.storage.store``) as priors.
 
     A store keeps one config per (GPU, kernel, Triton, bucket), so each entry becomes one
     successful measurement of its bucket's representative workload (batch 1: a bucket

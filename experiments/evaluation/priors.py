@@ -5,10 +5,10 @@
 - ``mlflow:RUN_ID``: one study's trials (its parent run) in the tracking store;
 - ``mlflow-experiment:NAME``: every study of a GPU model's experiment (``h200``,
   ``NVIDIA H200`` or ``flashtune/NVIDIA H200``);
-- ``store:PATH``: a tuned-config store file (``flashtune.runtime.store``);
+- ``store:PATH``: a tuned-config store file (``flashtune.runtime.storage.store``);
 - ``table:PATH``: a recorded table (``flashtune sweep``), or a folder of them;
 - ``baselines``: the hardware feature library's configs for the target's architecture
-  (``flashtune.runtime.baselines``), what a study gets when no source has data.
+  (``flashtune.runtime.dispatching.baselines``), what a study gets when no source has data.
 
 Every prior is a :class:`~flashtune.objectives.types.Measurement` with ``source="prior"``,
 the fingerprint and workload it was measured on, and its source's label in
@@ -41,7 +41,7 @@ from flashtune.kernels.space import validate_config
 from flashtune.objectives.feasibility import check
 from flashtune.objectives.hardware import HardwareSpec
 from flashtune.objectives.types import Measurement, Workload
-from flashtune.runtime.baselines import baseline_priors
+from flashtune.runtime.dispatching.baselines import baseline_priors
 from flashtune.search.priors import PriorBook
 
 KINDS = ("mlflow", "mlflow-experiment", "store", "table", "baselines")

@@ -6,11 +6,11 @@ dispatcher's over a growing cache, and the op with key ranges captured in CUDA g
 import pytest
 import torch
 
-import flashtune.runtime.torch_op  # noqa: F401 - registers torch.ops.flashtune.flash_attention
+import flashtune.runtime.integrations.torch_op  # noqa: F401 - registers torch.ops.flashtune.flash_attention
 from flashtune.kernels import Config, flash_attention
 from flashtune.kernels.decode import launch_decode
 from flashtune.kernels.reference import reference_attention, relative_error
-from flashtune.runtime.dispatch import Dispatcher, cache_key
+from flashtune.runtime.dispatching.dispatch import Dispatcher, cache_key
 
 pytestmark = [
     pytest.mark.gpu,
@@ -71,7 +71,7 @@ def test_bound_decode_launch_equals_the_jit_launch_over_a_growing_cache(tmp_path
 
 
 def test_compiled_step_with_key_ranges_is_captured_and_replays_new_lengths(tmp_path):
-    from flashtune.runtime.dispatch import set_store
+    from flashtune.runtime.dispatching.dispatch import set_store
 
     set_store(tmp_path / "none.json")
     q, k, v = _qkv(2, 32, 8, 1, 2048, 128)

@@ -23,7 +23,7 @@ def store_path(tmp_path: Path) -> Path:
 @pytest.fixture
 def recorder(monkeypatch: pytest.MonkeyPatch) -> Recorder:
     """Replace the launcher the dispatcher calls (no kernel runs)."""
-    import flashtune.runtime.dispatch as dispatch
+    import flashtune.runtime.dispatching.dispatch as dispatch
 
     rec = Recorder()
     monkeypatch.setattr(dispatch, "_launcher", rec)
@@ -34,7 +34,7 @@ def recorder(monkeypatch: pytest.MonkeyPatch) -> Recorder:
 @pytest.fixture(autouse=True)
 def isolated_default_store(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     """Never read or write the user's real store: a fresh default dispatcher on a tmp store."""
-    import flashtune.runtime.dispatch as dispatch
+    import flashtune.runtime.dispatching.dispatch as dispatch
 
     monkeypatch.setenv("FLASHTUNE_STORE", str(tmp_path_factory.mktemp("default-store") / "configs.json"))
     monkeypatch.setattr(dispatch, "_DEFAULT", None)

@@ -12,8 +12,8 @@ from flashtune.kernels.config import Config
 from flashtune.kernels.source_hash import kernel_source_hash
 from flashtune.kernels.space import validate_config
 from flashtune.objectives.hardware import HardwareSpec
-from flashtune.runtime.buckets import Bucket
-from flashtune.runtime.store import StoreEntry, StoreWarning, triton_version
+from flashtune.runtime.storage.buckets import Bucket
+from flashtune.runtime.storage.store import StoreEntry, StoreWarning, triton_version
 
 
 def cfg(block_m: int, block_n: int, warps: int, stages: int) -> Config:

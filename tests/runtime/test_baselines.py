@@ -9,7 +9,7 @@ from flashtune.kernels.space import SAFE_DEFAULT, validate_config
 from flashtune.objectives.feasibility import check
 from flashtune.objectives.hardware import HardwareSpec, known_specs
 from flashtune.objectives.types import SUITE, Status, Workload
-from flashtune.runtime.baselines import (
+from flashtune.runtime.dispatching.baselines import (
     ARCH_SHARED_MEMORY_BYTES,
     ARCHES,
     BASELINES,

@@ -12,7 +12,7 @@ pytest.importorskip("transformers")
 
 @pytest.mark.slow
 def test_tiny_generate_runs_both_ways_and_agrees(tmp_path, capsys):
-    from flashtune.runtime.bench_generate import main
+    from flashtune.experiments.benchmarks.bench_generate import main
 
     out = tmp_path / "generate.json"
     assert main(["--device", "cpu", "--dtype", "float16", "--batches", "2", "--prompts", "8", "--new-tokens", "4",

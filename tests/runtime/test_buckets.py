@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from flashtune.objectives.types import Workload
-from flashtune.runtime.buckets import DECODE_MAX_Q_LEN, Bucket, distance, pow2_bucket
+from flashtune.runtime.storage.buckets import DECODE_MAX_Q_LEN, Bucket, distance, pow2_bucket
 
 
 def test_pow2_bucket_rounds_up():

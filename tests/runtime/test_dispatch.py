@@ -11,10 +11,10 @@ from flashtune.kernels.reference import reference_attention, relative_error
 from flashtune.kernels.space import SAFE_DEFAULT
 from flashtune.objectives.hardware import load_spec
 from flashtune.objectives.types import Workload
-from flashtune.runtime.baselines import fallback_config
-from flashtune.runtime.buckets import Bucket
-from flashtune.runtime.dispatch import Dispatcher, default_store_path
-from flashtune.runtime.store import Store
+from flashtune.runtime.dispatching.baselines import fallback_config
+from flashtune.runtime.dispatching.dispatch import Dispatcher, default_store_path
+from flashtune.runtime.storage.buckets import Bucket
+from flashtune.runtime.storage.store import Store
 
 
 def _qkv(batch=1, heads=2, kv_heads=1, q_len=100, kv_len=100, head_dim=64, dtype=torch.float16, seed=0):
@@ -129,7 +129,7 @@ def test_store_location_env_and_set_store(monkeypatch, tmp_path):
 
 
 def test_module_level_api(monkeypatch, tmp_path, h200, recorder):
-    import flashtune.runtime.dispatch as dispatch
+    import flashtune.runtime.dispatching.dispatch as dispatch
 
     monkeypatch.setattr(dispatch, "_DEFAULT", None)
     runtime.set_store(tmp_path / "configs.json")
@@ -210,7 +210,7 @@ class _Failing:
 
 
 def test_a_config_that_fails_to_launch_is_replaced_by_the_safe_default(monkeypatch, dispatcher, store_path, h200):
-    import flashtune.runtime.dispatch as dispatch
+    import flashtune.runtime.dispatching.dispatch as dispatch
 
     Store(store_path).merge([entry(h200, EXACT, cfg(128, 64, 4, 2))])
     launcher = _Failing(bad=cfg(128, 64, 4, 2))
@@ -224,7 +224,7 @@ def test_a_config_that_fails_to_launch_is_replaced_by_the_safe_default(monkeypat
 
 
 def test_input_errors_still_propagate_through_the_recovery(monkeypatch, dispatcher):
-    import flashtune.runtime.dispatch as dispatch
+    import flashtune.runtime.dispatching.dispatch as dispatch
 
     monkeypatch.setattr(dispatch, "_launcher", _Failing(always=True))
     q, k, v = _qkv()

@@ -11,8 +11,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from flashtune.runtime import hf_attention
-from flashtune.runtime.dispatch import Dispatcher
+from flashtune.runtime.dispatching.dispatch import Dispatcher
+from flashtune.runtime.integrations import hf_attention
 
 pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="CPU interpreter suite; tests/gpu covers the GPU")
 

@@ -12,11 +12,11 @@ from flashtune.kernels.config import Config
 from flashtune.kernels.space import SAFE_DEFAULT, TUNABLES, validate_config
 from flashtune.objectives.feasibility import check
 from flashtune.objectives.types import Measurement, Status, Workload
-from flashtune.runtime.candidates import neighbours
-from flashtune.runtime.dispatch import Dispatcher
-from flashtune.runtime.online import OnlineOptions, OnlineTuner
-from flashtune.runtime.store import read_snapshot
-from flashtune.runtime.timing import HostTiming, InjectedTiming
+from flashtune.runtime.dispatching.dispatch import Dispatcher
+from flashtune.runtime.retuning.candidates import neighbours
+from flashtune.runtime.retuning.online import OnlineOptions, OnlineTuner
+from flashtune.runtime.retuning.timing import HostTiming, InjectedTiming
+from flashtune.runtime.storage.store import read_snapshot
 
 FAST_OPTIONS = OnlineOptions(
     window=16, min_samples=8, probation_samples=8, sample_every=1, cooldown_s=0.0,
@@ -243,7 +243,7 @@ def test_default_candidates_are_feasible_priors_and_neighbours(setup, h200):
 
 
 def test_a_candidate_that_fails_to_launch_is_rolled_back(setup, monkeypatch):
-    import flashtune.runtime.dispatch as dispatch
+    import flashtune.runtime.dispatching.dispatch as dispatch
 
     clock, world, dispatcher, q, k = setup
     incumbent = dispatcher.config_for(q, k)
@@ -269,8 +269,8 @@ def test_a_candidate_that_fails_to_launch_is_rolled_back(setup, monkeypatch):
 def test_the_tuner_follows_a_config_changed_under_it(setup, store_path, h200):
     from runtime_helpers import entry
 
-    from flashtune.runtime.buckets import Bucket
-    from flashtune.runtime.store import Store
+    from flashtune.runtime.storage.buckets import Bucket
+    from flashtune.runtime.storage.store import Store
 
     clock, world, dispatcher, q, k = setup
     with _tuner(dispatcher, world, clock, []) as tuner:

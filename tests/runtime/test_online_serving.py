@@ -11,9 +11,9 @@ import torch
 
 from flashtune.kernels.config import Config
 from flashtune.objectives.types import Measurement, Status, Workload
-from flashtune.runtime.dispatch import Dispatcher
-from flashtune.runtime.online import OnlineOptions, OnlineTuner
-from flashtune.runtime.timing import InjectedTiming
+from flashtune.runtime.dispatching.dispatch import Dispatcher
+from flashtune.runtime.retuning.online import OnlineOptions, OnlineTuner
+from flashtune.runtime.retuning.timing import InjectedTiming
 
 pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="CPU interpreter suite; tests/gpu covers the GPU")
 

@@ -11,7 +11,7 @@ from flashtune.objectives.types import Status, Workload
 
 @pytest.mark.slow
 def test_worker_benchmark_measures_in_a_separate_process():
-    from flashtune.runtime.worker import WorkerBenchmark
+    from flashtune.runtime.retuning.worker import WorkerBenchmark
 
     bench = WorkerBenchmark(timeout_s=120, env={"TRITON_INTERPRET": "1"})
     try:
@@ -27,10 +27,10 @@ def test_worker_benchmark_measures_in_a_separate_process():
 def test_mlflow_callback_logs_each_flush_as_a_step(tmp_path, store_path, h200, recorder):
     from mlflow.tracking import MlflowClient
 
-    from flashtune.runtime.dispatch import Dispatcher
-    from flashtune.runtime.mlflow_callback import MlflowMetrics
-    from flashtune.runtime.online import OnlineOptions, OnlineTuner
-    from flashtune.runtime.timing import InjectedTiming
+    from flashtune.runtime.dispatching.dispatch import Dispatcher
+    from flashtune.runtime.retuning.mlflow_callback import MlflowMetrics
+    from flashtune.runtime.retuning.online import OnlineOptions, OnlineTuner
+    from flashtune.runtime.retuning.timing import InjectedTiming
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     callback = MlflowMetrics(tracking_uri=uri, experiment="runtime-test")
@@ -53,9 +53,9 @@ def test_mlflow_callback_logs_each_flush_as_a_step(tmp_path, store_path, h200, r
 @pytest.mark.slow
 def test_online_retune_end_to_end_with_the_real_worker(store_path, h200):
     """The default candidates and benchmark: real kernels in the interpreter, in a worker."""
-    from flashtune.runtime.dispatch import Dispatcher
-    from flashtune.runtime.online import OnlineOptions, OnlineTuner
-    from flashtune.runtime.timing import InjectedTiming
+    from flashtune.runtime.dispatching.dispatch import Dispatcher
+    from flashtune.runtime.retuning.online import OnlineOptions, OnlineTuner
+    from flashtune.runtime.retuning.timing import InjectedTiming
 
     clock = {"t": 0.0}
     drift = {"x": 1.0}

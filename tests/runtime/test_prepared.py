@@ -7,14 +7,14 @@ import pytest
 import torch
 from runtime_helpers import cfg, entry
 
-import flashtune.runtime.dispatch as dispatch
+import flashtune.runtime.dispatching.dispatch as dispatch
 from flashtune.kernels.config import Config
 from flashtune.kernels.reference import reference_attention, relative_error
 from flashtune.kernels.space import kernel_of, validate_config
-from flashtune.runtime.buckets import Bucket
-from flashtune.runtime.dispatch import Dispatcher
-from flashtune.runtime.prepared import PreparedCall, PreparedDecode
-from flashtune.runtime.store import Store
+from flashtune.runtime.dispatching.dispatch import Dispatcher
+from flashtune.runtime.dispatching.prepared import PreparedCall, PreparedDecode
+from flashtune.runtime.storage.buckets import Bucket
+from flashtune.runtime.storage.store import Store
 
 
 def _qkv(batch=2, heads=4, kv_heads=2, q_len=1, kv_len=40, head_dim=32, seed=0):
@@ -140,7 +140,7 @@ def test_explain_names_bucket_class_and_why(sim, store_path, h200):
 
 def test_decode_default_splits_follow_kv_len_and_batch_heads(store_path, h200):
     from flashtune.objectives.types import Workload
-    from flashtune.runtime.baselines import decode_default
+    from flashtune.runtime.dispatching.baselines import decode_default
 
     long_single = decode_default(h200, Workload(1, 32, 8, 1, 131072, 128))[0]["num_splits"]
     short_single = decode_default(h200, Workload(1, 32, 8, 1, 1024, 128))[0]["num_splits"]

@@ -15,9 +15,9 @@ from runtime_helpers import entry
 
 from flashtune.kernels.reference import reference_attention, relative_error
 from flashtune.objectives.hardware import HardwareSpec
-from flashtune.runtime.buckets import Bucket
-from flashtune.runtime.dispatch import Dispatcher
-from flashtune.runtime.store import Store
+from flashtune.runtime.dispatching.dispatch import Dispatcher
+from flashtune.runtime.storage.buckets import Bucket
+from flashtune.runtime.storage.store import Store
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
@@ -47,7 +47,7 @@ def test_live_gpu_baseline_and_store_entry(store_path, head_dim, causal):
 
 
 def test_cuda_graph_capture_and_replay():
-    import flashtune.runtime.torch_op  # noqa: F401 - registers torch.ops.flashtune.flash_attention
+    import flashtune.runtime.integrations.torch_op  # noqa: F401 - registers torch.ops.flashtune.flash_attention
 
     q, k, v = _qkv()
     op = torch.ops.flashtune.flash_attention
@@ -68,7 +68,7 @@ def test_cuda_graph_capture_and_replay():
 
 
 def test_torch_compile_with_cuda_graphs():
-    import flashtune.runtime.torch_op  # noqa: F401 - registers torch.ops.flashtune.flash_attention
+    import flashtune.runtime.integrations.torch_op  # noqa: F401 - registers torch.ops.flashtune.flash_attention
 
     def block(q, k, v):
         return torch.ops.flashtune.flash_attention(q, k, v, True, None).float().square().mean()
@@ -83,8 +83,8 @@ def test_torch_compile_with_cuda_graphs():
 
 def test_online_tuner_times_with_cuda_events(store_path):
     from flashtune.objectives.types import Measurement, Status
-    from flashtune.runtime.online import OnlineOptions, OnlineTuner
-    from flashtune.runtime.timing import CudaEventTiming
+    from flashtune.runtime.retuning.online import OnlineOptions, OnlineTuner
+    from flashtune.runtime.retuning.timing import CudaEventTiming
 
     d = Dispatcher(store_path)
     options = OnlineOptions(window=16, min_samples=8, probation_samples=8, sample_every=1)
@@ -101,7 +101,7 @@ def test_online_tuner_times_with_cuda_events(store_path):
 
 def test_small_llama_matches_sdpa():
     transformers = pytest.importorskip("transformers")
-    from flashtune.runtime.hf_attention import register, set_attention
+    from flashtune.runtime.integrations.hf_attention import register, set_attention
 
     name = register()
     config = transformers.LlamaConfig(

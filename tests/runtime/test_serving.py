@@ -14,7 +14,7 @@ import logging
 import pytest
 import torch
 
-from flashtune.runtime import hf_attention
+from flashtune.runtime.integrations import hf_attention
 
 transformers = pytest.importorskip("transformers")
 pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="CPU interpreter suite; tests/gpu covers the GPU")
@@ -206,7 +206,7 @@ def test_compiled_static_cache_step_has_no_graph_break_and_matches_sdpa(model, n
 def test_bad_key_ranges_through_the_runtime_op_name_the_argument(tmp_path, starts, ends, match):
     # Values are read on the first call of a call key (later calls of a prepared key are not
     # synchronized with the GPU: the kernels clamp each range to the cache); shapes always.
-    from flashtune.runtime.dispatch import Dispatcher
+    from flashtune.runtime.dispatching.dispatch import Dispatcher
 
     dispatcher = Dispatcher(tmp_path / "none.json")
     g = torch.Generator().manual_seed(0)

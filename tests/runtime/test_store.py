@@ -10,9 +10,9 @@ from runtime_helpers import cfg, entry, store_warnings
 
 from flashtune.kernels.source_hash import kernel_source_hash
 from flashtune.objectives.types import Measurement, Status, Workload
-from flashtune.runtime.buckets import Bucket
-from flashtune.runtime.export import export_best
-from flashtune.runtime.store import Store, read_snapshot, triton_version
+from flashtune.runtime.storage.buckets import Bucket
+from flashtune.runtime.storage.export import export_best
+from flashtune.runtime.storage.store import Store, read_snapshot, triton_version
 
 B1 = Bucket("bfloat16", False, 128, 1, 4096, 4096)
 B2 = Bucket("bfloat16", True, 128, 1, 4096, 4096)
@@ -119,8 +119,8 @@ def test_store_baselines_and_export_import_without_torch():
     import sys
 
     code = (
-        "import sys, flashtune.runtime.store, flashtune.runtime.baselines, flashtune.runtime.export, "
-        "flashtune.runtime.resolve, flashtune.runtime.monitor; assert 'torch' not in sys.modules, 'torch imported'"
+        "import sys, flashtune.runtime.storage.store, flashtune.runtime.dispatching.baselines, flashtune.runtime.storage.export, "
+        "flashtune.runtime.dispatching.resolve, flashtune.runtime.retuning.monitor; assert 'torch' not in sys.modules, 'torch imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
 
@@ -128,7 +128,7 @@ def test_store_baselines_and_export_import_without_torch():
 def test_written_files_validate_against_the_documented_schema(store_path, h200):
     import jsonschema
 
-    from flashtune.runtime.store_schema import STORE_SCHEMA
+    from flashtune.runtime.storage.store_schema import STORE_SCHEMA
 
     Store(store_path).merge([entry(h200, B1, cfg(128, 64, 8, 3), 1.5, tflops=400.0), entry(h200, B2, cfg(64, 64, 4, 3), None)])
     jsonschema.validate(json.loads(store_path.read_text()), STORE_SCHEMA)

@@ -10,8 +10,8 @@ from pathlib import Path
 from flashtune.kernels.config import Config
 from flashtune.kernels.source_hash import kernel_source_hash
 from flashtune.kernels.space import validate_config
-from flashtune.runtime.buckets import Bucket
-from flashtune.runtime.store import Store, StoreEntry, StoreWarning, read_snapshot, triton_version
+from flashtune.runtime.storage.buckets import Bucket
+from flashtune.runtime.storage.store import Store, StoreEntry, StoreWarning, read_snapshot, triton_version
 
 WRITERS = 4
 ENTRIES_PER_WRITER = 8

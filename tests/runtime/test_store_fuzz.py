@@ -13,9 +13,9 @@ from runtime_helpers import cfg, entry, store_warnings
 
 from flashtune.kernels.space import validate_config
 from flashtune.objectives.hardware import HardwareSpec
-from flashtune.runtime.buckets import Bucket
-from flashtune.runtime.resolve import resolve
-from flashtune.runtime.store import MAX_STORE_BYTES, Snapshot, Store, read_snapshot
+from flashtune.runtime.dispatching.resolve import resolve
+from flashtune.runtime.storage.buckets import Bucket
+from flashtune.runtime.storage.store import MAX_STORE_BYTES, Snapshot, Store, read_snapshot
 
 BUCKET = Bucket("float16", False, 64, 1, 128, 128)
 

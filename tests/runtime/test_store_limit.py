@@ -9,11 +9,11 @@ import pytest
 import torch
 from runtime_helpers import cfg, entry, store_warnings
 
-import flashtune.runtime.store as store_module
+import flashtune.runtime.storage.store as store_module
 from flashtune.kernels.source_hash import kernel_source_hash
-from flashtune.runtime.buckets import Bucket
-from flashtune.runtime.dispatch import Dispatcher
-from flashtune.runtime.store import MAX_STORE_BYTES, Store, read_snapshot, triton_version
+from flashtune.runtime.dispatching.dispatch import Dispatcher
+from flashtune.runtime.storage.buckets import Bucket
+from flashtune.runtime.storage.store import MAX_STORE_BYTES, Store, read_snapshot, triton_version
 
 #: Entries of a store at the limit (issue 16: 32 MB and 80,000 entries took the op's first
 #: call 29 s and 700 MB, validating every entry of the GPU's group).

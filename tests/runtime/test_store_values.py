@@ -11,8 +11,8 @@ from runtime_helpers import cfg, entry
 
 from flashtune.kernels.config import Config
 from flashtune.kernels.source_hash import kernel_source_hash
-from flashtune.runtime.buckets import Bucket
-from flashtune.runtime.store import Store, StoreWarning, read_snapshot, triton_version
+from flashtune.runtime.storage.buckets import Bucket
+from flashtune.runtime.storage.store import Store, StoreWarning, read_snapshot, triton_version
 
 B1 = Bucket("bfloat16", False, 128, 1, 4096, 4096)
 B2 = Bucket("bfloat16", True, 128, 1, 4096, 4096)

@@ -8,10 +8,10 @@ import types
 import pytest
 import torch
 
-import flashtune.runtime.torch_op  # noqa: F401 - registers torch.ops.flashtune.flash_attention
+import flashtune.runtime.integrations.torch_op  # noqa: F401 - registers torch.ops.flashtune.flash_attention
 from flashtune.kernels.reference import reference_attention, relative_error
-from flashtune.runtime import hf_attention
-from flashtune.runtime.hf_attention import attention_forward
+from flashtune.runtime.integrations import hf_attention
+from flashtune.runtime.integrations.hf_attention import attention_forward
 
 
 def _qkv(batch, heads, kv_heads, q_len, kv_len, head_dim, dtype=torch.float16, seed=0):
@@ -139,8 +139,8 @@ def test_the_op_keeps_no_split_workspace_between_calls(tmp_path):
     # CUDA graphs of compiled code refuse memory that outlives a captured call unless it is
     # an output (H200: "3 tensor(s) in the cudagraph pool not tracked as outputs", the
     # cached split workspace): through the custom op nothing is kept; the eager op keeps it.
-    from flashtune.runtime.dispatch import Dispatcher, get_dispatcher, set_store
-    from flashtune.runtime.prepared import PreparedDecode
+    from flashtune.runtime.dispatching.dispatch import Dispatcher, get_dispatcher, set_store
+    from flashtune.runtime.dispatching.prepared import PreparedDecode
 
     set_store(tmp_path / "none.json")
     q, k, v = _qkv(1, 4, 1, 1, 512, 32, dtype=torch.float32)

@@ -20,8 +20,8 @@ from flashtune.experiments.study import measurers
 from flashtune.experiments.tracking import tracker as tracking
 from flashtune.kernels.source_hash import kernel_source_hash
 from flashtune.objectives.replay import load_table, write_table
-from flashtune.runtime.buckets import Bucket
-from flashtune.runtime.store import read_snapshot
+from flashtune.runtime.storage.buckets import Bucket
+from flashtune.runtime.storage.store import read_snapshot
 
 
 @dataclasses.dataclass(frozen=True)

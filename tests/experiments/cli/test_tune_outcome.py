@@ -10,7 +10,7 @@ from study_support import WORKLOAD, tune_args
 from flashtune.experiments.cli.main import main
 from flashtune.objectives.hardware import load_spec
 from flashtune.objectives.replay import load_table
-from flashtune.runtime.baselines import fallback_config
+from flashtune.runtime.dispatching.baselines import fallback_config
 
 
 def test_tune_ends_with_speedup_places_and_next_commands(replay_dir, stores, tmp_path, monkeypatch, capsys) -> None:
@@ -100,7 +100,7 @@ def _slow_table(replay_dir, tmp_path):
 
 def test_a_best_slower_than_the_default_is_said_and_the_default_is_exported(replay_dir, stores, tmp_path,
                                                                              monkeypatch, capsys) -> None:
-    from flashtune.runtime.store import read_snapshot
+    from flashtune.runtime.storage.store import read_snapshot
 
     folder, fallback = _slow_table(replay_dir, tmp_path)
     store = tmp_path / "configs.json"

@@ -20,8 +20,8 @@ from flashtune.objectives.feasibility import check
 from flashtune.objectives.hardware import HardwareSpec
 from flashtune.objectives.replay import load_table
 from flashtune.objectives.types import Workload
-from flashtune.runtime.baselines import baseline_priors
-from flashtune.runtime.export import export_best
+from flashtune.runtime.dispatching.baselines import baseline_priors
+from flashtune.runtime.storage.export import export_best
 
 #: A GPU like the H200 with the 99 KB of shared memory per block of sm86/sm89.
 SMALL_SHARED_BYTES = 101376

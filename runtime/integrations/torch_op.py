@@ -17,7 +17,7 @@ from typing import Optional
 import torch
 
 from flashtune.kernels.decode import TRANSIENT
-from flashtune.runtime.dispatch import flash_attention as _tuned
+from flashtune.runtime.dispatching.dispatch import flash_attention as _tuned
 
 OP_NAME = "flashtune::flash_attention"
 

@@ -17,7 +17,7 @@ scale of bf16 noise between two correct implementations.
 
 Usage (an H200 runs the default grid in about two minutes)::
 
-    python -m flashtune.runtime.bench_generate --json generate.json
+    python -m flashtune.experiments.benchmarks.bench_generate --json generate.json
 """
 
 from __future__ import annotations
@@ -32,9 +32,9 @@ from typing import Any
 
 import torch
 
-from flashtune.runtime.dispatch import explain, get_dispatcher
-from flashtune.runtime.hf_attention import FallbackLog, register, set_attention
-from flashtune.runtime.prepared import PreparedDecode
+from flashtune.runtime.dispatching.dispatch import explain, get_dispatcher
+from flashtune.runtime.dispatching.prepared import PreparedDecode
+from flashtune.runtime.integrations.hf_attention import FallbackLog, register, set_attention
 
 SDPA = "sdpa"
 

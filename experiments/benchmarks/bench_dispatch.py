@@ -17,7 +17,7 @@ and reports ``runtime_op - bare_launch`` (issue 13's target: at most 5 µs). Sha
 small so the GPU stays ahead of the host; variants are interleaved and the median of
 ``--repeats`` rounds is reported. Usage::
 
-    python -m flashtune.runtime.bench_dispatch --json dispatch.json
+    python -m flashtune.experiments.benchmarks.bench_dispatch --json dispatch.json
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from typing import Any
 
 import torch
 
-import flashtune.runtime.torch_op  # noqa: F401 - registers torch.ops.flashtune.flash_attention
+import flashtune.runtime.integrations.torch_op  # noqa: F401 - registers torch.ops.flashtune.flash_attention
 from flashtune.kernels.attention import (
     attention_forward_kernel,
     compile_options,
@@ -46,8 +46,8 @@ from flashtune.kernels.attention import flash_attention as launcher_op
 from flashtune.kernels.decode import DecodeWorkspace, launch_decode
 from flashtune.kernels.dtypes import DTYPES, interpreting
 from flashtune.kernels.space import kernel_of
-from flashtune.runtime.dispatch import flash_attention as runtime_op
-from flashtune.runtime.dispatch import get_dispatcher
+from flashtune.runtime.dispatching.dispatch import flash_attention as runtime_op
+from flashtune.runtime.dispatching.dispatch import get_dispatcher
 
 Shape = tuple[int, int, int, int, int, int]  # batch, q_heads, kv_heads, q_len, kv_len, head_dim
 

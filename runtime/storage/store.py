@@ -39,8 +39,15 @@ import jsonschema
 from flashtune.kernels.config import Config
 from flashtune.kernels.source_hash import kernel_source_hash
 from flashtune.kernels.space import validate_config
-from flashtune.runtime.buckets import ANY_BATCH_HEADS, Bucket, distance
-from flashtune.runtime.store_schema import ENTRY_SCHEMA, FILE_SCHEMA, FORMAT, MAX_ENTRIES, READABLE_VERSIONS, VERSION
+from flashtune.runtime.storage.buckets import ANY_BATCH_HEADS, Bucket, distance
+from flashtune.runtime.storage.store_schema import (
+    ENTRY_SCHEMA,
+    FILE_SCHEMA,
+    FORMAT,
+    MAX_ENTRIES,
+    READABLE_VERSIONS,
+    VERSION,
+)
 
 #: A store file larger than this is refused unread (a hostile file must not exhaust memory).
 MAX_STORE_BYTES = 32 * 2**20

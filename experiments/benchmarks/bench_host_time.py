@@ -9,8 +9,8 @@ up; ``wall_us``: the same loop to the end of the sync). The ops:
   compiled kernels launched directly: ``kernels.decode.BoundDecode``);
 - ``op + key ranges``: the same with ``cache_seqlens`` / ``kv_start`` tensors (a static
   cache, left padding);
-- ``transformers eager``: ``runtime.hf_attention.attention_forward`` with
-  :func:`~flashtune.runtime.hf_attention.key_range_mask`'s ranges, as a transformers layer
+- ``transformers eager``: ``runtime.integrations.hf_attention.attention_forward`` with
+  :func:`~flashtune.runtime.integrations.hf_attention.key_range_mask`'s ranges, as a transformers layer
   calls it eagerly (output transposed to (batch, seq, heads, head_dim));
 - ``sdpa cudnn`` / ``sdpa flash``: PyTorch SDPA with the KV heads expanded (transformers'
   sdpa path), ``sdpa_kernel(backend)`` entered once outside the loop.
@@ -19,7 +19,7 @@ Each output is first checked against SDPA's math backend in float32 (bf16 tolera
 each of our ops for a host synchronization (none may wait for the GPU once warmed up).
 Prints one line per op and a table last; ``--json`` writes the result. Usage::
 
-    python -m flashtune.runtime.bench_host_time --json host_time.json
+    python -m flashtune.experiments.benchmarks.bench_host_time --json host_time.json
 """
 
 from __future__ import annotations
@@ -36,8 +36,8 @@ from typing import Any
 
 import torch
 
-from flashtune.runtime.dispatch import flash_attention, get_dispatcher
-from flashtune.runtime.hf_attention import attention_forward
+from flashtune.runtime.dispatching.dispatch import flash_attention, get_dispatcher
+from flashtune.runtime.integrations.hf_attention import attention_forward
 
 #: (batch, kv_len) of the decode shapes measured (32 query heads, 8 KV heads, head_dim 128).
 SHAPES = ((1, 4096), (8, 8192))

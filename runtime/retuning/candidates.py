@@ -13,8 +13,8 @@ import itertools
 from flashtune.kernels.config import Config
 from flashtune.kernels.space import KERNEL_TUNABLES, kernel_of
 from flashtune.objectives.types import Workload
-from flashtune.runtime.baselines import baseline_priors
-from flashtune.runtime.dispatch import CacheKey, Dispatcher
+from flashtune.runtime.dispatching.baselines import baseline_priors
+from flashtune.runtime.dispatching.dispatch import CacheKey, Dispatcher
 
 #: Nearest-bucket store entries taken as priors, beyond the bucket's own.
 NEAREST_PRIORS = 3

@@ -90,7 +90,7 @@ STORE_SCHEMA: dict[str, Any] = {
 }
 
 #: The file's structure only. A reader checks this for the whole file, then each entry
-#: against ENTRY_SCHEMA when its bucket is first looked up (runtime.store.Snapshot): a
+#: against ENTRY_SCHEMA when its bucket is first looked up (runtime.storage.store.Snapshot): a
 #: process serves one GPU and a few buckets, and jsonschema costs about 0.5 ms an entry.
 FILE_SCHEMA: dict[str, Any] = {
     **STORE_SCHEMA,

@@ -13,9 +13,9 @@ from collections.abc import Iterable
 from flashtune.kernels.source_hash import kernel_source_hash
 from flashtune.kernels.space import kernel_of
 from flashtune.objectives.types import Measurement
-from flashtune.runtime.buckets import Bucket
-from flashtune.runtime.resolve import uses_fp8
-from flashtune.runtime.store import Store, StoreEntry, better, triton_version
+from flashtune.runtime.dispatching.resolve import uses_fp8
+from flashtune.runtime.storage.buckets import Bucket
+from flashtune.runtime.storage.store import Store, StoreEntry, better, triton_version
 
 #: Keys of ``Measurement.versions`` read for the kernel hash and the Triton version; a
 #: measurement without them is taken to come from the kernel and Triton installed here.

@@ -15,7 +15,7 @@ import mlflow
 from mlflow.entities import Metric
 from mlflow.tracking import MlflowClient
 
-from flashtune.runtime.monitor import flatten_metrics
+from flashtune.runtime.retuning.monitor import flatten_metrics
 
 EXPERIMENT = "flashtune-runtime"
 

@@ -19,9 +19,9 @@ from flashtune.kernels.config import Config
 from flashtune.kernels.space import SAFE_DEFAULT
 from flashtune.objectives.feasibility import check
 from flashtune.objectives.hardware import HardwareSpec
-from flashtune.runtime.baselines import arch_of, decode_default, fallback_config
-from flashtune.runtime.buckets import DECODE_MAX_Q_LEN, Bucket, distance
-from flashtune.runtime.store import Key, Snapshot, warn_once
+from flashtune.runtime.dispatching.baselines import arch_of, decode_default, fallback_config
+from flashtune.runtime.storage.buckets import DECODE_MAX_Q_LEN, Bucket, distance
+from flashtune.runtime.storage.store import Key, Snapshot, warn_once
 
 
 @dataclass(frozen=True)

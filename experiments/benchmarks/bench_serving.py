@@ -18,7 +18,7 @@ agreement). ``fallback`` lists the op's SDPA fallback lines (none expected).
 
 Usage (a few minutes on an H200)::
 
-    python -m flashtune.runtime.bench_serving --json serving.json
+    python -m flashtune.experiments.benchmarks.bench_serving --json serving.json
 """
 
 from __future__ import annotations
@@ -35,10 +35,10 @@ from typing import Any
 
 import torch
 
+from flashtune.experiments.benchmarks.bench_generate import build_model
 from flashtune.kernels import decode as decode_mod
-from flashtune.runtime.bench_generate import build_model
-from flashtune.runtime.dispatch import flash_attention, reload_store
-from flashtune.runtime.hf_attention import FallbackLog, register, set_attention
+from flashtune.runtime.dispatching.dispatch import flash_attention, reload_store
+from flashtune.runtime.integrations.hf_attention import FallbackLog, register, set_attention
 
 SDPA = "sdpa"
 MODES = ("eager", "padded", "static")

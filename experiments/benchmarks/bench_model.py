@@ -2,11 +2,11 @@
 tuned op against SDPA (needs a GPU and transformers).
 
 The same weights and inputs run under ``attn_implementation="sdpa"`` and under the
-flashtune attention function (:mod:`flashtune.runtime.hf_attention`); logits are
+flashtune attention function (:mod:`flashtune.runtime.integrations.hf_attention`); logits are
 compared, then each is timed with ``triton.testing.do_bench`` (CUDA events, L2 flushed),
 interleaved A B A B so drift hits both. Usage::
 
-    python -m flashtune.runtime.bench_model --batch 4 --seq 4096 --json model.json
+    python -m flashtune.experiments.benchmarks.bench_model --batch 4 --seq 4096 --json model.json
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ def run(*, batch: int, seq: int, layers: int, hidden: int, heads: int, kv_heads:
 
     # GPU-only script: transformers and the runtime op load when it runs, not on import.
     from flashtune.kernels.reference import relative_error
-    from flashtune.runtime.dispatch import explain
-    from flashtune.runtime.hf_attention import register, set_attention
+    from flashtune.runtime.dispatching.dispatch import explain
+    from flashtune.runtime.integrations.hf_attention import register, set_attention
 
     name = register()
     config = transformers.LlamaConfig(

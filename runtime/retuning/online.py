@@ -3,15 +3,15 @@ swap the winner in only if it is faster, roll it back if it turns out slower.
 
 The loop per bucket:
 
-1. Time some calls (:mod:`flashtune.runtime.timing`) into a sliding window
-   (:class:`~flashtune.runtime.monitor.LatencyMonitor`). The first full window's median
+1. Time some calls (:mod:`flashtune.runtime.retuning.timing`) into a sliding window
+   (:class:`~flashtune.runtime.retuning.monitor.LatencyMonitor`). The first full window's median
    is the bucket's baseline.
 2. When the window's median exceeds the baseline by ``degradation_threshold``, queue a
    re-tune, unless one is running, the bucket is cooling down, or the overhead budget
    says no.
 3. A worker thread measures the incumbent and a few candidates (store priors, the
    architecture's baselines, one-step neighbours of the incumbent) with the benchmark
-   (by default in a separate process, :mod:`flashtune.runtime.worker`), stopping when
+   (by default in a separate process, :mod:`flashtune.runtime.retuning.worker`), stopping when
    the budget runs out.
 4. A candidate faster than the incumbent by ``min_gain`` is swapped in (one dictionary
    assignment in the dispatcher) and put on probation: every call is timed until
@@ -46,13 +46,13 @@ from flashtune.kernels.dtypes import interpreting
 from flashtune.kernels.space import SAFE_DEFAULT, validate_config
 from flashtune.objectives.feasibility import check
 from flashtune.objectives.types import Measurement, Workload
-from flashtune.runtime.candidates import default_candidates
-from flashtune.runtime.dispatch import CacheKey, Dispatcher, get_dispatcher
-from flashtune.runtime.monitor import LatencyMonitor
-from flashtune.runtime.online_options import OnlineOptions
-from flashtune.runtime.store import StoreEntry
-from flashtune.runtime.timing import CudaEventTiming, HostTiming, Reader, TimingSource
-from flashtune.runtime.worker import WorkerBenchmark
+from flashtune.runtime.dispatching.dispatch import CacheKey, Dispatcher, get_dispatcher
+from flashtune.runtime.retuning.candidates import default_candidates
+from flashtune.runtime.retuning.monitor import LatencyMonitor
+from flashtune.runtime.retuning.online_options import OnlineOptions
+from flashtune.runtime.retuning.timing import CudaEventTiming, HostTiming, Reader, TimingSource
+from flashtune.runtime.retuning.worker import WorkerBenchmark
+from flashtune.runtime.storage.store import StoreEntry
 
 Benchmark = Callable[[Config, Workload], Measurement]
 CandidateFn = Callable[[CacheKey, Config, Workload], Sequence[Config]]
@@ -111,13 +111,13 @@ class OnlineTuner:
         dispatcher: the dispatcher whose configs it swaps (default: the process-wide one).
         options: the knobs.
         timing: how calls are timed; default CUDA events on a GPU, the host clock otherwise.
-        benchmark: measures a candidate; default a :class:`~flashtune.runtime.worker.WorkerBenchmark`
+        benchmark: measures a candidate; default a :class:`~flashtune.runtime.retuning.worker.WorkerBenchmark`
             (the objectives' isolated worker process on the served GPU).
         clock: seconds, monotonic; for run time and tuning overhead.
         candidates: (cache key, incumbent, workload) -> candidates; default store priors,
             baselines and neighbours, feasible on the live spec.
         callbacks: called with :meth:`metrics` every ``metrics_every_s`` from the worker
-            thread (e.g. :class:`flashtune.runtime.mlflow_callback.MlflowMetrics`).
+            thread (e.g. :class:`flashtune.runtime.retuning.mlflow_callback.MlflowMetrics`).
     """
 
     def __init__(

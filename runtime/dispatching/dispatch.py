@@ -1,10 +1,10 @@
 """The tuned op: look the config up, check it fits the live GPU, call the kernels' launcher.
 
 ``flash_attention`` here has the launcher's signature without ``config``. The first call
-of a (device, bucket) walks the fallback chain (:mod:`flashtune.runtime.resolve`) and
+of a (device, bucket) walks the fallback chain (:mod:`flashtune.runtime.dispatching.resolve`) and
 caches the answer. The first call of a *call key* (the bucket's inputs plus q's exact
 shape and strides, the scale) runs the launcher, which validates every input and names
-the bad argument, and keeps what it derived (:mod:`flashtune.runtime.prepared`); every
+the bad argument, and keeps what it derived (:mod:`flashtune.runtime.dispatching.prepared`); every
 later call is one dictionary lookup, the checks the key does not cover, an allocation
 and the kernel's launch (``bench_dispatch.py`` measures it against a bare launch).
 
@@ -29,11 +29,11 @@ from flashtune.kernels.decode import default_decode_config
 from flashtune.kernels.source_hash import kernel_source_hash
 from flashtune.kernels.space import SAFE_DEFAULT, uses_decode_kernel
 from flashtune.objectives.hardware import HardwareSpec
-from flashtune.runtime.buckets import Bucket, kind_of
-from flashtune.runtime.prepared import PreparedCall
-from flashtune.runtime.prepared import prepare as _prepare
-from flashtune.runtime.resolve import Resolution, resolve, uses_fp8
-from flashtune.runtime.store import ENV_STORE, Key, Store, default_store_path, triton_version  # noqa: F401 - re-exported
+from flashtune.runtime.dispatching.prepared import PreparedCall
+from flashtune.runtime.dispatching.prepared import prepare as _prepare
+from flashtune.runtime.dispatching.resolve import Resolution, resolve, uses_fp8
+from flashtune.runtime.storage.buckets import Bucket, kind_of
+from flashtune.runtime.storage.store import ENV_STORE, Key, Store, default_store_path, triton_version  # noqa: F401 - re-exported
 
 #: Resolution origins whose config was measured for its bucket (kept as recorded).
 STORE_ORIGINS = ("exact", "nearest")
@@ -98,7 +98,7 @@ def call_key(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sc
 
     Holds everything the launcher's checks, the grid and the compile options depend on,
     except K and V's length, strides and shape, which a growing KV cache changes on every
-    decoding step: :class:`~flashtune.runtime.prepared.PreparedCall` re-checks those
+    decoding step: :class:`~flashtune.runtime.dispatching.prepared.PreparedCall` re-checks those
     (the kv_len bucket is in, because it picks the config).
     """
     shape_k = k.shape

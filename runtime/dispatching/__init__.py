@@ -1,0 +1,1 @@
+"""Dispatch: the op, resolving a call to a config (exact, nearest, baseline), prepared calls."""

@@ -1,0 +1,316 @@
+"""An attention function for transformers' ``AttentionInterface`` registry.
+
+transformers calls ``fn(module, query, key, value, attention_mask, scaling=..., dropout=...,
+**kwargs)`` with (batch, heads, seq, head_dim) tensors, key/value with the model's KV
+heads (grouped-query is native to the kernel), and expects ``(output as (batch, seq,
+heads, head_dim), attention weights or None)``.
+
+The kernel does causal attention aligned bottom-right over a per-sequence key range
+[first, end): ``end`` is the query block's last position + 1 (a static cache holds empty
+slots after it), ``first`` the first real key (left padding). :func:`register` installs
+:func:`key_range_mask` as the name's mask builder (transformers 5's
+``ALL_MASK_ATTENTION_FUNCTIONS``), which turns the 2-D padding mask and the cache's query
+offset into those ranges: a (2, batch, 1, 1) int32 tensor, computed on the device without
+a host read, so it traces under ``torch.compile``. Four dimensions because transformers
+takes a 4-D mask as already built (generate builds the mask once and the model's forward
+would otherwise read a 2-D one as a padding mask); int32 because real masks are bool or float. The padded keys before ``first`` and the empty
+slots at or after ``end`` are never attended; a real query row (its own token not padding)
+then gets exactly SDPA's result, for left and right padding alike (a right-padded row's
+causal range ends before its pads). Padding rows themselves get other values than SDPA's
+(zeros for left padding); nothing reads them.
+
+Whatever the kernel cannot express goes to PyTorch's SDPA, which is correct if slower: a
+mask with holes (padding inside the sequence, such as generating after right padding),
+sliding windows, chunked or custom mask functions (the builder returns sdpa's dense mask),
+dropout, logit soft-capping, attention sinks, returned weights. Every such decision
+depends only on shapes, kwargs and the mask builder's eager check, so it is made before
+compiled code runs; each reason is one log line (``logging``, never ``warnings``: a
+warning inside a compiled region breaks the graph) at its first eager call.
+
+transformers is imported only inside :func:`register` and the mask builder.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+import flashtune.runtime.integrations.torch_op  # noqa: F401 - registers torch.ops.flashtune.flash_attention
+from flashtune.kernels.attention import SUPPORTED_DTYPES, SUPPORTED_HEAD_DIMS
+from flashtune.kernels.dtypes import interpreting
+from flashtune.runtime.dispatching.dispatch import flash_attention as _tuned
+
+#: Not "flashtune": transformers (5.x) treats every implementation name containing
+#: "flash" as a FlashAttention build and tries to load it (from the hub for unknown names),
+#: so ``set_attn_implementation("flashtune")`` raised before our function was ever called.
+NAME = "tuned_attention"
+
+#: Substrings transformers routes to its own loaders or checks instead of the registry.
+_RESERVED = ("flash", "flex_attention", "sdpa", "eager", "/")
+
+# kwargs whose presence changes the attention's result in ways the kernel cannot do.
+_UNSUPPORTED_KWARGS = ("softcap", "s_aux", "sinks")
+_LOGGED: set[str] = set()
+_LOG = logging.getLogger("flashtune.attention")
+
+
+class FallbackLog(logging.Handler):
+    """Collects the fallback lines (``with FallbackLog() as log: ...; log.lines``), for
+    benchmarks that report whether the kernel ran."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+    def __enter__(self) -> FallbackLog:
+        _LOGGED.clear()  # a reason logged before the block is logged again inside it
+        _LOG.addHandler(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        _LOG.removeHandler(self)
+
+
+def is_key_ranges(mask: Any) -> bool:
+    """Whether ``mask`` is :func:`key_range_mask`'s (2, batch, 1, 1) int32 ranges (first, end)."""
+    return (isinstance(mask, torch.Tensor) and mask.dtype == torch.int32 and mask.dim() == 4 and mask.shape[0] == 2
+            and mask.shape[2] == 1 and mask.shape[3] == 1)
+
+
+def key_ranges(attention_mask: torch.Tensor | None, *, batch_size: int, q_length: int, kv_length: int,
+               q_offset: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(ranges, holes, full) from a 2-D padding mask: ``ranges`` (2, batch, 1, 1) int32, [0]
+    each sequence's first real key, [1] the end ``q_offset + q_length`` (the same for
+    every sequence); ``holes`` a 0-dim bool tensor, True when some sequence's real keys
+    before the end are not one run (the ranges would then be wrong); ``full`` True when
+    every key before the end is real (no padding). No host read.
+
+    Args:
+        attention_mask: (batch, >= kv_length) bool, True for real tokens; None: no padding.
+        batch_size: sequences.
+        q_length: queries of this forward pass.
+        kv_length: keys the attention sees (a static cache's capacity).
+        q_offset: the position of the first query (an int, or a 0-dim tensor for a static cache).
+    """
+    device = attention_mask.device if attention_mask is not None else (
+        q_offset.device if isinstance(q_offset, torch.Tensor) else "cpu")
+    end = torch.as_tensor(q_offset, device=device).to(torch.int32).reshape(()) + q_length
+    ends = end.expand(batch_size)
+    if attention_mask is None:
+        no = torch.zeros((), dtype=torch.bool, device=device)
+        return torch.stack([torch.zeros_like(ends), ends])[:, :, None, None], no, ~no
+    mask = attention_mask[:, :kv_length].to(torch.bool)
+    if mask.shape[1] < kv_length:  # a static cache's mask may stop at the filled part
+        mask = F.pad(mask, (0, kv_length - mask.shape[1]))
+    cols = torch.arange(kv_length, device=device, dtype=torch.int32)
+    real = mask & (cols < end)
+    first = real.to(torch.int8).argmax(dim=1).to(torch.int32)  # the first real key (0 for none)
+    count = real.sum(dim=1, dtype=torch.int32)
+    run = (cols >= first[:, None]) & (cols < (first + count)[:, None])
+    holes = (real != run).any()
+    return torch.stack([first, ends])[:, :, None, None], holes, (count == end).all()
+
+
+def key_range_mask(batch_size: int, q_length: int | None = None, kv_length: int | None = None, q_offset: Any = 0,
+                   kv_offset: int = 0, mask_function: Any = None, attention_mask: torch.Tensor | None = None,
+                   **kwargs: Any) -> Any:
+    """transformers 5's mask-builder interface, for the kernel: None (plain causal, every
+    key real), :func:`key_ranges`' ranges, or sdpa's dense mask for what ranges cannot say.
+
+    Eager, one host read a forward pass (not a layer) decides None / ranges / dense, as
+    transformers' own sdpa builder reads ``attention_mask.all()``; under ``torch.compile``
+    nothing is read and the ranges are returned, so a mask with holes is only caught eagerly.
+    """
+    from transformers.masking_utils import causal_mask_function, sdpa_mask
+
+    cache_position = kwargs.get("cache_position")
+    if q_length is None and cache_position is not None:  # transformers before 5.5
+        q_length, q_offset = cache_position.shape[0], cache_position[0]
+    if (mask_function is not None and mask_function is not causal_mask_function) or kv_offset:
+        # A sliding window, a chunked or custom mask: the dense mask, and SDPA.
+        return sdpa_mask(batch_size=batch_size, q_length=q_length, kv_length=kv_length, q_offset=q_offset,
+                         kv_offset=kv_offset, mask_function=mask_function, attention_mask=attention_mask, **kwargs)
+    if attention_mask is not None and attention_mask.dim() != 2:
+        return attention_mask  # already 4-D: someone else's mask, SDPA takes it
+    ranges, holes, full = key_ranges(attention_mask, batch_size=batch_size, q_length=q_length, kv_length=kv_length,
+                               q_offset=q_offset)
+    if torch.compiler.is_compiling():
+        return ranges
+    has_holes, no_padding, end = torch.stack([holes.int(), full.int(), ranges[1, 0, 0, 0]]).tolist()
+    if has_holes:
+        return sdpa_mask(batch_size=batch_size, q_length=q_length, kv_length=kv_length, q_offset=q_offset,
+                         kv_offset=kv_offset, mask_function=causal_mask_function, attention_mask=attention_mask,
+                         **kwargs)
+    if no_padding and end == kv_length:
+        return None  # every key real, no empty slot: the plain causal kernel
+    return ranges
+
+
+def ranges_to_dense(ranges: torch.Tensor, q_len: int, kv_len: int, causal: bool, dtype: torch.dtype) -> torch.Tensor:
+    """The additive (batch, 1, q_len, kv_len) mask of the ranges (for the SDPA fallback):
+    0 where a query sees a key, the dtype's minimum elsewhere (finite: a row that sees no
+    key gets some output rather than NaN, which would reach the next layer's values)."""
+    first, end = ranges[0, :, 0, 0].long(), ranges[1, :, 0, 0].long()
+    cols = torch.arange(kv_len, device=ranges.device)
+    rows = torch.arange(q_len, device=ranges.device)
+    keep = (cols[None, None, :] >= first[:, None, None]) & (cols[None, None, :] < end[:, None, None])
+    if causal:
+        keep = keep & (cols[None, None, :] <= rows[None, :, None] + (end - q_len)[:, None, None])
+    zero = torch.zeros((), dtype=dtype, device=ranges.device)
+    return torch.where(keep[:, None], zero, torch.finfo(dtype).min)
+
+
+def _fallback_reason(query: torch.Tensor, key: torch.Tensor, attention_mask: Any, dropout: float, kwargs: dict[str, Any],
+                     ranges: Any = None) -> str | None:
+    """Why SDPA must run this call (None: the kernel takes it). ``ranges`` is the mask's
+    key ranges when the caller already knows them (then the mask is not re-inspected)."""
+    if attention_mask is not None and ranges is None and not is_key_ranges(attention_mask):
+        return "a dense attention mask (holes in the padding, a sliding window or a custom mask)"
+    if dropout:
+        return "dropout"
+    if kwargs.get("output_attentions"):
+        return "output_attentions"
+    for name in _UNSUPPORTED_KWARGS:
+        if kwargs.get(name) is not None:
+            return name
+    # Each shape read once: a decoding step runs this for every layer (host time).
+    shape_q, shape_k = query.shape, key.shape
+    if shape_q[-1] not in SUPPORTED_HEAD_DIMS or query.dtype not in SUPPORTED_DTYPES:
+        return f"head_dim {shape_q[-1]} / dtype {query.dtype}"
+    if shape_q[-1] != shape_k[-1] or shape_q[1] % shape_k[1]:
+        return "head shapes the kernel does not take"
+    if not query.is_cuda and query.device.type == "cpu" and not interpreting():
+        return "CPU tensors without the Triton interpreter"
+    return None
+
+
+#: The last key-range mask seen eagerly and its (first, end) views. Every layer of a forward
+#: pass gets the same mask object, and taking the views costs more host time than the
+#: kernel's launch; one tuple, replaced whole, so concurrent threads read a consistent pair.
+#: Only :func:`key_range_mask`'s tiny (2, batch, 1, 1) tensors are kept alive by it.
+_LAST_RANGES: tuple[Any, Any] = (None, None)
+
+
+def _ranges_views(mask: Any) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """(first, end) of a key-range mask as (batch,) views, None for any other mask
+    (memoized on the last key-range mask object: shape and dtype of a tensor object are
+    fixed, and views share its storage, so in-place updates of its values still show)."""
+    global _LAST_RANGES
+    last, views = _LAST_RANGES
+    if mask is last:
+        return views
+    if not is_key_ranges(mask):
+        return None
+    views = (mask[0, :, 0, 0], mask[1, :, 0, 0])
+    _LAST_RANGES = (mask, views)
+    return views
+
+
+def _sdpa(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attention_mask: Any, scaling: float | None, dropout: float, is_causal: bool) -> torch.Tensor:
+    groups = query.shape[1] // key.shape[1]
+    if groups > 1:
+        key = key.repeat_interleave(groups, dim=1)
+        value = value.repeat_interleave(groups, dim=1)
+    # Same rule as transformers' own sdpa path: the causal flag only without a mask and
+    # with more than one query (SDPA aligns its causal mask top-left).
+    causal = bool(is_causal) and attention_mask is None and query.shape[2] > 1
+    return F.scaled_dot_product_attention(query, key, value, attn_mask=attention_mask, dropout_p=dropout, scale=scaling, is_causal=causal)
+
+
+def attention_forward(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float | None = None,
+    dropout: float = 0.0,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, None]:
+    """transformers-compatible attention through ``torch.ops.flashtune.flash_attention``.
+
+    Args:
+        module: the attention layer (read for ``is_causal``).
+        query: (batch, heads, q_len, head_dim).
+        key: (batch, kv_heads, kv_len, head_dim).
+        value: like ``key``.
+        attention_mask: None for "no mask beyond the causal flag", :func:`key_range_mask`'s
+            ranges (the kernel takes them); anything else goes to SDPA.
+        scaling: softmax scale (None: 1/sqrt(head_dim)).
+        dropout: attention dropout probability (non-zero goes to SDPA).
+        **kwargs: ``is_causal`` overrides ``module.is_causal``; others are ignored unless
+            they change the result (see the module docstring).
+
+    Returns:
+        (output of shape (batch, q_len, heads, head_dim), None).
+    """
+    is_causal = kwargs.pop("is_causal", None)
+    is_causal = getattr(module, "is_causal", True) if is_causal is None else is_causal
+    compiling = torch.compiler.is_compiling()
+    if compiling:  # no module state inside a traced region
+        views = None
+        ranges = attention_mask if is_key_ranges(attention_mask) else None
+    else:
+        views = _ranges_views(attention_mask) if attention_mask is not None else None
+        ranges = attention_mask if views is not None else None
+    reason = _fallback_reason(query, key, attention_mask, dropout, kwargs, ranges)
+    if reason is not None:
+        if reason not in _LOGGED and not compiling:
+            _LOGGED.add(reason)
+            _LOG.warning("flashtune attention: %s is not supported by the kernel; using SDPA", reason)
+        if ranges is not None:
+            attention_mask = ranges_to_dense(ranges, query.shape[2], key.shape[2], bool(is_causal), query.dtype)
+        out = _sdpa(query, key, value, attention_mask, scaling, dropout, is_causal)
+    else:
+        scale = None if scaling is None else float(scaling)
+        if compiling:
+            first = end = None
+            if ranges is not None:
+                first, end = ranges[0, :, 0, 0], ranges[1, :, 0, 0]
+            # One opaque node for torch.compile (its fake implementation gives the shapes).
+            out = torch.ops.flashtune.flash_attention(query, key, value, bool(is_causal), scale, end, first)
+        else:
+            # Eager: the runtime op directly. The torch.library dispatcher would add its own
+            # per-call host time, which a decoding step (one query a layer) pays in full.
+            first, end = views if views is not None else (None, None)
+            out = _tuned(query, key, value, causal=bool(is_causal), scale=scale, cache_seqlens=end, kv_start=first)
+    return out.transpose(1, 2).contiguous(), None
+
+
+def set_attention(model: torch.nn.Module, name: str) -> None:
+    """Switch a transformers model's attention implementation (``sdpa``, ``eager``, ``name``)."""
+    if hasattr(model, "set_attn_implementation"):
+        model.set_attn_implementation(name)
+    else:  # transformers before set_attn_implementation read the config at forward time
+        model.config._attn_implementation = name
+
+
+def register(name: str = NAME) -> str:
+    """Register :func:`attention_forward` with transformers as ``attn_implementation=name``.
+
+    Also maps ``name`` to :func:`key_range_mask`, which gives the kernel per-sequence key
+    ranges (static caches, padded batches) and sdpa's dense mask only for what they
+    cannot express (SDPA runs those).
+
+    Returns:
+        ``name``, for ``model.set_attn_implementation(name)`` or ``from_pretrained(..., attn_implementation=name)``.
+    """
+    reserved = [r for r in _RESERVED if r in name]
+    if reserved:
+        raise ValueError(f"attention name {name!r} contains {reserved[0]!r}: transformers would not route it "
+                         f"to the registered function; pick another (default {NAME!r})")
+    from transformers import AttentionInterface
+
+    AttentionInterface.register(name, attention_forward)
+    try:
+        from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS
+    except ImportError:  # transformers before the mask registry: masks come as before
+        return name
+    ALL_MASK_ATTENTION_FUNCTIONS.register(name, key_range_mask)
+    return name

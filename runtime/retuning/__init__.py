@@ -1,0 +1,1 @@
+"""Opt-in online re-tuning: the tuner, its options, latency monitor, timing, candidates, worker."""
