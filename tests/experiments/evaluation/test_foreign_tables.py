@@ -49,7 +49,7 @@ def test_landscape_of_a_cache_file_is_its_recorded_configs() -> None:
     assert landscape.optimum_ms == min(m.median_ms for m in landscape.table.values() if m.ok)
 
 
-def test_compare_reads_cache_and_t4_files(tmp_path) -> None:
+def test_compare_reads_cache_and_t4_files(tmp_path, capsys) -> None:
     report_path = tmp_path / "report.json"
     rc = main(["compare", "--tables", str(PNPOLY), str(PNPOLY_T4), "--seeds", "2", "--budget", "12",
                "--strategies", "random,portfolio", "--priors", "none", "--jobs", "1", "--json", str(report_path)])
@@ -59,6 +59,9 @@ def test_compare_reads_cache_and_t4_files(tmp_path) -> None:
     assert report["workloads"]["pnpoly_RTX_3090"]["feasible"] == 288
     for entry in report["strategies"].values():
         assert 1 <= entry["evals_to_2pct"]["median"] <= 13
+        reached = [w["evals_to_2pct"]["reached"] for w in entry["workloads"].values()]
+        assert entry["hit_rate_2pct"] == pytest.approx(sum(reached) / 2)
+    assert "hit rate (runs within 2 % of the optimum in budget)" in capsys.readouterr().out
 
 
 def _write(path: Path, data: object) -> Path:
