@@ -110,7 +110,8 @@ def tune(
             tracking_uri, study_name=study_name, gpu_name=gpu_name,
             parent_tags={"strategy": strategy, "seed": str(seed), "gpu": gpu_name, "space": "user"},
             parent_params={"strategy": strategy, "seed": str(seed), "trials": str(trials),
-                           **{f"space.{name}": str(list(values)) for name, values in space.tunables.items()}},
+                           # MLflow caps a param's length: a long value list is clipped (the trials carry the configs).
+                           **{f"space.{name}": str(list(values))[:500] for name, values in space.tunables.items()}},
             child_tags={"strategy": strategy, "gpu": gpu_name},
             study_info={"strategy": strategy, "seed": seed, "budget_trials": trials},
         )
