@@ -81,7 +81,7 @@ def load_kernel_tuner(path: str | Path) -> RecordedSpace:
         ValueError: one line naming the file and its problem.
     """
     path = Path(path)
-    data = _read_json(path)
+    data = read_json(path)
     if not isinstance(data, dict):
         raise ValueError(f"{path}: not a Kernel Tuner cache or T4 file (top level is {type(data).__name__})")
     if "cache" in data:
@@ -91,7 +91,8 @@ def load_kernel_tuner(path: str | Path) -> RecordedSpace:
     raise ValueError(f"{path}: not a Kernel Tuner cache (no 'cache') nor a T4 file (no 'results')")
 
 
-def _read_json(path: Path) -> Any:
+def read_json(path: Path) -> Any:
+    """A JSON file, gzipped or not; a problem is one ``ValueError`` naming the file."""
     try:
         raw = path.read_bytes()
     except OSError as exc:

@@ -20,6 +20,8 @@ import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
 from flashtune.kernels.config import Config, Value
+from flashtune.kernels.space import tunables_for
+from flashtune.objectives.feasibility import check
 
 Constraint = Callable[[Config], bool]
 #: A restriction: a Python expression over parameter names (``"block_x * block_y <= 1024"``,
@@ -140,9 +142,6 @@ class SearchSpace:
         """The space of the kernel that serves ``workload`` (``kernels.space.tunables_for``:
         decode for short queries, else prefill), constrained by the static feasibility
         model on ``hardware``."""
-
-        from flashtune.kernels.space import tunables_for  # the attention client, imported only when used
-        from flashtune.objectives.feasibility import check
 
         return cls(tunables_for(workload), lambda config: check(config, workload, hardware).feasible)
 

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from flashtune.objectives.kernel_tuner_files import _read_json, load_kernel_tuner, space_name
+from flashtune.objectives.kernel_tuner_files import read_json, load_kernel_tuner, space_name
 
 STRATEGIES = ("random_sample", "genetic_algorithm", "dual_annealing", "bayes_opt", "adaptive_tabu_greywolf",
               "simulated_annealing", "pso", "greedy_ils")
@@ -40,7 +40,7 @@ def evals_to_within(path: Path, strategy: str, seed: int, budget: int) -> int | 
     """Kernel Tuner's evaluations until a config within 2 % of the file's optimum (None: not in budget)."""
     from kernel_tuner import tune_kernel
 
-    data = _read_json(path)
+    data = read_json(path)
     data.setdefault("objective", "time")
     recorded = load_kernel_tuner(path)  # checks the file, one line naming any problem
     optimum = min(m.median_ms for m in recorded.measurements if m.ok)
