@@ -42,7 +42,10 @@ def evals_to_within(path: Path, strategy: str, seed: int, budget: int) -> int | 
     from kernel_tuner import tune_kernel
 
     data = read_json(path)
-    data.setdefault("objective", "time")
+    # The cache last: Kernel Tuner reads a cache file as text and closes it itself unless it
+    # ends with the cache's closing braces (an "objective" key added after it broke that).
+    data = {**{k: v for k, v in data.items() if k != "cache"}, "objective": data.get("objective", "time"),
+            "cache": data["cache"]}
     recorded = load_kernel_tuner(path)  # checks the file, one line naming any problem
     optimum = min(m.median_ms for m in recorded.measurements if m.ok)
     keys = data["tune_params_keys"]
