@@ -1,7 +1,9 @@
 """Replay objective: answer from a recorded sweep table instead of the GPU.
 
 A table is JSON lines, one ``Measurement.to_dict()`` per config of one workload on one
-GPU, failures included (``flashtune sweep`` writes them). Replaying gives the same
+GPU, failures included (``flashtune sweep`` writes them), or a recorded space of any other
+kernel: a Kernel Tuner cache or T4 file (``.json``, ``.json.gz``;
+``flashtune.objectives.kernel_tuner_files``), whose measurements have no workload (None). Replaying gives the same
 ``Measurement`` a live run gave, with ``source="replayed"``; an optional noise model
 draws each time from the recorded 20/80 % quantiles, so strategies meet the spread the
 GPU showed (Kernel Tuner's simulation mode).
@@ -18,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from flashtune.kernels.config import Config
+from flashtune.objectives.kernel_tuner_files import is_kernel_tuner_file, load_kernel_tuner
 from flashtune.objectives.types import Measurement, Status, Workload
 
 # 20th..80th percentile of a normal distribution spans 2 * 0.8416 standard deviations.
@@ -25,8 +28,13 @@ _P20_P80_SIGMAS = 2 * 0.8416212335729143
 
 
 def load_table(path: str | Path) -> list[Measurement]:
-    """Read a recorded table, naming the file and line of any bad record."""
+    """Read a recorded table, naming the file and line of any bad record.
+
+    A Kernel Tuner cache or T4 file (by its suffix) is read by ``load_kernel_tuner``.
+    """
     path = Path(path)
+    if is_kernel_tuner_file(path):
+        return list(load_kernel_tuner(path).measurements)
     measurements = []
     try:
         lines = path.read_text().splitlines()
@@ -77,7 +85,7 @@ class ReplayObjective:
     """
 
     def __init__(self, tables: Iterable[Measurement], *, noise: bool = False, seed: int = 0) -> None:
-        self._table: dict[Workload, dict[Config, Measurement]] = {}
+        self._table: dict[Workload | None, dict[Config, Measurement]] = {}
         for m in tables:
             self._table.setdefault(m.workload, {})[m.config] = m
         if not self._table:
@@ -93,13 +101,14 @@ class ReplayObjective:
         return cls(measurements, **kwargs)
 
     @property
-    def workloads(self) -> list[Workload]:
+    def workloads(self) -> list[Workload | None]:
         return list(self._table)
 
-    def table(self, workload: Workload) -> Mapping[Config, Measurement]:
+    def table(self, workload: Workload | None = None) -> Mapping[Config, Measurement]:
         return self._table[self._check_workload(workload)]
 
-    def evaluate(self, config: Config, workload: Workload) -> Measurement:
+    def evaluate(self, config: Config, workload: Workload | None = None) -> Measurement:
+        """The recorded measurement of ``config`` (``workload`` None: a table of another kernel)."""
         recorded = self.table(workload).get(config)
         if recorded is None:
             # Outside the recorded space: a failure value, never an exception.
@@ -109,18 +118,23 @@ class ReplayObjective:
         if self._noise and recorded.ok:
             sigma = max(recorded.p80_ms - recorded.p20_ms, 0.0) / _P20_P80_SIGMAS
             median = max(float(self._rng.normal(recorded.median_ms, sigma)), recorded.median_ms * 0.5)
-            replayed = dataclasses.replace(replayed, median_ms=median, tflops=workload.flops / (median * 1e-3) / 1e12)
+            tflops = workload.flops / (median * 1e-3) / 1e12 if workload is not None else 0.0
+            replayed = dataclasses.replace(replayed, median_ms=median, tflops=tflops)
         return replayed
 
-    def optimum(self, workload: Workload) -> Measurement:
+    def optimum(self, workload: Workload | None = None) -> Measurement:
         """The fastest recorded ok config (the exhaustive optimum)."""
         ok = [m for m in self.table(workload).values() if m.ok and math.isfinite(m.median_ms)]
         if not ok:
-            raise ValueError(f"no config of {workload.name} ran correctly in the recorded table")
+            raise ValueError(f"no config of {_name(workload)} ran correctly in the recorded table")
         return min(ok, key=lambda m: m.median_ms)
 
-    def _check_workload(self, workload: Workload) -> Workload:
+    def _check_workload(self, workload: Workload | None) -> Workload | None:
         if workload not in self._table:
-            names = sorted(w.name for w in self._table)
-            raise ValueError(f"workload {workload.name} was not recorded; recorded: {names}")
+            names = sorted(_name(w) for w in self._table)
+            raise ValueError(f"workload {_name(workload)} was not recorded; recorded: {names}")
         return workload
+
+
+def _name(workload: Workload | None) -> str:
+    return "(another kernel's space, no workload)" if workload is None else workload.name

@@ -27,6 +27,9 @@ class Status(str, enum.Enum):
     WRONG_RESULT = "wrong_result"
     TIMEOUT = "timeout"
     CRASHED = "crashed"
+    #: Failed while running, for a kernel that is not ours (Kernel Tuner's "RuntimeFailedConfig"):
+    #: no finer cause is known.
+    RUNTIME_ERROR = "runtime_error"
 
 
 @dataclass(frozen=True)
@@ -136,10 +139,14 @@ _NAME = re.compile(r"b(?P<b>\d+)_(?:h(?P<h>\d+)|hq(?P<hq>\d+)kv(?P<hkv>\d+))_(?:
 
 @dataclass(frozen=True)
 class Measurement:
-    """The outcome of one config on one workload on one GPU; failures included."""
+    """The outcome of one config on one workload on one GPU; failures included.
+
+    ``workload`` is None for a kernel that is not our attention kernel (a recorded space of
+    another kernel, a user's own objective): its problem is part of what was recorded.
+    """
 
     config: Config
-    workload: Workload
+    workload: Workload | None
     status: Status
     fingerprint: str = ""
     hardware: str = ""
@@ -169,7 +176,7 @@ class Measurement:
     def to_dict(self) -> dict[str, Any]:
         data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         data["config"] = self.config.to_dict()
-        data["workload"] = self.workload.to_dict()
+        data["workload"] = None if self.workload is None else self.workload.to_dict()
         data["status"] = self.status.value
         # JSON has no inf/nan: store them as null.
         for key, value in data.items():
@@ -185,7 +192,7 @@ class Measurement:
             raise ValueError(f"Measurement: unknown field(s) {sorted(unknown)}")
         values = dict(data)
         values["config"] = Config.from_dict(values["config"])
-        values["workload"] = Workload.from_dict(values["workload"])
+        values["workload"] = None if values["workload"] is None else Workload.from_dict(values["workload"])
         values["status"] = Status(values["status"])
         for name in ("median_ms", "p20_ms", "p80_ms"):
             if values.get(name) is None:
@@ -199,7 +206,7 @@ class Measurement:
         return cls(**values)
 
     @classmethod
-    def failure(cls, config: Config, workload: Workload, status: Status, error: str = "", **extra: Any) -> Measurement:
+    def failure(cls, config: Config, workload: Workload | None, status: Status, error: str = "", **extra: Any) -> Measurement:
         return cls(config=config, workload=workload, status=status, error=error[:2000], **extra)
 
 

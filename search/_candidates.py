@@ -64,6 +64,8 @@ class CandidatePool:
         Priors recorded before the kernel declared a new knob lack it; while the knob has
         one value, they still name a config of this space.
         """
+        if len(config) == len(self.space.names) and config in self.space:
+            return config  # the common case, without building a new config
         if set(config) - set(self.space.names):
             return None
         values = dict(config)

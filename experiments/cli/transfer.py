@@ -22,11 +22,13 @@ from flashtune.experiments.evaluation.transfer import (
     Pair,
     RunResult,
     RunSpec,
+    file_pair,
     format_table,
     init_worker,
     run_one,
     smaller_spec,
     summarize,
+    table_path,
 )
 from flashtune.experiments.evaluation.transfer_plot import plot_transfer
 from flashtune.objectives.hardware import load_spec
@@ -39,6 +41,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--pairs", default="", help="comma-separated pair numbers (1-based, in the listed order; "
                                                "default: all; --list-pairs shows them)")
     p.add_argument("--list-pairs", action="store_true", help="print the pairs and exit")
+    p.add_argument("--pair", nargs=2, action="append", default=[], metavar=("SOURCE", "TARGET"), type=Path,
+                   help="a pair of recorded tables of one kernel as files (a *.jsonl table, or a Kernel Tuner "
+                        "cache or T4 file: *.json, *.json.gz); repeatable; replaces the default pairs")
+    p.add_argument("--budget", type=int, default=None,
+                   help="most evaluations per run (default: the target's whole space)")
     p.add_argument("--strategies", default="", help="comma-separated strategy names (default: every registered one)")
     p.add_argument("--seeds", type=int, default=20, help="seeds per pair, strategy and arm (default: 20)")
     p.add_argument("--smaller-shared-bytes", type=int, default=SMALLER_SHARED_BYTES,
@@ -56,16 +63,23 @@ def run_transfer(args: argparse.Namespace) -> int:
         for i, pair in enumerate(DEFAULT_PAIRS, 1):
             print(f"{i:2d}  {pair.kind:<22s} {pair.name}")
         return 0
-    pairs = _select_pairs(args.pairs)
+    if args.budget is not None and args.budget < 1:
+        raise ValueError(f"--budget must be >= 1, got {args.budget}")
+    if args.pair and args.pairs:
+        raise ValueError("give --pair files or --pairs numbers, not both")
+    pairs = [file_pair(source, target) for source, target in args.pair] if args.pair else _select_pairs(args.pairs)
     strategies = select_strategies(args.strategies)
     tables = Path(args.tables)
-    missing = sorted({f"{w}.jsonl" for p in pairs for w in (p.source, p.target)
-                      if not (tables / f"{w}.jsonl").exists()})
+    missing = sorted({str(table_path(tables, p, side)) for p in pairs for side in ("source", "target")
+                      if not table_path(tables, p, side).exists()})
     if missing:
         raise FileNotFoundError(f"--tables {tables}: no recorded table(s) {missing}")
     specs = {False: load_spec("h200"), True: smaller_spec(args.smaller_shared_bytes)}
-    landscapes = {(p.target, p.smaller): build_landscape(tables / f"{p.target}.jsonl", specs[p.smaller])
+    landscapes = {(p.target, p.smaller): build_landscape(table_path(tables, p, "target"), specs[p.smaller])
                   for p in pairs}
+    if args.pair:  # fail here, naming the file, rather than in a worker
+        for p in pairs:
+            build_landscape(table_path(tables, p, "source"), specs[False])
     runs = [RunSpec(pair, name, seed, priors) for pair in pairs for name in strategies
             for seed in range(args.seeds) for priors in (False, True)]
     results = _execute(runs, args)
@@ -97,7 +111,7 @@ def _execute(runs: Sequence[RunSpec], args: argparse.Namespace) -> list[RunResul
                   f"~{elapsed / len(results) * (len(runs) - len(results)):.0f} s left", file=sys.stderr, flush=True)
 
     run_all(runs, run_one, jobs=jobs, initializer=init_worker,
-            initargs=(str(args.tables), args.smaller_shared_bytes), record=record)
+            initargs=(str(args.tables), args.smaller_shared_bytes, args.budget), record=record)
     return results
 
 
@@ -119,6 +133,10 @@ def _command_line(args: argparse.Namespace) -> str:
         parts += ["--tables", str(args.tables)]
     if args.pairs:
         parts += ["--pairs", args.pairs]
+    for source, target in args.pair:
+        parts += ["--pair", str(source), str(target)]
+    if args.budget is not None:
+        parts += ["--budget", str(args.budget)]
     if args.strategies:
         parts += ["--strategies", args.strategies]
     if args.smaller_shared_bytes != SMALLER_SHARED_BYTES:

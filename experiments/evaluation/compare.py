@@ -173,9 +173,20 @@ def aggregate(landscapes: Sequence[Landscape], results: Sequence[RunResult], str
         entry: dict[str, Any] = {"score": float(np.mean([w["score"]["mean"] for w in per_workload.values()]))}
         for key, tolerance in TOLERANCES.items():
             entry[key] = scoring.spread([c for ls in landscapes for c in evals_to(ls, grouped[(name, ls.name)], tolerance)])
+        # The fraction of all runs (every workload, every seed) that came within 2 % in budget.
+        entry["hit_rate_2pct"] = float(np.mean([w["evals_to_2pct"]["reached"] for w in per_workload.values()]))
         entry["workloads"] = per_workload
         report["strategies"][name] = entry
+    report["first_is_optimal"] = first_is_optimal(report)
     return report
+
+
+def first_is_optimal(report: dict[str, Any]) -> list[str]:
+    """Workloads where every strategy's first evaluation is already within 2 % (median over
+    seeds): there the priors, not the strategies, found the optimum, and nothing is compared."""
+    names = list(report["workloads"])
+    return [w for w in names if report["strategies"] and all(
+        e["workloads"][w]["evals_to_2pct"]["median"] <= 1 for e in report["strategies"].values())]
 
 
 def _landscape_summary(ls: Landscape) -> dict[str, Any]:
@@ -221,6 +232,15 @@ def format_table(report: dict[str, Any]) -> str:
             cells.append(f"{detail['score']['mean']:+.2f} / {detail['evals_to_2pct']['median']:.0f}")
         overall = f"{entry['score']:+.2f} / {entry['evals_to_2pct']['median']:.0f}"
         lines.append(f"{name:>10s} " + " ".join(f"{c:>{width}s}" for c in cells) + f" {overall:>{width}s}")
+    hits = {name: entry.get("hit_rate_2pct") for name, entry in report["strategies"].items()}
+    if all(h is not None for h in hits.values()):
+        lines.append("hit rate (runs within 2 % of the optimum in budget): "
+                     + ", ".join(f"{n} {h:.2f}" for n, h in sorted(hits.items(), key=lambda kv: -kv[1])))
+    trivial = report.get("first_is_optimal") or []
+    if trivial and report.get("priors") != "none":
+        lines.append(f"note: on {len(trivial)} of {len(workloads)} workloads every strategy's first evaluation is "
+                     f"within 2 % ({', '.join(_short(w) for w in trivial)}): the held-out priors placed the optimum "
+                     "first there, so the strategies are not being compared; see the cold run (--priors none)")
     return "\n".join(lines)
 
 

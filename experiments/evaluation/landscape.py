@@ -5,6 +5,10 @@ static feasibility model on the recording GPU (what a live study would search) a
 membership of the table. Every quantity a comparison scores against is computed over
 the feasible configs, the ones a strategy may ask, with failures counted as the worst
 successful time (``flashtune.experiments.evaluation.scoring``).
+
+A recorded space of another kernel (a Kernel Tuner cache or T4 file) has no workload and
+no feasibility model here: its space is its file's parameters, and its members are the
+recorded configs, failures included (a search that asks one is told it failed).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from flashtune.kernels.config import Config
 from flashtune.kernels.space import IMPLIED
 from flashtune.objectives.feasibility import check
 from flashtune.objectives.hardware import HardwareSpec
+from flashtune.objectives.kernel_tuner_files import SUFFIXES, is_kernel_tuner_file, load_kernel_tuner, space_name
 from flashtune.objectives.replay import load_table
 from flashtune.objectives.types import Measurement, Workload
 from flashtune.search.space import SearchSpace
@@ -31,7 +36,7 @@ from flashtune.search.space import SearchSpace
 class Landscape:
     """One recorded workload, ready to be searched and scored."""
 
-    workload: Workload
+    workload: Workload | None  # None: another kernel's recorded space
     path: Path  # the first of ``paths``
     table: dict[Config, Measurement]
     space: SearchSpace
@@ -43,10 +48,11 @@ class Landscape:
     random_curve: np.ndarray = field(repr=False)
     score_budget: int
     paths: tuple[Path, ...] = ()  # every table merged into this one (parts of one space)
+    label: str = ""  # the name of a space without a workload (its file's name)
 
     @property
     def name(self) -> str:
-        return self.workload.name
+        return self.workload.name if self.workload is not None else self.label
 
     def cost(self, config: Config) -> float:
         """Recorded median ms, or inf for a failure or a config outside the table."""
@@ -83,14 +89,24 @@ def build_landscape(path: str | Path | Sequence[str | Path], hardware: HardwareS
     if not paths:
         raise ValueError("build_landscape: no table given")
     path = paths[0]
-    measurements = _with_implied_knobs([m for p in paths for m in load_table(p)])
-    workloads = {m.workload for m in measurements}
-    if len(workloads) != 1:
-        raise ValueError(f"replay tables {[str(p) for p in paths]} hold {len(workloads)} workloads; "
-                         "the tables of one landscape must be parts of one workload's space")
-    workload = measurements[0].workload
-    table = {m.config: m for m in measurements}
-    space = SearchSpace(recorded_tunables(measurements), _constraint(table, workload, hardware))
+    foreign = [p for p in paths if is_kernel_tuner_file(p)]
+    if foreign and len(paths) > 1:
+        raise ValueError(f"{foreign[0]}: a Kernel Tuner or T4 file is a whole space; it merges with no other table")
+    if foreign:
+        recorded = load_kernel_tuner(path)
+        measurements, workload = list(recorded.measurements), None
+        table = {m.config: m for m in measurements}
+        space = SearchSpace(recorded.tunables, members=table)
+    else:
+        measurements = _with_implied_knobs([m for p in paths for m in load_table(p)])
+        workloads = {m.workload for m in measurements}
+        if len(workloads) != 1:
+            raise ValueError(f"replay tables {[str(p) for p in paths]} hold {len(workloads)} workloads; "
+                             "the tables of one landscape must be parts of one workload's space")
+        workload = measurements[0].workload
+        table = {m.config: m for m in measurements}
+        # Only the recorded configs are admitted: listing them spares walking the product.
+        space = SearchSpace(recorded_tunables(measurements), _constraint(table, workload, hardware), members=table)
     feasible = space.feasible_configs()
     costs = [table[c].median_ms if table[c].ok else math.inf for c in feasible]
     ok = [c for c in costs if math.isfinite(c)]
@@ -106,11 +122,13 @@ def build_landscape(path: str | Path | Sequence[str | Path], hardware: HardwareS
         workload=workload, path=path, table=table, space=space, feasible=feasible,
         optimum_ms=optimum_ms, optimum_config=optimum_config, worst_ms=worst, median_ms=median_ms,
         random_curve=curve, score_budget=scoring.score_budget(curve, median_ms, optimum_ms), paths=tuple(paths),
+        label=space_name(path),
     )
 
 
 def table_files(tables: Sequence[str | Path]) -> list[Path]:
-    """``--tables``: files as given, folders as the ``*.jsonl`` files in them (sorted).
+    """``--tables``: files as given, folders as the tables in them (sorted): ``*.jsonl``, and
+    Kernel Tuner cache or T4 files (``*.json``, ``*.json.gz``).
 
     Raises:
         FileNotFoundError: a path that does not exist.
@@ -119,9 +137,9 @@ def table_files(tables: Sequence[str | Path]) -> list[Path]:
     files: list[Path] = []
     for table in map(Path, tables):
         if table.is_dir():
-            found = sorted(table.glob("*.jsonl"))
+            found = sorted(p for pattern in ("*.jsonl", *(f"*{s}" for s in SUFFIXES)) for p in table.glob(pattern))
             if not found:
-                raise ValueError(f"--tables: folder {table} holds no *.jsonl table")
+                raise ValueError(f"--tables: folder {table} holds no *.jsonl, *.json or *.json.gz table")
             files += found
         elif table.exists():
             files.append(table)
@@ -133,9 +151,11 @@ def table_files(tables: Sequence[str | Path]) -> list[Path]:
 def group_by_workload(files: Sequence[Path]) -> list[list[Path]]:
     """The files of each workload together (a space recorded in parts, e.g. one folder per
     kernel variant), workloads in the order their first file comes."""
-    groups: dict[Workload, list[Path]] = {}
+    groups: dict[Workload | Path, list[Path]] = {}
     for path in files:
-        groups.setdefault(load_table(path)[0].workload, []).append(path)
+        # A Kernel Tuner or T4 file is a whole space of its own, grouped with no other.
+        key = path if is_kernel_tuner_file(path) else load_table(path)[0].workload
+        groups.setdefault(key, []).append(path)
     return list(groups.values())
 
 

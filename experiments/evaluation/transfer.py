@@ -35,9 +35,13 @@ from flashtune.experiments.evaluation import priors as prior_sources
 from flashtune.experiments.evaluation import scoring
 from flashtune.experiments.evaluation.landscape import Landscape, build_landscape
 from flashtune.experiments.evaluation.replay_batch import quiet_worker
+from flashtune.kernels.config import Config
+from flashtune.kernels.space import IMPLIED
 from flashtune.objectives.hardware import HardwareSpec, load_spec
-from flashtune.objectives.replay import ReplayObjective
-from flashtune.search import History, make_strategy, run
+from flashtune.objectives.kernel_tuner_files import space_name
+from flashtune.objectives.replay import ReplayObjective, load_table
+from flashtune.objectives.types import Measurement
+from flashtune.search import History, SearchSpace, make_strategy, run
 
 DEFAULT_TABLES = DATA_DIR / "h200"
 #: Shared memory per block of the simulated smaller GPU: sm86/sm89's 99 KB (RTX 4090, L40S, A10).
@@ -63,11 +67,20 @@ class Pair:
     source: str
     target: str
     smaller: bool = False
+    #: Tables given as files (``--pair SOURCE TARGET``: any two tables of one kernel, such as
+    #: Kernel Tuner caches of two GPUs); empty: ``<workload>.jsonl`` in ``--tables``.
+    source_file: str = ""
+    target_file: str = ""
 
     @property
     def name(self) -> str:
         gpu = " (smaller GPU)" if self.smaller else ""
         return f"{_short(self.source)} -> {_short(self.target)}{gpu}"
+
+
+def file_pair(source: str | Path, target: str | Path) -> Pair:
+    """A pair of two recorded tables given as files (their names name the pair)."""
+    return Pair("files", space_name(source), space_name(target), source_file=str(source), target_file=str(target))
 
 
 def _both_ways(kind: str, a: str, b: str) -> list[Pair]:
@@ -125,18 +138,41 @@ def smaller_spec(shared_bytes: int = SMALLER_SHARED_BYTES) -> HardwareSpec:
                                source=f"simulated: {h200.name} with {shared_bytes} B of shared memory per block")
 
 
-def init_worker(tables: str, shared_bytes: int) -> None:
+def init_worker(tables: str, shared_bytes: int, budget: int | None = None) -> None:
     _WORKER["limits"] = quiet_worker()
     _WORKER.update(tables=Path(tables), specs={False: load_spec("h200"), True: smaller_spec(shared_bytes)},
-                   landscapes={})
+                   landscapes={}, budget=budget)
 
 
-def _landscape(workload: str, smaller: bool) -> Landscape:
-    key = (workload, smaller)
+def table_path(tables: Path, pair: Pair, side: str) -> Path:
+    """The file of a pair's source or target table."""
+    given = pair.source_file if side == "source" else pair.target_file
+    return Path(given) if given else tables / f"{pair.source if side == 'source' else pair.target}.jsonl"
+
+
+def _landscape(pair: Pair) -> Landscape:
+    key = (pair.target_file or pair.target, pair.smaller)
     cache: dict[tuple[str, bool], Landscape] = _WORKER["landscapes"]
     if key not in cache:
-        cache[key] = build_landscape(_WORKER["tables"] / f"{workload}.jsonl", _WORKER["specs"][smaller])
+        cache[key] = build_landscape(table_path(_WORKER["tables"], pair, "target"), _WORKER["specs"][pair.smaller])
     return cache[key]
+
+
+def in_space(priors: Sequence[Measurement], space: SearchSpace) -> tuple[Measurement, ...]:
+    """Priors with the knobs a recorded target space predates dropped where they hold the value
+    the kernel implies (``kernels.space.IMPLIED``).
+
+    Why: re-checking completes a prior with every knob the kernel declares today, and a
+    target table recorded before a knob existed has no such parameter, so no prior named a
+    config of its space and the priors were silently ignored (cold = priors in every cell).
+    """
+    kept = []
+    for prior in priors:
+        extra = {k: v for k, v in prior.config.items() if k not in space.names}
+        if extra and all(k in IMPLIED and IMPLIED[k] == v for k, v in extra.items()):
+            prior = dataclasses.replace(prior, config=Config({k: v for k, v in prior.config.items() if k in space.names}))
+        kept.append(prior)
+    return tuple(kept)
 
 
 class _Reached(Exception):
@@ -145,15 +181,20 @@ class _Reached(Exception):
 
 def run_one(spec: RunSpec) -> RunResult:
 
-    target = _landscape(spec.pair.target, spec.pair.smaller)
+    target = _landscape(spec.pair)
     told: tuple = ()
     dropped: tuple = ()
     if spec.priors:
-        # The path `flashtune tune --prior-from table:SOURCE` takes: read, then re-check on the target.
-        source = prior_sources.PriorSpec("table", str(_WORKER["tables"] / f"{spec.pair.source}.jsonl"))
-        checked = prior_sources.recheck(prior_sources.read(source), target.workload,
-                                        _WORKER["specs"][spec.pair.smaller])
-        told, dropped = checked.told, checked.dropped
+        source_path = table_path(_WORKER["tables"], spec.pair, "source")
+        if target.workload is None:
+            # Another kernel's space: no feasibility model here; the source's whole table is told.
+            told = tuple(dataclasses.replace(m, source="prior") for m in load_table(source_path))
+        else:
+            # The path `flashtune tune --prior-from table:SOURCE` takes: read, then re-check on the target.
+            source = prior_sources.PriorSpec("table", str(source_path))
+            checked = prior_sources.recheck(prior_sources.read(source), target.workload,
+                                            _WORKER["specs"][spec.pair.smaller])
+            told, dropped = in_space(checked.told, target.space), checked.dropped
     objective = ReplayObjective(target.table.values())
     goal = target.optimum_ms * (1.0 + min(TOLERANCES.values()))
 
@@ -163,7 +204,7 @@ def run_one(spec: RunSpec) -> RunResult:
 
     strategy = make_strategy(spec.strategy, target.space, seed=spec.seed)
     history = History()
-    budget = len(target.feasible)
+    budget = min(len(target.feasible), _WORKER.get("budget") or len(target.feasible))
     started = time.perf_counter()
     try:
         run(strategy, lambda config: objective.evaluate(config, target.workload), max_trials=budget,
@@ -194,6 +235,7 @@ def summarize(results: Sequence[RunResult], pairs: Sequence[Pair], strategies: S
         target = landscapes[(pair.target, pair.smaller)]
         entry: dict[str, Any] = {
             "name": pair.name, "kind": pair.kind, "source": pair.source, "target": pair.target,
+            "source_file": pair.source_file, "target_file": pair.target_file,
             "target_gpu": "smaller" if pair.smaller else "h200", "target_feasible": len(target.feasible),
             "target_optimum_ms": target.optimum_ms, "target_optimum_config": target.optimum_config.to_dict(),
             "target_within_2pct": target.within(0.02),

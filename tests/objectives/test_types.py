@@ -56,7 +56,9 @@ def test_config_is_hashable_and_equal_across_paths():
     b = Config.from_dict(json.loads(json.dumps(a.to_dict())))
     assert a == b and hash(a) == hash(b) and {a: 1}[b] == 1
     with pytest.raises(TypeError, match="BLOCK_M"):
-        Config(BLOCK_M=1.5)
+        Config(BLOCK_M=[64])  # floats are values now (other kernels' spaces); a list is not
+    with pytest.raises(ValueError, match="BLOCK_M"):
+        Config(BLOCK_M=float("inf"))
 
 
 def test_hardware_specs_ship_and_fingerprints_are_stable(tmp_path):
