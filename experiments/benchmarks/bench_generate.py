@@ -187,8 +187,12 @@ def table(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _ints(text: str) -> list[int]:
-    values = [int(x) for x in text.split(",")]
+def positive_ints(text: str) -> list[int]:
+    """An argparse type: positive integers separated by commas (batches, prompt lengths)."""
+    try:
+        values = [int(x) for x in text.split(",")]
+    except ValueError:
+        values = []
     if not values or min(values) < 1:
         raise argparse.ArgumentTypeError(f"expected positive integers separated by commas, got {text!r}")
     return values
@@ -196,8 +200,8 @@ def _ints(text: str) -> list[int]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--batches", type=_ints, default=[1, 8])
-    parser.add_argument("--prompts", type=_ints, default=[512, 2048, 8192])
+    parser.add_argument("--batches", type=positive_ints, default=[1, 8])
+    parser.add_argument("--prompts", type=positive_ints, default=[512, 2048, 8192])
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--hidden", type=int, default=2048)

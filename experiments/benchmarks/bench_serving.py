@@ -35,7 +35,7 @@ from typing import Any
 
 import torch
 
-from flashtune.experiments.benchmarks.bench_generate import build_model
+from flashtune.experiments.benchmarks.bench_generate import build_model, positive_ints
 from flashtune.kernels import decode as decode_mod
 from flashtune.runtime.dispatching.dispatch import flash_attention, reload_store
 from flashtune.runtime.integrations.hf_attention import FallbackLog, register, set_attention
@@ -207,13 +207,6 @@ def table(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _ints(text: str) -> list[int]:
-    values = [int(x) for x in text.split(",")]
-    if not values or min(values) < 1:
-        raise argparse.ArgumentTypeError(f"expected positive integers separated by commas, got {text!r}")
-    return values
-
-
 def _modes(text: str) -> list[str]:
     modes = text.split(",")
     bad = [m for m in modes if m not in MODES]
@@ -225,9 +218,9 @@ def _modes(text: str) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--modes", type=_modes, default=list(MODES))
-    parser.add_argument("--batches", type=_ints, default=[1, 8])
-    parser.add_argument("--prompts", type=_ints, default=[512, 2048, 8192])
-    parser.add_argument("--static-prompts", type=_ints, default=[512],
+    parser.add_argument("--batches", type=positive_ints, default=[1, 8])
+    parser.add_argument("--prompts", type=positive_ints, default=[512, 2048, 8192])
+    parser.add_argument("--static-prompts", type=positive_ints, default=[512],
                         help="prompts of the static mode (each shape compiles the model anew)")
     parser.add_argument("--new-tokens", type=int, default=32)
     parser.add_argument("--layers", type=int, default=2)
