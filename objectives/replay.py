@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from flashtune.kernels.config import Config
+from flashtune.kernels.space import IMPLIED
 from flashtune.objectives.kernel_tuner_files import is_kernel_tuner_file, load_kernel_tuner
 from flashtune.objectives.types import Measurement, Status, Workload
 
@@ -48,14 +49,17 @@ def load_table(path: str | Path) -> list[Measurement]:
             measurement = Measurement.from_dict(json.loads(line))
         except (ValueError, KeyError, TypeError) as exc:
             raise ValueError(f"replay table {path}, line {number}: {exc}") from None
-        params = sorted(measurement.config.keys())
-        if measurements and params != sorted(measurements[0].config.keys()):
-            raise ValueError(f"replay table {path}, line {number}: config parameters {params} differ from "
+        # Rows may omit a knob with an implied value (a table extended by a later sweep: rows
+        # recorded before the knob mean its implied value); any other difference is an error.
+        params = set(measurement.config.keys())
+        if measurements and (params ^ set(measurements[0].config.keys())) - set(IMPLIED):
+            raise ValueError(f"replay table {path}, line {number}: config parameters {sorted(params)} differ from "
                              f"the table's {sorted(measurements[0].config.keys())} (line {min(line_of.values())})")
-        if measurement.config in line_of:
+        completed = _with_implied(measurement.config)
+        if completed in line_of:
             raise ValueError(f"replay table {path}, line {number}: config {measurement.config} is recorded twice "
-                             f"(line {line_of[measurement.config]} too); keep one line per config")
-        line_of[measurement.config] = number
+                             f"(line {line_of[completed]} too); keep one line per config")
+        line_of[completed] = number
         measurements.append(measurement)
     if not measurements:
         raise ValueError(f"replay table {path} is empty")
@@ -63,6 +67,12 @@ def load_table(path: str | Path) -> list[Measurement]:
     if len(workloads) != 1:
         raise ValueError(f"replay table {path} mixes {len(workloads)} workloads; one table holds one")
     return measurements
+
+
+def _with_implied(config: Config) -> Config:
+    """``config`` with the implied value of every knob it omits: equal configs compare equal."""
+    missing = {name: value for name, value in IMPLIED.items() if name not in config}
+    return config.replace(**missing) if missing else config
 
 
 def write_table(path: str | Path, measurements: Iterable[Measurement]) -> None:

@@ -51,3 +51,15 @@ def test_a_config_of_other_parameters_is_an_error(tmp_path):
     path = _table(tmp_path, _line(64, 1.0), _line(128, 2.0, num_ctas=2))
     with pytest.raises(ValueError, match=rf"replay table {path}, line 2: config parameters .* differ from the table's"):
         load_table(path)
+
+
+def test_rows_may_omit_a_knob_with_an_implied_value(tmp_path):
+    # A table extended by a later sweep: the old rows mean the knob's implied value (grid="tiles").
+    path = _table(tmp_path, _line(64, 1.0), _line(64, 2.0, grid="persistent"), _line(128, 3.0, grid="tiles"))
+    assert [m.median_ms for m in load_table(path)] == [1.0, 2.0, 3.0]
+
+
+def test_a_config_equal_once_its_implied_knobs_are_filled_in_is_a_duplicate(tmp_path):
+    path = _table(tmp_path, _line(64, 1.0), _line(64, 2.0, grid="tiles"))
+    with pytest.raises(ValueError, match=rf"replay table {path}, line 2: config .* is recorded twice \(line 1 too\)"):
+        load_table(path)
