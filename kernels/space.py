@@ -5,7 +5,9 @@ queries) and ``decode`` (``DECODE_TUNABLES``: few query rows against a long KV c
 keys split across programs). A config names its kernel with the ``kernel`` knob; configs
 recorded before the decode kernel existed omit it and mean ``prefill`` (``IMPLIED``).
 The search space, the feasibility model, the sweep and the op all read these tables;
-``tunables_for`` picks the one a workload is tuned in.
+``tunables_for`` picks the one a workload is tuned in. The tables are read-only views
+built from the knobs' declarations in kernels/knobs.py: a knob's values, its kernel and
+its implied value are declared there, once.
 
 Two knobs of the original design map onto this table (BENCHMARKS.md, "The space"):
 ``prefetch distance`` is ``num_stages`` (Triton's software pipeliner keeps
