@@ -72,9 +72,19 @@ SAFE_DEFAULT = Config(BLOCK_M=64, BLOCK_N=32, num_warps=4, num_stages=2, loads="
                       grid="tiles", tile_order="head_major", kernel="prefill")
 
 
+def setting(config: Mapping[str, Value], name: str) -> Value:
+    """A knob's value in ``config``, or the value its omission means (``IMPLIED``): how the
+    resource and feasibility models read a config that may predate a knob.
+
+    Raises:
+        KeyError: ``config`` omits ``name`` and no omission of it is declared.
+    """
+    return config[name] if name in config else IMPLIED[name]
+
+
 def kernel_of(config: Mapping[str, Value]) -> str:
     """The kernel a config runs (``prefill`` when it does not say)."""
-    return str(config.get("kernel", IMPLIED["kernel"]))
+    return str(setting(config, "kernel"))
 
 
 def uses_decode_kernel(q_len: int) -> bool:

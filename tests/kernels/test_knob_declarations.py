@@ -73,3 +73,20 @@ def test_bad_declarations_are_refused_naming_the_knob():
         space_of((Knob("k", (1,)), Knob("k", (2,))))
     with pytest.raises(ValueError, match="'k'.*disagree"):
         implied_of({"a": (Knob("k", (1, 2), implied=1),), "b": (Knob("k", (1, 2), implied=2),)})
+
+
+def test_setting_reads_an_omitted_knob_as_its_declared_implied_value():
+    from flashtune.kernels.resources import registers_per_thread, shared_memory_bytes
+    from flashtune.kernels.space import SAFE_DEFAULT, setting
+
+    recorded_before = {"BLOCK_M": 64, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2}  # no loads/fp8/grid/...
+    assert [setting(recorded_before, name) for name in ("loads", "use_fp8", "grid", "kernel")] == \
+        ["pointer", False, "tiles", "prefill"]
+    assert setting(SAFE_DEFAULT.replace(loads="tma"), "loads") == "tma"
+    with pytest.raises(KeyError):
+        setting(recorded_before, "num_splits")  # no omission of it is declared
+    for estimate in (shared_memory_bytes, registers_per_thread):
+        kwargs = {"head_dim": 128, "dtype_bytes": 2, "block_h": 16}
+        if estimate is shared_memory_bytes:
+            kwargs["compute_capability"] = (9, 0)
+        assert estimate(recorded_before, **kwargs) == estimate(SAFE_DEFAULT, **kwargs)
