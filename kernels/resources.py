@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from flashtune.kernels.config import Value
-from flashtune.kernels.space import DECODE_MIN_BLOCK_H, LEAN_LOADS, kernel_of
+from flashtune.kernels.space import DECODE_MIN_BLOCK_H, LEAN_LOADS, kernel_of, setting
 
 MAX_REGISTERS_PER_THREAD = 255
 # Registers beyond the tiles: indices, pointers, softmax state, loop bookkeeping.
@@ -53,26 +53,26 @@ def shared_memory_bytes(
 
     ``block_h``: the decode kernel's query-tile rows for the workload (ignored by prefill).
     """
-    if config.get("use_fp8"):
+    if setting(config, "use_fp8"):
         dtype_bytes = 1
     block_m, block_n = query_rows(config, block_h), int(config["BLOCK_N"])
     stages = max(int(config["num_stages"]), 1)
-    if config.get("loads") == "tma_ws" and int(config["num_warps"]) == 4 and not uses_wgmma(config, compute_capability):
+    if setting(config, "loads") == "tma_ws" and int(config["num_warps"]) == 4 and not uses_wgmma(config, compute_capability):
         # Measured on the H200 (Triton 3.6): this loop is not pipelined, its shared memory is
         # the one-stage figure whatever num_stages says.
         stages = 1
     kv_tile = 2 * block_n * head_dim * dtype_bytes
     q_tile = block_m * head_dim * dtype_bytes
     extra = 0
-    if config.get("loads") in LEAN_LOADS:
+    if setting(config, "loads") in LEAN_LOADS:
         # Measured on the H200 (bench_prefill, 2026-12-01): the lean kernel's persistent
         # loop stages O for its descriptor store in a buffer of its own (tiles reuse the
         # pipeline's), and lean_overlap keeps one more K tile in flight.
-        if config.get("grid") == "persistent":
+        if setting(config, "grid") == "persistent":
             extra += block_m * head_dim * dtype_bytes
-        if config.get("loads") == "lean_overlap":
+        if setting(config, "loads") == "lean_overlap":
             extra += block_n * head_dim * dtype_bytes
-    if (config.get("loads") == "lean_ws_oneloop" and int(config["num_warps"]) == 4
+    if (setting(config, "loads") == "lean_ws_oneloop" and int(config["num_warps"]) == 4
             and uses_wgmma(config, compute_capability, block_h)):
         # Compiled for sm90 (objectives/aot.py, Triton 3.6, 2026-12-01: bf16 and fp8, head
         # dims 64-256, BLOCK_M 64-256, 1-5 stages; exact on each): the warp-specialized loop
@@ -92,13 +92,13 @@ def shared_memory_bytes(
 def registers_per_thread(config: Mapping[str, Value], *, head_dim: int, dtype_bytes: int = 2,
                          block_h: int = DECODE_MIN_BLOCK_H) -> int:
     """Predicted 32-bit registers per thread (before the compiler's cap)."""
-    if config.get("use_fp8"):
+    if setting(config, "use_fp8"):
         dtype_bytes = 1
     block_m, block_n = query_rows(config, block_h), int(config["BLOCK_N"])
     threads = 32 * int(config["num_warps"])
     acc = block_m * head_dim  # fp32
     scores = block_m * block_n  # fp32
-    if config.get("loads") == "lean_overlap":
+    if setting(config, "loads") == "lean_overlap":
         scores *= 2  # the next block's scores are live during this block's softmax
     q = block_m * head_dim * dtype_bytes // 4
     if kernel_of(config) == "decode":
@@ -120,16 +120,16 @@ def known_failure(config: Mapping[str, Value], compute_capability: tuple[int, in
     Measured, not guessed: each rule names where its failure was recorded (or, for a
     combination a kernel does not implement, why).
     """
-    if config.get("loads") == "tma_ws" and int(config["num_warps"]) == 4 and uses_wgmma(config, compute_capability):
+    if setting(config, "loads") == "tma_ws" and int(config["num_warps"]) == 4 and uses_wgmma(config, compute_capability):
         # Every such config of the H200 sweep at commit 411ddd8 (Triton 3.6.0, 2026-12-01):
         # 90 a workload, all 7 suite workloads; BLOCK_M 32 (no wgmma) compiled.
         return ("Triton 3.6's warp-specialization pass fails on the tma_ws kernel at 4 warps with "
                 "BLOCK_M >= 64 (RuntimeError: PassManager::run failed, every such config on the H200)")
-    if config.get("loads") == "lean_ws_oneloop" and config.get("grid") == "persistent":
+    if setting(config, "loads") == "lean_ws_oneloop" and setting(config, "grid") == "persistent":
         # Not implemented (kernels/_flash_fwd_oneloop.py launches one program a tile; whether
         # a loop over tiles around its key loop still warp-specializes was not tried).
         return "loads='lean_ws_oneloop' runs one program a tile: it has no persistent grid"
-    if config.get("loads") == "tma_ws" and config.get("grid") == "persistent" and config.get("use_fp8"):
+    if setting(config, "loads") == "tma_ws" and setting(config, "grid") == "persistent" and setting(config, "use_fp8"):
         # Seen once, on the H200 (Triton 3.6.0, 2026-12-01, tests/gpu/test_kernel_gpu.py's
         # odd-length sample: BLOCK_M 32, BLOCK_N 64, 4 warps, 5 stages): the fp8 V^T descriptor
         # made per tile inside the persistent loop stops the pipeliner; the bf16 grown sweep

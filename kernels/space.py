@@ -5,7 +5,9 @@ queries) and ``decode`` (``DECODE_TUNABLES``: few query rows against a long KV c
 keys split across programs). A config names its kernel with the ``kernel`` knob; configs
 recorded before the decode kernel existed omit it and mean ``prefill`` (``IMPLIED``).
 The search space, the feasibility model, the sweep and the op all read these tables;
-``tunables_for`` picks the one a workload is tuned in.
+``tunables_for`` picks the one a workload is tuned in. The tables are read-only views
+built from the knobs' declarations in kernels/knobs.py: a knob's values, its kernel and
+its implied value are declared there, once.
 
 Two knobs of the original design map onto this table (BENCHMARKS.md, "The space"):
 ``prefetch distance`` is ``num_stages`` (Triton's software pipeliner keeps
@@ -20,6 +22,7 @@ from collections.abc import Iterator, Mapping
 from types import MappingProxyType
 
 from flashtune.kernels.config import Config, Value
+from flashtune.kernels.knobs import KERNEL_KNOBS, implied_of, space_of
 
 #: The head dims the kernel compiles for (``tl.arange`` over the head dim needs a power of
 #: two). Here, in the torch-free module, so that the CLI's workload parser checks them too.
@@ -27,67 +30,19 @@ from flashtune.kernels.config import Config, Value
 #: this one, because its bytes are part of the kernel source hash that keys every store.
 SUPPORTED_HEAD_DIMS = (32, 64, 128, 256)
 
-#: Every tunable and its allowed values, in the order the grid enumerates them.
-TUNABLES: Mapping[str, tuple[Value, ...]] = MappingProxyType(
-    {
-        "BLOCK_M": (32, 64, 128, 256),
-        "BLOCK_N": (32, 64, 128),
-        "num_warps": (4, 8),
-        "num_stages": (1, 2, 3, 4, 5),
-        # How K/V tiles are loaded: pointer loads, or tensor descriptors (TMA), optionally
-        # with the main loop warp-specialized (load warps apart from math warps). ``lean``:
-        # the lean descriptor kernel (kernels/_flash_fwd_lean.py: Q, K, V and O through
-        # descriptors, made once on the host where heads are contiguous; nothing but the
-        # dots and the softmax in the hot loop); ``lean_ws`` warp-specializes its unmasked
-        # loop; ``lean_overlap`` issues block j+1's Q @ K^T before block j's softmax
-        # (FlashAttention 3's in-warpgroup overlap of the softmax with the GEMMs);
-        # ``lean_ws_oneloop``: every key block in one warp-specialized loop, masked per row,
-        # device-made descriptors (kernels/_flash_fwd_oneloop.py: the form Triton 3.6
-        # warp-specializes at 4 warps; tiles grid only).
-        "loads": ("pointer", "tma", "tma_ws", "lean", "lean_ws", "lean_overlap", "lean_ws_oneloop"),
-        # e4m3 Q, K, V with per-tensor scales (Hopper, Ada); checked against its own budget.
-        "use_fp8": (False, True),
-        # How programs map to tiles: one program per (query block, batch, head) tile, or a
-        # persistent grid of one program per SM, each looping over tiles (BENCHMARKS.md,
-        # "The knee": many short tiles pay a fixed cost per program that nothing overlaps).
-        "grid": ("tiles", "persistent"),
-        # Which tiles start first: a head's query blocks side by side (they share K/V in
-        # L2), or every head's longest causal tiles first (the (batch, head) index varies
-        # fastest; balances the causal triangle across SMs).
-        "tile_order": ("head_major", "longest_first"),
-        # Last, and with one value: the enumeration order and content of the space recorded
-        # tables replay against stay what they were before the decode kernel joined.
-        "kernel": ("prefill",),
-    }
-)
-
-#: The decode kernel's space (kernels/_flash_decode.py). One program reads each K/V tile
-#: once for all query rows of one KV head (kv_group heads x q_len rows, packed into a tile
-#: of ``decode_block_h`` rows); the keys of a sequence are split over ``num_splits``
-#: programs whose partial results one combine launch merges. ``num_splits`` is a runtime
-#: argument of the kernel: trying another value costs no compile.
-DECODE_TUNABLES: Mapping[str, tuple[Value, ...]] = MappingProxyType(
-    {
-        "kernel": ("decode",),
-        "BLOCK_N": (16, 32, 64, 128, 256),
-        "num_splits": (1, 2, 4, 8, 16, 32, 64, 128),
-        "num_warps": (1, 2, 4, 8),
-        "num_stages": (1, 2, 3, 4, 5),
-        # K/V tiles by pointer loads or by tensor descriptors (TMA, Hopper and newer):
-        # decode is a stream of K/V tiles, and TMA moves a tile with one instruction.
-        "loads": ("pointer", "tma"),
-        # How the splits' partials are merged: a second launch, or by the last split of
-        # each row block inside the split kernel (one launch a call: less host time and no
-        # launch gap). Last, so configs recorded before it enumerate in their old order;
-        # they omit it and mean ``launch`` (IMPLIED), what they were timed with.
-        "combine": ("launch", "fused"),
-    }
-)
-
-#: Every kernel's space, by the value of the ``kernel`` knob.
+#: Every kernel's space, by the value of the ``kernel`` knob: each knob's values by name,
+#: in the order the grid enumerates them (read-only; declared in kernels/knobs.py, with
+#: why each knob exists).
 KERNEL_TUNABLES: Mapping[str, Mapping[str, tuple[Value, ...]]] = MappingProxyType(
-    {"prefill": TUNABLES, "decode": DECODE_TUNABLES}
+    {kernel: space_of(knobs) for kernel, knobs in KERNEL_KNOBS.items()}
 )
+
+#: The prefill kernel's space (one program per block of queries).
+TUNABLES: Mapping[str, tuple[Value, ...]] = KERNEL_TUNABLES["prefill"]
+
+#: The decode kernel's space (kernels/_flash_decode.py: few query rows against a long KV
+#: cache, the keys split across programs).
+DECODE_TUNABLES: Mapping[str, tuple[Value, ...]] = KERNEL_TUNABLES["decode"]
 
 #: Longest query the decode kernel serves (and the default picks it for). 16 covers
 #: speculative decoding's draft lengths (1-8) and small chunks against a cache; at the
@@ -103,13 +58,10 @@ DECODE_MAX_BLOCK_H = 64
 #: Fewest rows of a decode tile: tl.dot needs 16 on every GPU Triton targets.
 DECODE_MIN_BLOCK_H = 16
 
-#: Knobs a config may omit, with the value that omission means. Knobs added to the space
-#: after configs were recorded (tables, stores, priors) go here, so old configs keep
-#: meaning the kernel they were measured on.
-IMPLIED: Mapping[str, Value] = MappingProxyType(
-    {"loads": "pointer", "use_fp8": False, "grid": "tiles", "tile_order": "head_major", "kernel": "prefill",
-     "combine": "launch"}
-)
+#: Knobs a config may omit, with the value that omission means (each knob's ``implied``
+#: in kernels/knobs.py). Knobs added to the space after configs were recorded (tables,
+#: stores, priors) declare one, so old configs keep meaning the kernel they were measured on.
+IMPLIED: Mapping[str, Value] = implied_of(KERNEL_KNOBS)
 
 #: ``loads`` values served by the lean descriptor kernel.
 LEAN_LOADS = ("lean", "lean_ws", "lean_overlap", "lean_ws_oneloop")
@@ -120,9 +72,19 @@ SAFE_DEFAULT = Config(BLOCK_M=64, BLOCK_N=32, num_warps=4, num_stages=2, loads="
                       grid="tiles", tile_order="head_major", kernel="prefill")
 
 
+def setting(config: Mapping[str, Value], name: str) -> Value:
+    """A knob's value in ``config``, or the value its omission means (``IMPLIED``): how the
+    resource and feasibility models read a config that may predate a knob.
+
+    Raises:
+        KeyError: ``config`` omits ``name`` and no omission of it is declared.
+    """
+    return config[name] if name in config else IMPLIED[name]
+
+
 def kernel_of(config: Mapping[str, Value]) -> str:
     """The kernel a config runs (``prefill`` when it does not say)."""
-    return str(config.get("kernel", IMPLIED["kernel"]))
+    return str(setting(config, "kernel"))
 
 
 def uses_decode_kernel(q_len: int) -> bool:
