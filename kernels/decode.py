@@ -244,6 +244,18 @@ def _kept_int32(device: torch.device) -> torch.Tensor:
     return torch.zeros(1, dtype=torch.int32, device=device)
 
 
+def _check_per_sequence(name: str, value: Any, q: torch.Tensor) -> None:
+    """Raise ValueError naming ``name`` unless ``value`` is an int32 (batch,) tensor on q's device."""
+    if not isinstance(value, torch.Tensor):
+        raise ValueError(f"{name} must be a torch.Tensor of int32, got {type(value).__name__}")
+    if value.dtype != torch.int32:
+        raise ValueError(f"{name}.dtype must be torch.int32, got {value.dtype}")
+    if tuple(value.shape) != (q.shape[0],):
+        raise ValueError(f"{name} must have shape (batch,) = ({q.shape[0]},), got {tuple(value.shape)}")
+    if value.device != q.device:
+        raise ValueError(f"{name} must be on q's device {q.device}, got {value.device}")
+
+
 def check_cache_seqlens(cache_seqlens: Any, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
     """Raise ValueError naming ``cache_seqlens`` unless it is an int32 (batch,) tensor on
     q's device with every value in [0, k.shape[2]]; return it contiguous.
@@ -253,15 +265,8 @@ def check_cache_seqlens(cache_seqlens: Any, q: torch.Tensor, k: torch.Tensor) ->
     each length to [0, capacity], so a bad value gives wrong attention, never an
     out-of-bounds read.
     """
-    if not isinstance(cache_seqlens, torch.Tensor):
-        raise ValueError(f"cache_seqlens must be a torch.Tensor of int32, got {type(cache_seqlens).__name__}")
-    batch, capacity = q.shape[0], k.shape[2]
-    if cache_seqlens.dtype != torch.int32:
-        raise ValueError(f"cache_seqlens.dtype must be torch.int32, got {cache_seqlens.dtype}")
-    if tuple(cache_seqlens.shape) != (batch,):
-        raise ValueError(f"cache_seqlens must have shape (batch,) = ({batch},), got {tuple(cache_seqlens.shape)}")
-    if cache_seqlens.device != q.device:
-        raise ValueError(f"cache_seqlens must be on q's device {q.device}, got {cache_seqlens.device}")
+    _check_per_sequence("cache_seqlens", cache_seqlens, q)
+    capacity = k.shape[2]
     if not _capturing(q.device):
         low, high = (int(x) for x in torch.aminmax(cache_seqlens))
         if low < 0:
@@ -276,15 +281,7 @@ def check_kv_start(kv_start: Any, q: torch.Tensor, k: torch.Tensor, cache_seqlen
     device with every value in [0, that sequence's length] (``cache_seqlens[b]``, else
     k.shape[2]); return it contiguous. Values are read on the host as for
     :func:`check_cache_seqlens` (not inside CUDA-graph capture: the kernel clamps them)."""
-    if not isinstance(kv_start, torch.Tensor):
-        raise ValueError(f"kv_start must be a torch.Tensor of int32, got {type(kv_start).__name__}")
-    batch = q.shape[0]
-    if kv_start.dtype != torch.int32:
-        raise ValueError(f"kv_start.dtype must be torch.int32, got {kv_start.dtype}")
-    if tuple(kv_start.shape) != (batch,):
-        raise ValueError(f"kv_start must have shape (batch,) = ({batch},), got {tuple(kv_start.shape)}")
-    if kv_start.device != q.device:
-        raise ValueError(f"kv_start must be on q's device {q.device}, got {kv_start.device}")
+    _check_per_sequence("kv_start", kv_start, q)
     if not _capturing(q.device):
         ends = cache_seqlens if cache_seqlens is not None else torch.full_like(kv_start, k.shape[2])
         bad = torch.nonzero((kv_start < 0) | (kv_start > ends))

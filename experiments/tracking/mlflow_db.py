@@ -25,6 +25,8 @@ import sqlite3
 import time
 from pathlib import Path
 
+from flashtune.experiments.localhost import process_alive
+
 _log = logging.getLogger(__name__)
 
 #: Suffix of the temporary database a process builds: ``.<name>.<pid>.creating``.
@@ -188,18 +190,8 @@ def _remove_dead_temporaries(path: Path) -> None:
     """Remove temporary databases of processes that are gone (killed while creating)."""
     for temporary in path.parent.glob(f".{path.name}.*{_CREATING}"):
         pid = temporary.name[len(path.name) + 2:-len(_CREATING)]
-        if pid.isdigit() and not _alive(int(pid)):
+        if pid.isdigit() and not process_alive(int(pid)):
             _remove(temporary)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # someone else's process
-        return True
-    return True
 
 
 def _move_database(path: Path, aside: Path) -> None:
