@@ -154,7 +154,8 @@ def _consumer(group, q_smem, k_smem, v_smem, q_bars, k_ready, k_empty, v_ready, 
             s = warpgroup_mma_wait(1, deps=[s_tok])
             mbarrier.arrive(k_empty.index(stage), count=1)
             p, m_i, alpha = _scores(s, m_i, j * BLOCK_N, mask_from, limit, offs_n, qk_scale, MASK, EMPTY_ROWS)
-            acc = warpgroup_mma_wait(0, deps=[o_tok])
+            # P's registers are read by the MMA in flight: kept alive (a dependency) until it is done.
+            acc, p_op = warpgroup_mma_wait(0, deps=[o_tok, p_op])
             mbarrier.arrive(v_empty.index(prev), count=1)
             alpha_o = gl.convert_layout(alpha, o_rows)
             acc = acc * alpha_o[:, None]
@@ -163,7 +164,7 @@ def _consumer(group, q_smem, k_smem, v_smem, q_bars, k_ready, k_empty, v_ready, 
         mbarrier.wait(v_ready.index(last), ((n_blocks - 1) // NUM_STAGES) & 1)
         p_op = gl.convert_layout(p.to(dtype), p_layout)
         o_tok = warpgroup_mma(p_op, v_smem.index(last), acc, is_async=True)
-        acc = warpgroup_mma_wait(0, deps=[o_tok])
+        acc, p_op = warpgroup_mma_wait(0, deps=[o_tok, p_op])
         mbarrier.arrive(v_empty.index(last), count=1)
     # Blocks the program's other group reads but this one does not (causal): release them unread.
     for j in range(n_blocks, n_program):
