@@ -1,5 +1,5 @@
-"""FlashAttention forward in Gluon with FlashAttention 3's schedule (``loads="gluon_ws"``
-and ``loads="gluon_pingpong"``; Hopper only).
+"""FlashAttention forward in Gluon with FlashAttention 3's schedule (``loads="gluon_ws"``,
+``"gluon_pingpong"`` and ``"gluon_pingpong_ordered"``; Hopper only).
 
 Written against Triton 3.6's Gluon (``triton.experimental.gluon``): layouts, shared memory,
 mbarriers, TMA and warpgroup MMA are explicit, nothing is left to the compiler's passes.
@@ -11,10 +11,12 @@ One program a tile of ``NUM_GROUPS * M_TILE`` query rows of one (batch, query he
   a "ready" mbarrier (the TMA's transaction count completes it) and an "empty" one
   (every consumer group arrives when its warpgroup MMA no longer reads the stage);
 - **consumer** groups of one warpgroup each (``num_warps`` warps; the default partition
-  is group 0, a worker partition group 1 with ``gluon_pingpong``), each owning ``M_TILE``
+  is group 0, a worker partition group 1 with ``gluon_pingpong*``), each owning ``M_TILE``
   rows. Two groups run the same instruction stream on two tiles, so one group's softmax
   (CUDA cores) fills the tensor pipe's gaps of the other's GEMMs: FA3's inter-warpgroup
-  overlap. Registers move from the producer to the consumers (``worker_num_regs``).
+  overlap, left to the warp schedulers, or with ``ORDERED`` (``gluon_pingpong_ordered``)
+  enforced: the groups' GEMMs take turns. Registers move from the producer to the
+  consumers (``worker_num_regs``).
 - inside a group, FA3's intra-warpgroup overlap: the QK^T of block j and the PV of block
   j-1 are issued asynchronously back to back; ``warpgroup_mma_wait(1)`` returns when the
   QK^T is done (groups retire in order), so block j's softmax runs while the PV product
@@ -93,13 +95,19 @@ def _scores(s, m_i, start_n, mask_from, limit, offs_n, qk_scale,
 
 
 @gluon.jit
-def _consumer(group, q_smem, k_smem, v_smem, q_bars, k_ready, k_empty, v_ready, v_empty, o_desc, Out,
-              head_row, q_start, q_len, kv_len, causal_offset, n_program, qk_scale,
+def _consumer(group, q_smem, k_smem, v_smem, q_bars, k_ready, k_empty, v_ready, v_empty, turns, o_desc, Out,
+              head_row, q_start, q_len, kv_len, causal_offset, n_program, n_ordered, qk_scale,
               HEAD_DIM: gl.constexpr, M_TILE: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr,
               IS_CAUSAL: gl.constexpr, MASK: gl.constexpr, EMPTY_ROWS: gl.constexpr, EVEN_M: gl.constexpr,
-              num_warps: gl.constexpr):
+              ORDERED: gl.constexpr, num_warps: gl.constexpr):
     """One consumer warpgroup: rows [q_start + group * M_TILE, + M_TILE) of its (batch, head),
-    whose row 0 is row ``head_row`` of the flat Q and O."""
+    whose row 0 is row ``head_row`` of the flat Q and O.
+
+    ``ORDERED`` (two groups): in the first ``n_ordered`` blocks (those both groups read) a
+    group issues its two GEMMs only on its turn and then hands the turn to the other
+    group (FA3's warp-scheduler barrier, here a pair of mbarriers): the GEMMs of the two
+    groups alternate, so one group's softmax always runs under the other's GEMMs.
+    """
     dtype: gl.constexpr = q_smem.dtype
     k_width: gl.constexpr = 32 // dtype.primitive_bitwidth
     mma_k: gl.constexpr = 256 // dtype.primitive_bitwidth
@@ -145,11 +153,18 @@ def _consumer(group, q_smem, k_smem, v_smem, q_bars, k_ready, k_empty, v_ready, 
             prev = (j - 1) % NUM_STAGES
             prev_phase = ((j - 1) // NUM_STAGES) & 1
             mbarrier.wait(k_ready.index(stage), phase)
-            s_tok = warpgroup_mma(q_tile, k_smem.index(stage).permute((1, 0)), s_zero, use_acc=False,
-                                  is_async=True)
             mbarrier.wait(v_ready.index(prev), prev_phase)
             p_op = gl.convert_layout(p.to(dtype), p_layout)
+            if ORDERED:
+                # The k-th turn of group 0 follows group 1's (k-1)-th hand-over (its first
+                # passes: a fresh mbarrier's phase before the first counts as complete); the
+                # k-th turn of group 1 follows group 0's k-th.
+                mbarrier.wait(turns.index(group), ((j - 1) & 1) ^ (1 - group), pred=j < n_ordered)
+            s_tok = warpgroup_mma(q_tile, k_smem.index(stage).permute((1, 0)), s_zero, use_acc=False,
+                                  is_async=True)
             o_tok = warpgroup_mma(p_op, v_smem.index(prev), acc, is_async=True)
+            if ORDERED:
+                mbarrier.arrive(turns.index(1 - group), count=1, pred=j < n_ordered)
             # Groups retire in order: one left in flight means this block's scores are done.
             s = warpgroup_mma_wait(1, deps=[s_tok])
             mbarrier.arrive(k_empty.index(stage), count=1)
@@ -192,27 +207,28 @@ def _consumer(group, q_smem, k_smem, v_smem, q_bars, k_ready, k_empty, v_ready, 
 
 
 @gluon.jit
-def _consumer_worker(q_smem, k_smem, v_smem, q_bars, k_ready, k_empty, v_ready, v_empty, o_desc, Out,
-                     head_row, q_start, q_len, kv_len, causal_offset, n_program, qk_scale,
+def _consumer_worker(q_smem, k_smem, v_smem, q_bars, k_ready, k_empty, v_ready, v_empty, turns, o_desc, Out,
+                     head_row, q_start, q_len, kv_len, causal_offset, n_program, n_ordered, qk_scale,
                      HEAD_DIM: gl.constexpr, M_TILE: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr,
                      IS_CAUSAL: gl.constexpr, MASK: gl.constexpr, EMPTY_ROWS: gl.constexpr, EVEN_M: gl.constexpr,
-                     CONSUMER_WARPS: gl.constexpr):
+                     ORDERED: gl.constexpr, CONSUMER_WARPS: gl.constexpr):
     """Consumer group 1 (a worker partition)."""
-    _consumer(1, q_smem, k_smem, v_smem, q_bars, k_ready, k_empty, v_ready, v_empty, o_desc, Out,
-              head_row, q_start, q_len, kv_len, causal_offset, n_program, qk_scale,
-              HEAD_DIM, M_TILE, BLOCK_N, NUM_STAGES, IS_CAUSAL, MASK, EMPTY_ROWS, EVEN_M, CONSUMER_WARPS)
+    _consumer(1, q_smem, k_smem, v_smem, q_bars, k_ready, k_empty, v_ready, v_empty, turns, o_desc, Out,
+              head_row, q_start, q_len, kv_len, causal_offset, n_program, n_ordered, qk_scale,
+              HEAD_DIM, M_TILE, BLOCK_N, NUM_STAGES, IS_CAUSAL, MASK, EMPTY_ROWS, EVEN_M, ORDERED, CONSUMER_WARPS)
 
 
 @gluon.jit
-def _consumer_default(q_smem, k_smem, v_smem, q_bars, k_ready, k_empty, v_ready, v_empty, o_desc, Out,
-                      head_row, q_start, q_len, kv_len, causal_offset, n_program, qk_scale,
+def _consumer_default(q_smem, k_smem, v_smem, q_bars, k_ready, k_empty, v_ready, v_empty, turns, o_desc, Out,
+                      head_row, q_start, q_len, kv_len, causal_offset, n_program, n_ordered, qk_scale,
                       HEAD_DIM: gl.constexpr, M_TILE: gl.constexpr, BLOCK_N: gl.constexpr,
                       NUM_STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, MASK: gl.constexpr,
-                      EMPTY_ROWS: gl.constexpr, EVEN_M: gl.constexpr, CONSUMER_WARPS: gl.constexpr):
+                      EMPTY_ROWS: gl.constexpr, EVEN_M: gl.constexpr, ORDERED: gl.constexpr,
+                      CONSUMER_WARPS: gl.constexpr):
     """Consumer group 0 (the default partition)."""
-    _consumer(0, q_smem, k_smem, v_smem, q_bars, k_ready, k_empty, v_ready, v_empty, o_desc, Out,
-              head_row, q_start, q_len, kv_len, causal_offset, n_program, qk_scale,
-              HEAD_DIM, M_TILE, BLOCK_N, NUM_STAGES, IS_CAUSAL, MASK, EMPTY_ROWS, EVEN_M, CONSUMER_WARPS)
+    _consumer(0, q_smem, k_smem, v_smem, q_bars, k_ready, k_empty, v_ready, v_empty, turns, o_desc, Out,
+              head_row, q_start, q_len, kv_len, causal_offset, n_program, n_ordered, qk_scale,
+              HEAD_DIM, M_TILE, BLOCK_N, NUM_STAGES, IS_CAUSAL, MASK, EMPTY_ROWS, EVEN_M, ORDERED, CONSUMER_WARPS)
 
 
 @gluon.jit
@@ -224,6 +240,7 @@ def gluon_attention_kernel(
     BLOCK_N: gl.constexpr,
     NUM_STAGES: gl.constexpr,
     NUM_GROUPS: gl.constexpr,
+    ORDERED: gl.constexpr,
     IS_CAUSAL: gl.constexpr,
     LONGEST_FIRST: gl.constexpr,
     MASK: gl.constexpr,
@@ -253,6 +270,11 @@ def gluon_attention_kernel(
     else:
         hi = kv_len
     n_program = gl.cdiv(hi, BLOCK_N)
+    # Blocks group 0 reads (group 1 reads as many or more): the ones whose GEMMs take turns.
+    if IS_CAUSAL:
+        n_ordered = gl.cdiv(gl.maximum(gl.minimum(q_start + M_TILE + causal_offset, kv_len), 0), BLOCK_N)
+    else:
+        n_ordered = n_program
 
     q_smem = gl.allocate_shared_memory(q_desc.dtype, [NUM_GROUPS, M_TILE, HEAD_DIM], q_desc.layout)
     k_smem = gl.allocate_shared_memory(k_desc.dtype, [NUM_STAGES, BLOCK_N, HEAD_DIM], k_desc.layout)
@@ -262,8 +284,11 @@ def gluon_attention_kernel(
     k_empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
     v_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
     v_empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+    turns = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())  # ORDERED: whose GEMMs are next
     for g in gl.static_range(NUM_GROUPS):
         mbarrier.init(q_bars.index(g), count=1)
+    for g in gl.static_range(2):
+        mbarrier.init(turns.index(g), count=1)
     for i in gl.static_range(NUM_STAGES):
         mbarrier.init(k_ready.index(i), count=1)
         mbarrier.init(v_ready.index(i), count=1)
@@ -274,23 +299,23 @@ def gluon_attention_kernel(
     # loses its constexprs (Triton 3.6's Gluon).
     if NUM_GROUPS == 2:
         gl.warp_specialize([
-            (_consumer_default, (q_smem, k_smem, v_smem, q_bars, k_ready, k_empty, v_ready, v_empty, o_desc, Out,
-                                 head_row, q_start, q_len, kv_len, causal_offset, n_program, qk_scale,
+            (_consumer_default, (q_smem, k_smem, v_smem, q_bars, k_ready, k_empty, v_ready, v_empty, turns, o_desc, Out,
+                                 head_row, q_start, q_len, kv_len, causal_offset, n_program, n_ordered, qk_scale,
                                  HEAD_DIM, M_TILE, BLOCK_N, NUM_STAGES, IS_CAUSAL, MASK, EMPTY_ROWS, EVEN_M,
-                                 num_warps)),
-            (_consumer_worker, (q_smem, k_smem, v_smem, q_bars, k_ready, k_empty, v_ready, v_empty, o_desc, Out,
-                                head_row, q_start, q_len, kv_len, causal_offset, n_program, qk_scale,
+                                 ORDERED, num_warps)),
+            (_consumer_worker, (q_smem, k_smem, v_smem, q_bars, k_ready, k_empty, v_ready, v_empty, turns, o_desc, Out,
+                                head_row, q_start, q_len, kv_len, causal_offset, n_program, n_ordered, qk_scale,
                                 HEAD_DIM, M_TILE, BLOCK_N, NUM_STAGES, IS_CAUSAL, MASK, EMPTY_ROWS, EVEN_M,
-                                num_warps)),
+                                ORDERED, num_warps)),
             (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bars, k_ready, k_empty, v_ready, v_empty,
                          q_row, kv_row, n_program, M_TILE, BLOCK_N, NUM_STAGES, NUM_GROUPS)),
         ], [num_warps, 1], [CONSUMER_REGS, PRODUCER_REGS])
     else:
         gl.warp_specialize([
-            (_consumer_default, (q_smem, k_smem, v_smem, q_bars, k_ready, k_empty, v_ready, v_empty, o_desc, Out,
-                                 head_row, q_start, q_len, kv_len, causal_offset, n_program, qk_scale,
+            (_consumer_default, (q_smem, k_smem, v_smem, q_bars, k_ready, k_empty, v_ready, v_empty, turns, o_desc, Out,
+                                 head_row, q_start, q_len, kv_len, causal_offset, n_program, n_ordered, qk_scale,
                                  HEAD_DIM, M_TILE, BLOCK_N, NUM_STAGES, IS_CAUSAL, MASK, EMPTY_ROWS, EVEN_M,
-                                 num_warps)),
+                                 ORDERED, num_warps)),
             (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bars, k_ready, k_empty, v_ready, v_empty,
                          q_row, kv_row, n_program, M_TILE, BLOCK_N, NUM_STAGES, NUM_GROUPS)),
         ], [1], [PRODUCER_REGS])

@@ -2,7 +2,8 @@
 
 A :class:`GluonVariant` is the kernel's part of a config: the program's query rows
 (``BLOCK_M``), split over one or two consumer warpgroups (``loads="gluon_ws"``: one;
-``"gluon_pingpong"``: two, each ``BLOCK_M // 2`` rows), the key block, the warps of a
+``"gluon_pingpong"``: two, each ``BLOCK_M // 2`` rows, free-running; ``"gluon_pingpong_ordered"``:
+two whose GEMMs take turns), the key block, the warps of a
 consumer group and the depth of the K/V ring.
 """
 
@@ -20,7 +21,7 @@ from flashtune.kernels.dtypes import interpreting
 from flashtune.kernels.launch_support import LOG2_E
 
 #: ``loads`` values this launcher serves, and the consumer groups of each.
-GLUON_GROUPS: Mapping[str, int] = {"gluon_ws": 1, "gluon_pingpong": 2}
+GLUON_GROUPS: Mapping[str, int] = {"gluon_ws": 1, "gluon_pingpong": 2, "gluon_pingpong_ordered": 2}
 #: Registers a thread of the producer warp keeps (FA3's producer: 24-56); the rest of the
 #: register file goes to the consumers. A worker partition's count must be a multiple of
 #: 8 in [24, 256] (setmaxnreg).
@@ -39,11 +40,15 @@ class GluonVariant:
     num_warps: int = 4
     num_stages: int = 2
     groups: int = 1
+    #: Two groups' GEMMs take turns (FA3's warp-scheduler barrier); without it they run free.
+    ordered: bool = False
     longest_first: bool = False
 
     def __post_init__(self) -> None:
         if self.groups not in (1, 2):
             raise ValueError(f"groups must be 1 or 2, got {self.groups}")
+        if self.ordered and self.groups != 2:
+            raise ValueError("ordered turns need two consumer groups")
         if self.BLOCK_M % self.groups or self.m_tile < 16 * self.num_warps:
             raise ValueError(f"BLOCK_M={self.BLOCK_M} over {self.groups} group(s) of {self.num_warps} warps: "
                              f"each group needs at least 16 rows a warp")
@@ -55,7 +60,7 @@ class GluonVariant:
 
     def label(self) -> str:
         parts = [f"{self.BLOCK_M}x{self.BLOCK_N}", f"{self.num_warps}w", f"{self.num_stages}st",
-                 "gluon_pingpong" if self.groups == 2 else "gluon_ws"]
+                 "gluon_ws" if self.groups == 1 else "gluon_pingpong_ordered" if self.ordered else "gluon_pingpong"]
         return " ".join(parts + (["longest"] if self.longest_first else []))
 
 
@@ -63,7 +68,7 @@ def gluon_variant_for(config: Mapping[str, Value]) -> GluonVariant:
     """The Gluon kernel's variant for a config of the declared space (``loads`` gluon_*)."""
     return GluonVariant(BLOCK_M=int(config["BLOCK_M"]), BLOCK_N=int(config["BLOCK_N"]),
                         num_warps=int(config["num_warps"]), num_stages=int(config["num_stages"]),
-                        groups=GLUON_GROUPS[str(config["loads"])],
+                        groups=GLUON_GROUPS[str(config["loads"])], ordered=config["loads"] == "gluon_pingpong_ordered",
                         longest_first=config.get("tile_order") == "longest_first")
 
 
@@ -116,7 +121,7 @@ def launch_gluon(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.T
     grid = (triton.cdiv(q_len, variant.BLOCK_M), batch * q_heads)
     args = (qd, kd, vd, od, out, q_heads, kv_heads, q_len, kv_len, scale * LOG2_E)
     options = dict(
-        HEAD_DIM=head_dim, M_TILE=m_tile, BLOCK_N=bn, NUM_STAGES=variant.num_stages, NUM_GROUPS=variant.groups,
+        HEAD_DIM=head_dim, M_TILE=m_tile, BLOCK_N=bn, NUM_STAGES=variant.num_stages, NUM_GROUPS=variant.groups, ORDERED=variant.ordered,
         IS_CAUSAL=causal, LONGEST_FIRST=causal and variant.longest_first,
         MASK=causal or kv_len % bn != 0, EMPTY_ROWS=causal and q_len > kv_len,
         EVEN_M=q_len % variant.BLOCK_M == 0, CONSUMER_REGS=CONSUMER_REGS, PRODUCER_REGS=PRODUCER_REGS,

@@ -63,10 +63,11 @@ PREFILL_KNOBS: tuple[Knob, ...] = (
     # the Gluon kernel with FlashAttention 3's schedule (kernels/_flash_fwd_gluon.py: a TMA
     # producer warp, asynchronous wgmma with the softmax of one block under the PV product
     # of the previous; one consumer warpgroup of BLOCK_M rows, or two of BLOCK_M / 2 rows
-    # each in ping-pong; num_warps: a consumer group's warps; num_stages: the K/V ring's
-    # depth; bf16/fp16, tiles grid only).
+    # each, free-running, or ``gluon_pingpong_ordered``: their GEMMs taking turns (FA3's
+    # ping-pong); num_warps: a consumer group's warps; num_stages: the K/V ring's depth;
+    # bf16/fp16, tiles grid only).
     Knob("loads", ("pointer", "tma", "tma_ws", "lean", "lean_ws", "lean_overlap", "lean_ws_oneloop",
-                   "gluon_ws", "gluon_pingpong"),
+                   "gluon_ws", "gluon_pingpong", "gluon_pingpong_ordered"),
          implied="pointer"),
     # e4m3 Q, K, V with per-tensor scales (Hopper, Ada); checked against its own budget.
     Knob("use_fp8", (False, True), implied=False),

@@ -102,8 +102,8 @@ def registers_per_thread(config: Mapping[str, Value], *, head_dim: int, dtype_by
         dtype_bytes = 1
     block_m, block_n = query_rows(config, block_h), int(config["BLOCK_N"])
     threads = 32 * int(config["num_warps"])
-    if setting(config, "loads") == "gluon_pingpong":
-        # Each consumer warpgroup holds its half of the rows; the producer's warp holds 24.
+    if setting(config, "loads") in GLUON_LOADS and setting(config, "loads") != "gluon_ws":
+        # Each of two consumer warpgroups holds half the rows; the producer's warp holds 24.
         block_m //= 2
     acc = block_m * head_dim  # fp32
     scores = block_m * block_n  # fp32
@@ -166,7 +166,7 @@ def _gluon_failure(config: Mapping[str, Value], compute_capability: tuple[int, i
         return f"loads={loads!r} has no fp8 path yet (kernels/_flash_fwd_gluon.py: fp16 and bf16)"
     if setting(config, "grid") == "persistent":
         return f"loads={loads!r} runs one program a tile: it has no persistent grid"
-    groups = 2 if loads == "gluon_pingpong" else 1
+    groups = 1 if loads == "gluon_ws" else 2
     rows = int(config["BLOCK_M"]) // groups
     if rows < 16 * int(config["num_warps"]):
         # A warpgroup MMA spreads its rows 16 a warp (kernels/gluon.py refuses the variant).

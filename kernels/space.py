@@ -64,7 +64,7 @@ DECODE_MIN_BLOCK_H = 16
 IMPLIED: Mapping[str, Value] = implied_of(KERNEL_KNOBS)
 
 #: ``loads`` values served by the Gluon kernel (kernels/gluon.py).
-GLUON_LOADS = ("gluon_ws", "gluon_pingpong")
+GLUON_LOADS = ("gluon_ws", "gluon_pingpong", "gluon_pingpong_ordered")
 #: ``loads`` values launched with descriptors made on the host, through a launcher of their
 #: own (no per-sequence key ranges, no prepared call): the lean descriptor kernel's and the
 #: Gluon kernel's.

@@ -25,14 +25,14 @@ pytestmark = [
 ]
 
 
-def configs(head_dim: int) -> list[Config]:
+def configs(head_dim: int, pingpong: str = "gluon_pingpong") -> list[Config]:
     """Ping-pong at FA3's tiles (two 64-row groups; two 128-row groups at D64), one consumer
-    group, a deeper ring, and the causal tile order."""
+    group, a deeper ring, and the causal tile order; ``pingpong``: free-running or ordered."""
     wide = 128 if head_dim <= 128 else 64
-    tiles = [(128, wide, 2, "gluon_pingpong", "head_major"), (128, wide // 2, 3, "gluon_pingpong", "head_major"),
-             (64, wide, 2, "gluon_ws", "head_major"), (128, wide, 2, "gluon_pingpong", "longest_first")]
+    tiles = [(128, wide, 2, pingpong, "head_major"), (128, wide // 2, 3, pingpong, "head_major"),
+             (64, wide, 2, "gluon_ws", "head_major"), (128, wide, 2, pingpong, "longest_first")]
     if head_dim == 64:
-        tiles.append((256, 64, 3, "gluon_pingpong", "head_major"))
+        tiles.append((256, 64, 3, pingpong, "head_major"))
     return [validate_config(dict(BLOCK_M=bm, BLOCK_N=bn, num_warps=4, num_stages=s, loads=loads, tile_order=order))
             for bm, bn, s, loads, order in tiles]
 
@@ -73,7 +73,7 @@ def precompiled(hardware):
     from flashtune.objectives.precompile import CompilePool
 
     pool = CompilePool(16)
-    pairs = [(c, _workload(case)) for case in CASES for c in configs(case[0])]
+    pairs = [(c, _workload(case)) for case in CASES for loads in PINGPONG for c in configs(case[0], loads)]
     pairs = [(c, w) for c, w in pairs if check(c, w, hardware).feasible]
     for c, w in pairs:
         pool.submit(c, w)
@@ -82,12 +82,15 @@ def precompiled(hardware):
     pool.close()
 
 
-def _check_all(w: Workload, hardware, q=None, k=None, v=None) -> int:
+PINGPONG = ("gluon_pingpong", "gluon_pingpong_ordered")
+
+
+def _check_all(w: Workload, hardware, q=None, k=None, v=None, pingpong: str = "gluon_pingpong") -> int:
     if q is None:
         q, k, v = make_inputs(w, seed=7, dev=torch.device("cuda"))
     ref = reference_attention(q, k, v, causal=w.causal)
     failures, checked = [], 0
-    for config in configs(w.head_dim):
+    for config in configs(w.head_dim, pingpong):
         assert check(config, w, hardware).feasible, config
         out = flash_attention(q, k, v, causal=w.causal, config=config)
         err = relative_error(out, ref)
@@ -102,6 +105,13 @@ def _check_all(w: Workload, hardware, q=None, k=None, v=None) -> int:
                                                      f"-{c[4]}x{c[5]}-{c[6]}")
 def test_matches_the_float32_reference(case, hardware):
     assert _check_all(_workload(case), hardware) == len(configs(case[0]))
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"d{c[0]}-{'causal' if c[1] else 'full'}-{c[2]}x{c[3]}"
+                                                     f"-{c[4]}x{c[5]}-{c[6]}")
+def test_ordered_pingpong_matches_the_float32_reference(case, hardware):
+    # Causal: the groups take turns over the blocks both read, then the later group runs alone.
+    assert _check_all(_workload(case), hardware, pingpong="gluon_pingpong_ordered") == len(configs(case[0]))
 
 
 def test_strided_inputs(hardware):
