@@ -16,6 +16,7 @@ from typing import Any
 import torch
 import triton
 
+from flashtune.kernels._flash_fwd_gluon import gluon_attention_kernel
 from flashtune.kernels.config import Value
 from flashtune.kernels.dtypes import interpreting
 from flashtune.kernels.launch_support import LOG2_E
@@ -127,8 +128,6 @@ def launch_gluon(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.T
         EVEN_M=q_len % variant.BLOCK_M == 0, CONSUMER_REGS=CONSUMER_REGS, PRODUCER_REGS=PRODUCER_REGS,
         num_warps=variant.num_warps,
     )
-    from flashtune.kernels._flash_fwd_gluon import gluon_attention_kernel
-
     if warmup:
         return gluon_attention_kernel.warmup(*args, grid=grid, **options)
     return gluon_attention_kernel[grid](*args, **options)

@@ -36,6 +36,8 @@ from flashtune.experiments.tracking.tracker import DEFAULT_TRACKING_URI
 from flashtune.kernels.attention import launch
 from flashtune.kernels.space import validate_config
 from flashtune.objectives.bench import make_inputs
+from flashtune.objectives.feasibility import check
+from flashtune.objectives.hardware import HardwareSpec
 from flashtune.objectives.types import SUITE
 
 #: Headline figures: (name in our JSON, ncu raw metric). Alternatives for one figure are
@@ -163,9 +165,6 @@ def target(names: list[str], configs: list[dict] | None = None) -> None:
     import math
 
     import torch
-
-    from flashtune.objectives.feasibility import check
-    from flashtune.objectives.hardware import HardwareSpec
 
     by_name = {w.name: w for w in SUITE}
     for name in names:
