@@ -1,17 +1,17 @@
 #!/usr/bin/env bash
-# Issue 20, part A, second call (after docs/gpu/s20.sh): the ordered ping-pong
+# Issue 20, part A, second call (after docs/gpu/gluon-call1.sh): the ordered ping-pong
 # (loads gluon_pingpong_ordered: the two consumer groups' GEMMs take turns) and a profile.
-#   bash docs/gpu/s20b.sh      (with the jsonschema wheels carried in .whl)
+#   bash docs/gpu/gluon-call2.sh      (with the jsonschema wheels carried in .whl)
 # 1. numerics of every Gluon variant again (the kernel's loop changed), then of the ordered
 #    one on its own (a turn never handed over would hang: its own timeout, and timing skips it);
 # 2. Nsight Compute (SpeedOfLight, occupancy, warp states, stall reasons) of the Gluon tiles
 #    beside the recorded bests at D128 and D256 (full);
 # 3. the ordered and free-running ping-pong tiles beside the recorded bests and the SDPA peers.
-# Back in $OUT: s20b.log, gpu_tests.xml, gpu_tests_ordered.xml, ncu_raw.csv, peers.json.
+# Back in $OUT: gluon-call2.log, gpu_tests.xml, gpu_tests_ordered.xml, ncu_raw.csv, peers.json.
 set -o pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-exec > >(tee "$OUT/s20b.log") 2>&1
+exec > >(tee "$OUT/gluon-call2.log") 2>&1
 if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
   export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}

@@ -1,18 +1,18 @@
 #!/usr/bin/env bash
 # Issue 20, part A: the Gluon kernel with FA3's schedule (loads gluon_ws / gluon_pingpong) on the
 # H200, one call of under 9 minutes:
-#   bash docs/gpu/s20.sh      (with the jsonschema wheels carried in .whl)
+#   bash docs/gpu/gluon-call1.sh      (with the jsonschema wheels carried in .whl)
 # 1. its numerics: tests/gpu/test_gluon_gpu.py (bf16/fp16 vs the float32 reference; D64/128/256;
 #    lengths 1000, 4096, 333/1000; causal; GQA 32/8; strided inputs); a hang (a barrier that never
 #    completes) ends at the timeout and skips the timing;
 # 2. its tiles timed beside each suite workload's recorded best (h200_grown + h200_lean, top 1),
 #    lean_ws_oneloop's tiles and the SDPA peers, interleaved in one run (bench_peers --also);
 # 3. with NCU=1: an Nsight Compute profile of the Gluon tile at D128 beside the recorded best.
-# Back in $OUT: s20.log, gpu_tests.xml, peers.json (ncu.json with NCU=1).
+# Back in $OUT: gluon-call1.log, gpu_tests.xml, peers.json (ncu.json with NCU=1).
 set -o pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-exec > >(tee "$OUT/s20.log") 2>&1
+exec > >(tee "$OUT/gluon-call1.log") 2>&1
 if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
   export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
