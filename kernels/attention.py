@@ -14,9 +14,11 @@ from flashtune.kernels.config import Config, Value
 from flashtune.kernels.decode import check_cache_seqlens, check_kv_start, default_decode_config, launch_decode
 from flashtune.kernels.dtypes import DTYPES, interpreting
 from flashtune.kernels.launch_support import LOG2_E, device_sm_count, use_descriptor_scratch
+from flashtune.kernels.gluon import gluon_variant_for, launch_gluon
 from flashtune.kernels.lean import launch_lean, variant_for
 from flashtune.kernels.resources import COMPILER_ERROR_MARKERS, known_failure, shared_memory_bytes
 from flashtune.kernels.space import (
+    GLUON_LOADS,
     IMPLIED,
     LEAN_LOADS,
     SAFE_DEFAULT,
@@ -140,6 +142,8 @@ def takes_key_ranges(config: Mapping[str, Value]) -> bool:
 
 def _launch_kernel(q, k, v, out, scales, stride_v, *, causal: bool, scale: float, config: Config,
                    warmup: bool = False, seqlens: Any = None, kv_start: Any = None) -> Any:
+    if config["loads"] in GLUON_LOADS:
+        return launch_gluon(q, k, v, out, causal=causal, scale=scale, variant=gluon_variant_for(config), warmup=warmup)
     if config["loads"] in LEAN_LOADS:
         # Host-side descriptors: no device scratch, and the launch stays capturable in a graph.
         return launch_lean(q, k, v, out, causal=causal, scale=scale, variant=variant_for(config, q, k, v, out),

@@ -59,8 +59,15 @@ PREFILL_KNOBS: tuple[Knob, ...] = (
     # (FlashAttention 3's in-warpgroup overlap of the softmax with the GEMMs);
     # ``lean_ws_oneloop``: every key block in one warp-specialized loop, masked per row,
     # device-made descriptors (kernels/_flash_fwd_oneloop.py: the form Triton 3.6
-    # warp-specializes at 4 warps; tiles grid only).
-    Knob("loads", ("pointer", "tma", "tma_ws", "lean", "lean_ws", "lean_overlap", "lean_ws_oneloop"),
+    # warp-specializes at 4 warps; tiles grid only). ``gluon_ws`` and ``gluon_pingpong``:
+    # the Gluon kernel with FlashAttention 3's schedule (kernels/_flash_fwd_gluon.py: a TMA
+    # producer warp, asynchronous wgmma with the softmax of one block under the PV product
+    # of the previous; one consumer warpgroup of BLOCK_M rows, or two of BLOCK_M / 2 rows
+    # each, free-running, or ``gluon_pingpong_ordered``: their GEMMs taking turns (FA3's
+    # ping-pong); num_warps: a consumer group's warps; num_stages: the K/V ring's depth;
+    # bf16/fp16, tiles grid only).
+    Knob("loads", ("pointer", "tma", "tma_ws", "lean", "lean_ws", "lean_overlap", "lean_ws_oneloop",
+                   "gluon_ws", "gluon_pingpong", "gluon_pingpong_ordered"),
          implied="pointer"),
     # e4m3 Q, K, V with per-tensor scales (Hopper, Ada); checked against its own budget.
     Knob("use_fp8", (False, True), implied=False),

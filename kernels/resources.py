@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from flashtune.kernels.config import Value
-from flashtune.kernels.space import DECODE_MIN_BLOCK_H, LEAN_LOADS, kernel_of, setting
+from flashtune.kernels.space import DECODE_MIN_BLOCK_H, GLUON_LOADS, LEAN_LOADS, kernel_of, setting
 
 MAX_REGISTERS_PER_THREAD = 255
 # Registers beyond the tiles: indices, pointers, softmax state, loop bookkeeping.
@@ -80,6 +80,12 @@ def shared_memory_bytes(
         # whatever the dtype, and its mbarriers (392-536 bytes seen; 1 KB counted). At 8
         # warps, and at BLOCK_M 32 (no wgmma), the plain figure held or over-predicted.
         extra += max(block_m, 128) * head_dim * 2 + 1024
+    if setting(config, "loads") in GLUON_LOADS:
+        # Compiled for sm90 (objectives/aot.py, Triton 3.6, 2026-12-02: head dims 64-256, one
+        # and two consumer groups, 1-4 stages): exactly Q (every group's rows, reused for the
+        # output's TMA store) plus num_stages K and V buffers, plus 252-360 bytes of mbarriers
+        # and alignment (512 counted).
+        return q_tile + stages * kv_tile + 512
     if stages == 1 or uses_wgmma(config, compute_capability, block_h):
         return q_tile + stages * kv_tile + extra
     # The scratch of the mma.sync path: for the decode kernel it is its 16-bit P tile
@@ -96,11 +102,18 @@ def registers_per_thread(config: Mapping[str, Value], *, head_dim: int, dtype_by
         dtype_bytes = 1
     block_m, block_n = query_rows(config, block_h), int(config["BLOCK_N"])
     threads = 32 * int(config["num_warps"])
+    if setting(config, "loads") in GLUON_LOADS and setting(config, "loads") != "gluon_ws":
+        # Each of two consumer warpgroups holds half the rows; the producer's warp holds 24.
+        block_m //= 2
     acc = block_m * head_dim  # fp32
     scores = block_m * block_n  # fp32
     if setting(config, "loads") == "lean_overlap":
         scores *= 2  # the next block's scores are live during this block's softmax
     q = block_m * head_dim * dtype_bytes // 4
+    if setting(config, "loads") in GLUON_LOADS:
+        # Q stays in shared memory (the QK^T's A operand); P is held in 16 bits as the PV
+        # product's A operand beside the fp32 scores.
+        q = block_m * block_n * dtype_bytes // 4
     if kernel_of(config) == "decode":
         # A decode tile is short (block_h rows), so the K and V operands held in registers
         # for the dots weigh as much as the accumulator: without them the H200 sweep's
@@ -129,6 +142,10 @@ def known_failure(config: Mapping[str, Value], compute_capability: tuple[int, in
         # Not implemented (kernels/_flash_fwd_oneloop.py launches one program a tile; whether
         # a loop over tiles around its key loop still warp-specializes was not tried).
         return "loads='lean_ws_oneloop' runs one program a tile: it has no persistent grid"
+    if setting(config, "loads") in GLUON_LOADS:
+        failure = _gluon_failure(config, compute_capability)
+        if failure:
+            return failure
     if setting(config, "loads") == "tma_ws" and setting(config, "grid") == "persistent" and setting(config, "use_fp8"):
         # Seen once, on the H200 (Triton 3.6.0, 2026-12-01, tests/gpu/test_kernel_gpu.py's
         # odd-length sample: BLOCK_M 32, BLOCK_N 64, 4 warps, 5 stages): the fp8 V^T descriptor
@@ -136,4 +153,29 @@ def known_failure(config: Mapping[str, Value], compute_capability: tuple[int, in
         # compiled every other tma_ws persistent config. Refused as a family until measured.
         return ("Triton 3.6's pipeliner fails on the fp8 tma_ws kernel with a persistent grid "
                 "('ttng.tensormap_create' op pipeliner doesn't know how to predicate this op: LLVM ERROR)")
+    return ""
+
+
+def _gluon_failure(config: Mapping[str, Value], compute_capability: tuple[int, int]) -> str:
+    """Why a config of the Gluon kernel (``loads`` gluon_*) cannot run ('' when it can)."""
+    loads = setting(config, "loads")
+    if compute_capability[0] != 9:
+        # Written with Hopper's warpgroup MMA (wgmma), which no other generation has.
+        return f"loads={loads!r} is written for Hopper's wgmma: needs compute capability 9.x"
+    if setting(config, "use_fp8"):
+        return f"loads={loads!r} has no fp8 path yet (kernels/_flash_fwd_gluon.py: fp16 and bf16)"
+    if setting(config, "grid") == "persistent":
+        return f"loads={loads!r} runs one program a tile: it has no persistent grid"
+    groups = 1 if loads == "gluon_ws" else 2
+    rows = int(config["BLOCK_M"]) // groups
+    if rows < 16 * int(config["num_warps"]):
+        # A warpgroup MMA spreads its rows 16 a warp (kernels/gluon.py refuses the variant).
+        return (f"loads={loads!r}: a consumer group of {config['num_warps']} warps needs at least "
+                f"{16 * int(config['num_warps'])} rows, BLOCK_M={config['BLOCK_M']} gives it {rows}")
+    if groups == 2 and int(config["num_warps"]) == 8:
+        # Compiled for sm90 (objectives/aot.py, 2026-12-02): 256x128 at D128 got 96 registers a
+        # thread and 462 spilled words; two 8-warp consumer groups and the producer leave about
+        # 100 registers a thread, too few for any tile.
+        return (f"loads={loads!r} with two 8-warp consumer groups leaves about 100 registers a thread "
+                "(462 spills at 256x128, D128, compiled for sm90)")
     return ""

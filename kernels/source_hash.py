@@ -15,7 +15,7 @@ from pathlib import Path
 #: (which decide the constexprs, the fp8 quantization, the grid and the decode splits).
 KERNEL_SOURCES = tuple(Path(__file__).with_name(name)
                        for name in ("_flash_fwd.py", "_flash_fwd_lean.py", "lean.py", "attention.py",
-                                    "_flash_decode.py", "decode.py"))
+                                    "_flash_decode.py", "decode.py", "_flash_fwd_gluon.py", "gluon.py"))
 
 
 @functools.lru_cache(maxsize=1)

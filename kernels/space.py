@@ -63,8 +63,12 @@ DECODE_MIN_BLOCK_H = 16
 #: stores, priors) declare one, so old configs keep meaning the kernel they were measured on.
 IMPLIED: Mapping[str, Value] = implied_of(KERNEL_KNOBS)
 
-#: ``loads`` values served by the lean descriptor kernel.
-LEAN_LOADS = ("lean", "lean_ws", "lean_overlap", "lean_ws_oneloop")
+#: ``loads`` values served by the Gluon kernel (kernels/gluon.py).
+GLUON_LOADS = ("gluon_ws", "gluon_pingpong", "gluon_pingpong_ordered")
+#: ``loads`` values launched with descriptors made on the host, through a launcher of their
+#: own (no per-sequence key ranges, no prepared call): the lean descriptor kernel's and the
+#: Gluon kernel's.
+LEAN_LOADS = ("lean", "lean_ws", "lean_overlap", "lean_ws_oneloop", *GLUON_LOADS)
 
 #: A config that compiles and fits every GPU flashtune knows at every head dim
 #: (about 50 KB of shared memory at head_dim 256); slow but safe.

@@ -36,6 +36,8 @@ from flashtune.experiments.tracking.tracker import DEFAULT_TRACKING_URI
 from flashtune.kernels.attention import launch
 from flashtune.kernels.space import validate_config
 from flashtune.objectives.bench import make_inputs
+from flashtune.objectives.feasibility import check
+from flashtune.objectives.hardware import HardwareSpec
 from flashtune.objectives.types import SUITE
 
 #: Headline figures: (name in our JSON, ncu raw metric). Alternatives for one figure are
@@ -156,22 +158,29 @@ def attach_to_trials(records: list[dict], tracking_uri: str, experiment: str) ->
     return written
 
 
-def target(names: list[str]) -> None:
-    """Launch each workload's best recorded bf16 config once (compiling first), then sync."""
+def target(names: list[str], configs: list[dict] | None = None) -> None:
+    """Launch each workload's best recorded bf16 config once (compiling first), then sync;
+    with ``configs``, each of those that fits the workload instead (a new kernel beside the
+    recorded best: ``parse``'s labels are then the printed lines' order)."""
     import math
 
     import torch
 
-
     by_name = {w.name: w for w in SUITE}
     for name in names:
         w = by_name[name]
-        (config, tflops), = best_configs(name, top=1)
+        if configs:
+            hardware = HardwareSpec.from_device()
+            runs = [(c, None) for c in map(validate_config, configs) if check(c, w, hardware).feasible]
+        else:
+            runs = best_configs(name, top=1)
         q, k, v = make_inputs(w, seed=5, dev=torch.device("cuda"))
-        out = torch.empty_like(q)
-        launch(q, k, v, out, causal=w.causal, scale=1 / math.sqrt(w.head_dim), config=config)
-        torch.cuda.synchronize()
-        print(f"{name}: {config.to_dict()} (recorded {tflops:.0f} TFLOP/s)", flush=True)
+        for config, tflops in runs:
+            out = torch.empty_like(q)
+            launch(q, k, v, out, causal=w.causal, scale=1 / math.sqrt(w.head_dim), config=config)
+            torch.cuda.synchronize()
+            recorded = f" (recorded {tflops:.0f} TFLOP/s)" if tflops else ""
+            print(f"{name}: {config.to_dict()}{recorded}", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -179,6 +188,8 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="cmd", required=True)
     t = sub.add_parser("target")
     t.add_argument("names", nargs="+")
+    t.add_argument("--config", type=json.loads, action="append", default=[], metavar="CONFIG_JSON",
+                   help="launch this config (repeatable; those that fit each workload) instead of the recorded best")
     m = sub.add_parser("metrics")
     m.add_argument("query_output", type=Path)
     p = sub.add_parser("parse")
@@ -191,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     g.add_argument("--tracking-uri", default=None, help="default: flashtune tune's")
     args = parser.parse_args(argv)
     if args.cmd == "target":
-        target(args.names)
+        target(args.names, args.config)
     elif args.cmd == "log":
 
         records = json.loads(args.ncu_json.read_text())

@@ -1,0 +1,321 @@
+"""FlashAttention forward in Gluon with FlashAttention 3's schedule (``loads="gluon_ws"``,
+``"gluon_pingpong"`` and ``"gluon_pingpong_ordered"``; Hopper only).
+
+Written against Triton 3.6's Gluon (``triton.experimental.gluon``): layouts, shared memory,
+mbarriers, TMA and warpgroup MMA are explicit, nothing is left to the compiler's passes.
+
+One program a tile of ``NUM_GROUPS * M_TILE`` query rows of one (batch, query head):
+
+- a **producer** partition of one warp issues the TMA loads: each consumer group's Q tile
+  once, then every K/V block into a ring of ``NUM_STAGES`` stages, each stage guarded by
+  a "ready" mbarrier (the TMA's transaction count completes it) and an "empty" one
+  (every consumer group arrives when its warpgroup MMA no longer reads the stage);
+- **consumer** groups of one warpgroup each (``num_warps`` warps; the default partition
+  is group 0, a worker partition group 1 with ``gluon_pingpong*``), each owning ``M_TILE``
+  rows. Two groups run the same instruction stream on two tiles, so one group's softmax
+  (CUDA cores) fills the tensor pipe's gaps of the other's GEMMs: FA3's inter-warpgroup
+  overlap, left to the warp schedulers, or with ``ORDERED`` (``gluon_pingpong_ordered``)
+  enforced: the groups' GEMMs take turns. Registers move from the producer to the
+  consumers (``worker_num_regs``).
+- inside a group, FA3's intra-warpgroup overlap: the QK^T of block j and the PV of block
+  j-1 are issued asynchronously back to back; ``warpgroup_mma_wait(1)`` returns when the
+  QK^T is done (groups retire in order), so block j's softmax runs while the PV product
+  of block j-1 is still on the tensor cores. P stays in registers as the A operand of the
+  PV product (a ``DotOperandLayout`` of the output's MMA layout).
+
+Masks only where needed: ``MASK`` (a launch-time fact: causal, or a ragged key tail) adds
+one runtime branch a block that masks only the blocks from the first one a row of the
+group cannot fully see; the blocks before it run the bare softmax. Causal is aligned
+bottom-right (query i sees keys j <= i + kv_len - q_len) and a group skips the blocks
+above its diagonal (it still releases, unread, the blocks the program's other group
+needs). Grouped-query attention maps query head h to K/V head h // (q_heads // kv_heads).
+
+Tensors are read through flat 2-D descriptors (every (batch, head, row) one row), made
+on the host: a ragged tail block reads the next head's first rows, which the mask drops;
+with ``EVEN_M`` the output goes back through shared memory (Q's buffer, no longer read)
+and a TMA store, otherwise by a masked pointer store.
+"""
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
+    mbarrier,
+    tma,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
+
+
+@gluon.jit
+def _load_kv(k_desc, v_desc, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, kv_row, j,
+             BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr):
+    """Producer: block ``j`` of K and of V into their rings once every group released the stage."""
+    stage = j % NUM_STAGES
+    phase = (j // NUM_STAGES) & 1
+    # A fresh mbarrier counts as having completed the phase before its first (parity 1):
+    # the first pass over the ring does not wait.
+    mbarrier.wait(k_empty.index(stage), phase ^ 1)
+    mbarrier.expect(k_ready.index(stage), k_desc.block_type.nbytes)
+    tma.async_copy_global_to_shared(k_desc, [kv_row + j * BLOCK_N, 0], k_ready.index(stage), k_smem.index(stage))
+    mbarrier.wait(v_empty.index(stage), phase ^ 1)
+    mbarrier.expect(v_ready.index(stage), v_desc.block_type.nbytes)
+    tma.async_copy_global_to_shared(v_desc, [kv_row + j * BLOCK_N, 0], v_ready.index(stage), v_smem.index(stage))
+
+
+@gluon.jit
+def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bars, k_ready, k_empty, v_ready, v_empty,
+              q_row, kv_row, n_blocks,
+              M_TILE: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr, NUM_GROUPS: gl.constexpr):
+    """The load partition: each group's Q tile, then the program's K/V blocks in order."""
+    for g in gl.static_range(NUM_GROUPS):
+        mbarrier.expect(q_bars.index(g), q_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(q_desc, [q_row + g * M_TILE, 0], q_bars.index(g), q_smem.index(g))
+    for j in range(n_blocks):
+        _load_kv(k_desc, v_desc, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, kv_row, j, BLOCK_N, NUM_STAGES)
+
+
+@gluon.jit
+def _scores(s, m_i, start_n, mask_from, limit, offs_n, qk_scale,
+            MASK: gl.constexpr, EMPTY_ROWS: gl.constexpr):
+    """Block scores -> (P in fp32, the new row maxima, the rescale factor of what came before)."""
+    if MASK:
+        if start_n >= mask_from:
+            # Keys past the row's diagonal (causal) or past kv_len (the next head's rows) get no weight.
+            s = gl.where((start_n + offs_n)[None, :] < limit[:, None], s, float("-inf"))
+    m_new = gl.maximum(m_i, gl.max(s, 1) * qk_scale)
+    if EMPTY_ROWS:
+        # A row that saw no key yet keeps m = -inf: subtract 0 so exp2 gives 0, not NaN.
+        m_sub = gl.where(m_new == float("-inf"), 0.0, m_new)
+    else:
+        m_sub = m_new
+    p = gl.exp2(s * qk_scale - m_sub[:, None])
+    alpha = gl.exp2(m_i - m_sub)
+    return p, m_new, alpha
+
+
+@gluon.jit
+def _consumer(group, q_smem, k_smem, v_smem, q_bars, k_ready, k_empty, v_ready, v_empty, turns, o_desc, Out,
+              head_row, q_start, q_len, kv_len, causal_offset, n_program, n_ordered, qk_scale,
+              HEAD_DIM: gl.constexpr, M_TILE: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr,
+              IS_CAUSAL: gl.constexpr, MASK: gl.constexpr, EMPTY_ROWS: gl.constexpr, EVEN_M: gl.constexpr,
+              ORDERED: gl.constexpr, num_warps: gl.constexpr):
+    """One consumer warpgroup: rows [q_start + group * M_TILE, + M_TILE) of its (batch, head),
+    whose row 0 is row ``head_row`` of the flat Q and O.
+
+    ``ORDERED`` (two groups): in the first ``n_ordered`` blocks (those both groups read) a
+    group issues its two GEMMs only on its turn and then hands the turn to the other
+    group (FA3's warp-scheduler barrier, here a pair of mbarriers): the GEMMs of the two
+    groups alternate, so one group's softmax always runs under the other's GEMMs.
+    """
+    dtype: gl.constexpr = q_smem.dtype
+    k_width: gl.constexpr = 32 // dtype.primitive_bitwidth
+    mma_k: gl.constexpr = 256 // dtype.primitive_bitwidth
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
+                                                       instr_shape=[16, BLOCK_N, mma_k])
+    o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
+                                                       instr_shape=[16, HEAD_DIM, mma_k])
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=k_width)
+    s_rows: gl.constexpr = gl.SliceLayout(1, s_layout)
+    o_rows: gl.constexpr = gl.SliceLayout(1, o_layout)
+
+    row0 = q_start + group * M_TILE  # first query row of the group in its head
+    offs_m = row0 + gl.arange(0, M_TILE, layout=s_rows)
+    offs_n = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
+    if IS_CAUSAL:
+        limit = gl.minimum(offs_m + causal_offset + 1, kv_len)
+        hi = gl.maximum(gl.minimum(row0 + M_TILE + causal_offset, kv_len), 0)
+        # The first block some row of the group does not see whole.
+        mask_from = gl.maximum(gl.minimum((row0 + causal_offset + 1) // BLOCK_N, kv_len // BLOCK_N), 0) * BLOCK_N
+    else:
+        limit = gl.full([M_TILE], kv_len, gl.int32, layout=s_rows)
+        hi = kv_len
+        mask_from = (kv_len // BLOCK_N) * BLOCK_N
+    n_blocks = gl.cdiv(hi, BLOCK_N)
+
+    s_zero = gl.zeros([M_TILE, BLOCK_N], gl.float32, layout=s_layout)
+    acc = gl.zeros([M_TILE, HEAD_DIM], gl.float32, layout=o_layout)
+    l_i = gl.zeros([M_TILE], gl.float32, layout=o_rows)
+    q_tile = q_smem.index(group)
+    mbarrier.wait(q_bars.index(group), 0)
+    if n_blocks > 0:
+        # Block 0: its scores alone (no PV product in flight yet).
+        mbarrier.wait(k_ready.index(0), 0)
+        s_tok = warpgroup_mma(q_tile, k_smem.index(0).permute((1, 0)), s_zero, use_acc=False, is_async=True)
+        s = warpgroup_mma_wait(0, deps=[s_tok])
+        mbarrier.arrive(k_empty.index(0), count=1)
+        m_i = gl.full([M_TILE], float("-inf"), gl.float32, layout=s_rows)
+        p, m_i, alpha = _scores(s, m_i, 0, mask_from, limit, offs_n, qk_scale, MASK, EMPTY_ROWS)
+        l_i = gl.convert_layout(gl.sum(p, 1), o_rows)
+        for j in range(1, n_blocks):
+            stage = j % NUM_STAGES
+            phase = (j // NUM_STAGES) & 1
+            prev = (j - 1) % NUM_STAGES
+            prev_phase = ((j - 1) // NUM_STAGES) & 1
+            mbarrier.wait(k_ready.index(stage), phase)
+            mbarrier.wait(v_ready.index(prev), prev_phase)
+            p_op = gl.convert_layout(p.to(dtype), p_layout)
+            if ORDERED:
+                # The k-th turn of group 0 follows group 1's (k-1)-th hand-over (its first
+                # passes: a fresh mbarrier's phase before the first counts as complete); the
+                # k-th turn of group 1 follows group 0's k-th.
+                mbarrier.wait(turns.index(group), ((j - 1) & 1) ^ (1 - group), pred=j < n_ordered)
+            s_tok = warpgroup_mma(q_tile, k_smem.index(stage).permute((1, 0)), s_zero, use_acc=False,
+                                  is_async=True)
+            o_tok = warpgroup_mma(p_op, v_smem.index(prev), acc, is_async=True)
+            if ORDERED:
+                mbarrier.arrive(turns.index(1 - group), count=1, pred=j < n_ordered)
+            # Groups retire in order: one left in flight means this block's scores are done.
+            s = warpgroup_mma_wait(1, deps=[s_tok])
+            mbarrier.arrive(k_empty.index(stage), count=1)
+            p, m_i, alpha = _scores(s, m_i, j * BLOCK_N, mask_from, limit, offs_n, qk_scale, MASK, EMPTY_ROWS)
+            # P's registers are read by the MMA in flight: kept alive (a dependency) until it is done.
+            acc, p_op = warpgroup_mma_wait(0, deps=[o_tok, p_op])
+            mbarrier.arrive(v_empty.index(prev), count=1)
+            alpha_o = gl.convert_layout(alpha, o_rows)
+            acc = acc * alpha_o[:, None]
+            l_i = l_i * alpha_o + gl.convert_layout(gl.sum(p, 1), o_rows)
+        last = (n_blocks - 1) % NUM_STAGES
+        mbarrier.wait(v_ready.index(last), ((n_blocks - 1) // NUM_STAGES) & 1)
+        p_op = gl.convert_layout(p.to(dtype), p_layout)
+        o_tok = warpgroup_mma(p_op, v_smem.index(last), acc, is_async=True)
+        acc, p_op = warpgroup_mma_wait(0, deps=[o_tok, p_op])
+        mbarrier.arrive(v_empty.index(last), count=1)
+    # Blocks the program's other group reads but this one does not (causal): release them unread.
+    for j in range(n_blocks, n_program):
+        stage = j % NUM_STAGES
+        phase = (j // NUM_STAGES) & 1
+        mbarrier.wait(k_ready.index(stage), phase)
+        mbarrier.arrive(k_empty.index(stage), count=1)
+        mbarrier.wait(v_ready.index(stage), phase)
+        mbarrier.arrive(v_empty.index(stage), count=1)
+
+    # Rows that saw no key: 0 / 1 = 0, as the other kernels write.
+    l_safe = gl.where(l_i == 0.0, 1.0, l_i)
+    out = (acc / l_safe[:, None]).to(dtype)
+    if EVEN_M:
+        q_tile.store(out)
+        fence_async_shared()
+        tma.async_copy_shared_to_global(o_desc, [head_row + row0, 0], q_tile)
+        tma.store_wait(0)
+    else:
+        rows = row0 + gl.arange(0, M_TILE, layout=o_rows)
+        cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, o_layout))
+        # 32-bit offsets within the head (64-bit ones spilled at D128): its base is one 64-bit scalar.
+        head_out = Out + head_row.to(gl.int64) * HEAD_DIM
+        gl.store(head_out + rows[:, None] * HEAD_DIM + cols[None, :], out, mask=(rows < q_len)[:, None])
+
+
+@gluon.jit
+def _consumer_worker(q_smem, k_smem, v_smem, q_bars, k_ready, k_empty, v_ready, v_empty, turns, o_desc, Out,
+                     head_row, q_start, q_len, kv_len, causal_offset, n_program, n_ordered, qk_scale,
+                     HEAD_DIM: gl.constexpr, M_TILE: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr,
+                     IS_CAUSAL: gl.constexpr, MASK: gl.constexpr, EMPTY_ROWS: gl.constexpr, EVEN_M: gl.constexpr,
+                     ORDERED: gl.constexpr, CONSUMER_WARPS: gl.constexpr):
+    """Consumer group 1 (a worker partition)."""
+    _consumer(1, q_smem, k_smem, v_smem, q_bars, k_ready, k_empty, v_ready, v_empty, turns, o_desc, Out,
+              head_row, q_start, q_len, kv_len, causal_offset, n_program, n_ordered, qk_scale,
+              HEAD_DIM, M_TILE, BLOCK_N, NUM_STAGES, IS_CAUSAL, MASK, EMPTY_ROWS, EVEN_M, ORDERED, CONSUMER_WARPS)
+
+
+@gluon.jit
+def _consumer_default(q_smem, k_smem, v_smem, q_bars, k_ready, k_empty, v_ready, v_empty, turns, o_desc, Out,
+                      head_row, q_start, q_len, kv_len, causal_offset, n_program, n_ordered, qk_scale,
+                      HEAD_DIM: gl.constexpr, M_TILE: gl.constexpr, BLOCK_N: gl.constexpr,
+                      NUM_STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, MASK: gl.constexpr,
+                      EMPTY_ROWS: gl.constexpr, EVEN_M: gl.constexpr, ORDERED: gl.constexpr,
+                      CONSUMER_WARPS: gl.constexpr):
+    """Consumer group 0 (the default partition)."""
+    _consumer(0, q_smem, k_smem, v_smem, q_bars, k_ready, k_empty, v_ready, v_empty, turns, o_desc, Out,
+              head_row, q_start, q_len, kv_len, causal_offset, n_program, n_ordered, qk_scale,
+              HEAD_DIM, M_TILE, BLOCK_N, NUM_STAGES, IS_CAUSAL, MASK, EMPTY_ROWS, EVEN_M, ORDERED, CONSUMER_WARPS)
+
+
+@gluon.jit
+def gluon_attention_kernel(
+    q_desc, k_desc, v_desc, o_desc, Out,
+    q_heads, kv_heads, q_len, kv_len, qk_scale,
+    HEAD_DIM: gl.constexpr,
+    M_TILE: gl.constexpr,
+    BLOCK_N: gl.constexpr,
+    NUM_STAGES: gl.constexpr,
+    NUM_GROUPS: gl.constexpr,
+    ORDERED: gl.constexpr,
+    IS_CAUSAL: gl.constexpr,
+    LONGEST_FIRST: gl.constexpr,
+    MASK: gl.constexpr,
+    EMPTY_ROWS: gl.constexpr,
+    EVEN_M: gl.constexpr,
+    CONSUMER_REGS: gl.constexpr,
+    PRODUCER_REGS: gl.constexpr,
+    num_warps: gl.constexpr,
+):
+    """Grid: (query tiles of NUM_GROUPS * M_TILE rows, batch * q_heads)."""
+    BLOCK_M: gl.constexpr = NUM_GROUPS * M_TILE
+    pid_m = gl.program_id(0)
+    if LONGEST_FIRST:
+        # Causal: the last query tiles see the most keys; start them first.
+        pid_m = gl.num_programs(0) - 1 - pid_m
+    pid_zh = gl.program_id(1)
+    z = pid_zh // q_heads
+    h = pid_zh % q_heads
+    kv_h = h // (q_heads // kv_heads)  # grouped-query: a group of query heads shares one K/V head
+    q_start = pid_m * BLOCK_M
+    head_row = pid_zh * q_len  # row 0 of this (batch, head) in the flat Q and O
+    q_row = head_row + q_start
+    kv_row = (z * kv_heads + kv_h) * kv_len
+    causal_offset = kv_len - q_len
+    if IS_CAUSAL:
+        hi = gl.maximum(gl.minimum(q_start + BLOCK_M + causal_offset, kv_len), 0)
+    else:
+        hi = kv_len
+    n_program = gl.cdiv(hi, BLOCK_N)
+    # Blocks group 0 reads (group 1 reads as many or more): the ones whose GEMMs take turns.
+    if IS_CAUSAL:
+        n_ordered = gl.cdiv(gl.maximum(gl.minimum(q_start + M_TILE + causal_offset, kv_len), 0), BLOCK_N)
+    else:
+        n_ordered = n_program
+
+    q_smem = gl.allocate_shared_memory(q_desc.dtype, [NUM_GROUPS, M_TILE, HEAD_DIM], q_desc.layout)
+    k_smem = gl.allocate_shared_memory(k_desc.dtype, [NUM_STAGES, BLOCK_N, HEAD_DIM], k_desc.layout)
+    v_smem = gl.allocate_shared_memory(v_desc.dtype, [NUM_STAGES, BLOCK_N, HEAD_DIM], v_desc.layout)
+    q_bars = gl.allocate_shared_memory(gl.int64, [NUM_GROUPS, 1], mbarrier.MBarrierLayout())
+    k_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+    k_empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+    v_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+    v_empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+    turns = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())  # ORDERED: whose GEMMs are next
+    for g in gl.static_range(NUM_GROUPS):
+        mbarrier.init(q_bars.index(g), count=1)
+    for g in gl.static_range(2):
+        mbarrier.init(turns.index(g), count=1)
+    for i in gl.static_range(NUM_STAGES):
+        mbarrier.init(k_ready.index(i), count=1)
+        mbarrier.init(v_ready.index(i), count=1)
+        mbarrier.init(k_empty.index(i), count=NUM_GROUPS)
+        mbarrier.init(v_empty.index(i), count=NUM_GROUPS)
+
+    # The partitions' arguments are written out in each call: a tuple held in a variable
+    # loses its constexprs (Triton 3.6's Gluon).
+    if NUM_GROUPS == 2:
+        gl.warp_specialize([
+            (_consumer_default, (q_smem, k_smem, v_smem, q_bars, k_ready, k_empty, v_ready, v_empty, turns, o_desc, Out,
+                                 head_row, q_start, q_len, kv_len, causal_offset, n_program, n_ordered, qk_scale,
+                                 HEAD_DIM, M_TILE, BLOCK_N, NUM_STAGES, IS_CAUSAL, MASK, EMPTY_ROWS, EVEN_M,
+                                 ORDERED, num_warps)),
+            (_consumer_worker, (q_smem, k_smem, v_smem, q_bars, k_ready, k_empty, v_ready, v_empty, turns, o_desc, Out,
+                                head_row, q_start, q_len, kv_len, causal_offset, n_program, n_ordered, qk_scale,
+                                HEAD_DIM, M_TILE, BLOCK_N, NUM_STAGES, IS_CAUSAL, MASK, EMPTY_ROWS, EVEN_M,
+                                ORDERED, num_warps)),
+            (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bars, k_ready, k_empty, v_ready, v_empty,
+                         q_row, kv_row, n_program, M_TILE, BLOCK_N, NUM_STAGES, NUM_GROUPS)),
+        ], [num_warps, 1], [CONSUMER_REGS, PRODUCER_REGS])
+    else:
+        gl.warp_specialize([
+            (_consumer_default, (q_smem, k_smem, v_smem, q_bars, k_ready, k_empty, v_ready, v_empty, turns, o_desc, Out,
+                                 head_row, q_start, q_len, kv_len, causal_offset, n_program, n_ordered, qk_scale,
+                                 HEAD_DIM, M_TILE, BLOCK_N, NUM_STAGES, IS_CAUSAL, MASK, EMPTY_ROWS, EVEN_M,
+                                 ORDERED, num_warps)),
+            (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bars, k_ready, k_empty, v_ready, v_empty,
+                         q_row, kv_row, n_program, M_TILE, BLOCK_N, NUM_STAGES, NUM_GROUPS)),
+        ], [1], [PRODUCER_REGS])

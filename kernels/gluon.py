@@ -1,0 +1,133 @@
+"""Launcher of the Gluon kernel with FlashAttention 3's schedule (``_flash_fwd_gluon``).
+
+A :class:`GluonVariant` is the kernel's part of a config: the program's query rows
+(``BLOCK_M``), split over one or two consumer warpgroups (``loads="gluon_ws"``: one;
+``"gluon_pingpong"``: two, each ``BLOCK_M // 2`` rows, free-running; ``"gluon_pingpong_ordered"``:
+two whose GEMMs take turns), the key block, the warps of a
+consumer group and the depth of the K/V ring.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+import triton
+
+from flashtune.kernels._flash_fwd_gluon import gluon_attention_kernel
+from flashtune.kernels.config import Value
+from flashtune.kernels.dtypes import interpreting
+from flashtune.kernels.launch_support import LOG2_E
+
+#: ``loads`` values this launcher serves, and the consumer groups of each.
+GLUON_GROUPS: Mapping[str, int] = {"gluon_ws": 1, "gluon_pingpong": 2, "gluon_pingpong_ordered": 2}
+#: Registers a thread of the producer warp keeps (FA3's producer: 24-56); the rest of the
+#: register file goes to the consumers. A worker partition's count must be a multiple of
+#: 8 in [24, 256] (setmaxnreg).
+PRODUCER_REGS = 24
+#: Registers a thread of a consumer worker partition asks for: with two consumer
+#: warpgroups, one producer warp and 64K registers an SM, 2 x 128 x 240 + 32 x 24 fit.
+CONSUMER_REGS = 240
+
+
+@dataclasses.dataclass(frozen=True)
+class GluonVariant:
+    """One point of the Gluon kernel's knobs."""
+
+    BLOCK_M: int = 128
+    BLOCK_N: int = 128
+    num_warps: int = 4
+    num_stages: int = 2
+    groups: int = 1
+    #: Two groups' GEMMs take turns (FA3's warp-scheduler barrier); without it they run free.
+    ordered: bool = False
+    longest_first: bool = False
+
+    def __post_init__(self) -> None:
+        if self.groups not in (1, 2):
+            raise ValueError(f"groups must be 1 or 2, got {self.groups}")
+        if self.ordered and self.groups != 2:
+            raise ValueError("ordered turns need two consumer groups")
+        if self.BLOCK_M % self.groups or self.m_tile < 16 * self.num_warps:
+            raise ValueError(f"BLOCK_M={self.BLOCK_M} over {self.groups} group(s) of {self.num_warps} warps: "
+                             f"each group needs at least 16 rows a warp")
+
+    @property
+    def m_tile(self) -> int:
+        """Query rows of one consumer group."""
+        return self.BLOCK_M // self.groups
+
+    def label(self) -> str:
+        parts = [f"{self.BLOCK_M}x{self.BLOCK_N}", f"{self.num_warps}w", f"{self.num_stages}st",
+                 "gluon_ws" if self.groups == 1 else "gluon_pingpong_ordered" if self.ordered else "gluon_pingpong"]
+        return " ".join(parts + (["longest"] if self.longest_first else []))
+
+
+def gluon_variant_for(config: Mapping[str, Value]) -> GluonVariant:
+    """The Gluon kernel's variant for a config of the declared space (``loads`` gluon_*)."""
+    return GluonVariant(BLOCK_M=int(config["BLOCK_M"]), BLOCK_N=int(config["BLOCK_N"]),
+                        num_warps=int(config["num_warps"]), num_stages=int(config["num_stages"]),
+                        groups=GLUON_GROUPS[str(config["loads"])], ordered=config["loads"] == "gluon_pingpong_ordered",
+                        longest_first=config.get("tile_order") == "longest_first")
+
+
+def flat(t: torch.Tensor) -> bool:
+    """Whether every (batch, head, row) of ``t`` is one row of a contiguous 2-D view."""
+    batch, heads, length, head_dim = t.shape
+    return t.stride(3) == 1 and t.stride(2) == head_dim and t.stride(1) == length * head_dim \
+        and t.stride(0) == heads * length * head_dim
+
+
+def _flat_descriptor(t: torch.Tensor, block: list[int]) -> Any:
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    batch, heads, length, head_dim = t.shape
+    element = {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16}[t.dtype]
+    layout = gl.NVMMASharedLayout.get_default_for(block, element)
+    return TensorDescriptor(t, [batch * heads * length, head_dim], [head_dim, 1], block, layout)
+
+
+def launch_gluon(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, *, causal: bool,
+                 scale: float, variant: GluonVariant, warmup: bool = False) -> Any:
+    """Launch (or, with ``warmup``, only compile) the Gluon kernel into ``out``.
+
+    Strided inputs (a (batch, len, heads, dim) projection viewed as (batch, heads, len,
+    dim)) are copied contiguous first, and a strided ``out`` is written through a contiguous
+    buffer: one pass over each more, where per-head (rank-3) descriptors would need none.
+
+    Raises:
+        ValueError: the tensors are not fp16/bf16 (fp8 is not written yet), or Triton's
+            interpreter is on (it cannot run Gluon).
+    """
+    if q.dtype not in (torch.float16, torch.bfloat16):
+        raise ValueError(f"the Gluon kernel runs fp16 and bf16, got {q.dtype}")
+    if interpreting():
+        raise ValueError("the Gluon kernel cannot run under TRITON_INTERPRET=1 (Triton's interpreter runs "
+                         "no Gluon); it compiles for Hopper only")
+    q, k, v = (t if flat(t) else t.contiguous() for t in (q, k, v))
+    if not flat(out):
+        staged = torch.empty_like(q)
+        done = launch_gluon(q, k, v, staged, causal=causal, scale=scale, variant=variant, warmup=warmup)
+        if not warmup:
+            out.copy_(staged)
+        return done
+    batch, q_heads, q_len, head_dim = q.shape
+    kv_heads, kv_len = k.shape[1], k.shape[2]
+    m_tile, bn = variant.m_tile, variant.BLOCK_N
+    qd, od = _flat_descriptor(q, [m_tile, head_dim]), _flat_descriptor(out, [m_tile, head_dim])
+    kd, vd = _flat_descriptor(k, [bn, head_dim]), _flat_descriptor(v, [bn, head_dim])
+    grid = (triton.cdiv(q_len, variant.BLOCK_M), batch * q_heads)
+    args = (qd, kd, vd, od, out, q_heads, kv_heads, q_len, kv_len, scale * LOG2_E)
+    options = dict(
+        HEAD_DIM=head_dim, M_TILE=m_tile, BLOCK_N=bn, NUM_STAGES=variant.num_stages, NUM_GROUPS=variant.groups, ORDERED=variant.ordered,
+        IS_CAUSAL=causal, LONGEST_FIRST=causal and variant.longest_first,
+        MASK=causal or kv_len % bn != 0, EMPTY_ROWS=causal and q_len > kv_len,
+        EVEN_M=q_len % variant.BLOCK_M == 0, CONSUMER_REGS=CONSUMER_REGS, PRODUCER_REGS=PRODUCER_REGS,
+        num_warps=variant.num_warps,
+    )
+    if warmup:
+        return gluon_attention_kernel.warmup(*args, grid=grid, **options)
+    return gluon_attention_kernel[grid](*args, **options)

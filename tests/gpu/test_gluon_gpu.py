@@ -1,0 +1,132 @@
+"""GPU numerics of the Gluon kernel with FlashAttention 3's schedule (``loads="gluon_ws"`` and
+``"gluon_pingpong"``, kernels/_flash_fwd_gluon.py; ``pytest -m gpu`` on the H200): bf16 and
+fp16 against the float32 reference at head dims 64, 128 and 256, ragged lengths (1000, and
+333 queries against 1000 keys and back, where causal rows see no key), 4096, causal
+bottom-right, grouped-query heads (32 query heads on 8 K/V heads) and strided inputs.
+
+The interpreter runs no Gluon, so these are the kernel's only numerics; the CPU checks its
+declarations and its sm90 compile (tests/kernels/test_gluon_declarations.py).
+"""
+
+import pytest
+import torch
+
+from flashtune.kernels import Config, flash_attention
+from flashtune.kernels.reference import reference_attention, relative_error
+from flashtune.kernels.space import validate_config
+from flashtune.objectives import Workload
+from flashtune.objectives.bench import TOLERANCE, make_inputs
+from flashtune.objectives.feasibility import check
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9,
+                       reason="needs a Hopper GPU"),
+]
+
+
+def configs(head_dim: int, pingpong: str = "gluon_pingpong") -> list[Config]:
+    """Ping-pong at FA3's tiles (two 64-row groups; two 128-row groups at D64), one consumer
+    group, a deeper ring, and the causal tile order; ``pingpong``: free-running or ordered."""
+    wide = 128 if head_dim <= 128 else 64
+    tiles = [(128, wide, 2, pingpong, "head_major"), (128, wide // 2, 3, pingpong, "head_major"),
+             (64, wide, 2, "gluon_ws", "head_major"), (128, wide, 2, pingpong, "longest_first")]
+    if head_dim == 64:
+        tiles.append((256, 64, 3, pingpong, "head_major"))
+    return [validate_config(dict(BLOCK_M=bm, BLOCK_N=bn, num_warps=4, num_stages=s, loads=loads, tile_order=order))
+            for bm, bn, s, loads, order in tiles]
+
+
+CASES = [
+    # (head_dim, causal, q_heads, kv_heads, q_len, kv_len, dtype)
+    (128, False, 8, 8, 1000, 1000, "bfloat16"),
+    (128, True, 8, 8, 1000, 1000, "bfloat16"),
+    (128, True, 32, 8, 1024, 1024, "bfloat16"),
+    (128, False, 32, 8, 4096, 4096, "float16"),
+    (128, True, 8, 8, 4096, 4096, "float16"),
+    (128, True, 32, 8, 333, 1000, "bfloat16"),
+    (128, True, 32, 8, 1000, 333, "float16"),
+    (64, False, 8, 8, 1000, 1000, "bfloat16"),
+    (64, True, 16, 4, 1000, 1000, "float16"),
+    (64, True, 8, 8, 4096, 4096, "bfloat16"),
+    (256, False, 4, 4, 1000, 1000, "bfloat16"),
+    (256, True, 8, 2, 1000, 333, "bfloat16"),
+    (256, False, 4, 4, 4096, 4096, "float16"),
+]
+
+
+def _workload(case) -> Workload:
+    head_dim, causal, q_heads, kv_heads, q_len, kv_len, dtype = case
+    return Workload(2, q_heads, kv_heads, q_len, kv_len, head_dim, dtype, causal)
+
+
+@pytest.fixture(scope="module")
+def hardware():
+    from flashtune.objectives.hardware import HardwareSpec
+
+    return HardwareSpec.from_device()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def precompiled(hardware):
+    """Compiled ahead in a pool of processes (Triton compiles one kernel at a time here)."""
+    from flashtune.objectives.precompile import CompilePool
+
+    pool = CompilePool(16)
+    pairs = [(c, _workload(case)) for case in CASES for loads in PINGPONG for c in configs(case[0], loads)]
+    pairs = [(c, w) for c, w in pairs if check(c, w, hardware).feasible]
+    for c, w in pairs:
+        pool.submit(c, w)
+    for c, w in pairs:
+        pool.wait(c, w)
+    pool.close()
+
+
+PINGPONG = ("gluon_pingpong", "gluon_pingpong_ordered")
+
+
+def _check_all(w: Workload, hardware, q=None, k=None, v=None, pingpong: str = "gluon_pingpong") -> int:
+    if q is None:
+        q, k, v = make_inputs(w, seed=7, dev=torch.device("cuda"))
+    ref = reference_attention(q, k, v, causal=w.causal)
+    failures, checked = [], 0
+    for config in configs(w.head_dim, pingpong):
+        assert check(config, w, hardware).feasible, config
+        out = flash_attention(q, k, v, causal=w.causal, config=config)
+        err = relative_error(out, ref)
+        checked += 1
+        if not err <= TOLERANCE[w.dtype]:
+            failures.append((config.to_dict(), err))
+    assert not failures, failures
+    return checked
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"d{c[0]}-{'causal' if c[1] else 'full'}-{c[2]}x{c[3]}"
+                                                     f"-{c[4]}x{c[5]}-{c[6]}")
+def test_matches_the_float32_reference(case, hardware):
+    assert _check_all(_workload(case), hardware) == len(configs(case[0]))
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"d{c[0]}-{'causal' if c[1] else 'full'}-{c[2]}x{c[3]}"
+                                                     f"-{c[4]}x{c[5]}-{c[6]}")
+def test_ordered_pingpong_matches_the_float32_reference(case, hardware):
+    # Causal: the groups take turns over the blocks both read, then the later group runs alone.
+    assert _check_all(_workload(case), hardware, pingpong="gluon_pingpong_ordered") == len(configs(case[0]))
+
+
+def test_strided_inputs(hardware):
+    # (batch, seq, heads, dim) storage viewed as (batch, heads, seq, dim): copied contiguous.
+    g = torch.Generator(device="cuda").manual_seed(1)
+    q = torch.randn(2, 1000, 16, 128, generator=g, device="cuda").to(torch.bfloat16).transpose(1, 2)
+    k, v = (torch.randn(2, 1000, 4, 128, generator=g, device="cuda").to(torch.bfloat16).transpose(1, 2)
+            for _ in range(2))
+    assert _check_all(Workload(2, 16, 4, 1000, 1000, 128, "bfloat16", True), hardware, q, k, v) == 4
+
+
+def test_fp8_is_refused_with_the_reason(hardware):
+    w = _workload(CASES[0])
+    q, k, v = make_inputs(w, seed=7, dev=torch.device("cuda"))
+    config = validate_config({**configs(128)[0].to_dict(), "use_fp8": True})
+    assert not check(config, w, hardware).feasible
+    with pytest.raises(ValueError, match="no fp8 path"):
+        flash_attention(q, k, v, causal=False, config=config)

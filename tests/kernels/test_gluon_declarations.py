@@ -1,0 +1,118 @@
+"""The Gluon kernel (``loads`` gluon_ws / gluon_pingpong / gluon_pingpong_ordered) as part of the
+declared space: its configs validate, the resource model knows what it cannot run and how
+much shared memory it takes, the op refuses it where it cannot run, and (slow) it compiles
+for sm90 on this CPU box without spills, within the model's shared memory.
+
+Its numerics are GPU-only (the interpreter runs no Gluon): tests/gpu/test_gluon_gpu.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from flashtune.kernels import flash_attention
+from flashtune.kernels.resources import known_failure, registers_per_thread, shared_memory_bytes
+from flashtune.kernels.space import GLUON_LOADS, LEAN_LOADS, TUNABLES, validate_config
+from flashtune.objectives.feasibility import check
+from flashtune.objectives.hardware import load_spec
+from flashtune.objectives.types import Workload
+
+PINGPONG = dict(BLOCK_M=128, BLOCK_N=128, num_warps=4, num_stages=2, loads="gluon_pingpong")
+
+
+def test_its_loads_are_declared_last_and_launch_through_a_host_descriptor_launcher():
+    assert TUNABLES["loads"][-len(GLUON_LOADS):] == GLUON_LOADS
+    assert set(GLUON_LOADS) <= set(LEAN_LOADS)  # no key ranges, no prepared call, host descriptors
+    config = validate_config(PINGPONG)
+    assert config["use_fp8"] is False and config["grid"] == "tiles" and config["kernel"] == "prefill"
+
+
+@pytest.mark.parametrize("knobs,reason", [
+    (dict(use_fp8=True), "no fp8 path"),
+    (dict(grid="persistent"), "no persistent grid"),
+    (dict(BLOCK_M=64), "needs at least 64 rows, BLOCK_M=64 gives it 32"),  # two groups of 32 rows
+    (dict(BLOCK_M=256, num_warps=8), "two 8-warp consumer groups"),
+    (dict(loads="gluon_ws", BLOCK_M=32), "needs at least 64 rows"),
+])
+def test_known_failures_name_the_reason(knobs, reason):
+    config = validate_config({**PINGPONG, **knobs})
+    assert reason in known_failure(config, (9, 0))
+    verdict = check(config, Workload(2, 8, 8, 4096, 4096, 128), load_spec("h200"))
+    assert not verdict.feasible and reason in verdict.reason
+
+
+@pytest.mark.parametrize("capability", [(8, 0), (8, 9), (10, 0)])
+def test_it_is_hopper_only(capability):
+    assert "Hopper" in known_failure(validate_config(PINGPONG), capability)
+
+
+def test_feasible_at_fa3s_tiles_on_the_h200_and_refused_past_its_shared_memory():
+    h200 = load_spec("h200")
+    d128, d256 = Workload(4, 32, 32, 4096, 4096, 128), Workload(2, 16, 16, 8192, 8192, 256)
+    for loads in GLUON_LOADS[1:]:
+        assert check(validate_config({**PINGPONG, "loads": loads}), d128, h200).feasible
+        assert check(validate_config({**PINGPONG, "loads": loads, "BLOCK_N": 64}), d256, h200).feasible
+        # 128 rows of Q plus two stages of 128-key K and V tiles at D256: 256 KB.
+        verdict = check(validate_config({**PINGPONG, "loads": loads}), d256, h200)
+        assert not verdict.feasible and "shared memory" in verdict.reason
+
+
+def test_shared_memory_is_q_plus_the_ring_and_two_groups_split_the_registers():
+    # Compiled for sm90 (tests below): 164,136 B at this tile, D128, bf16.
+    assert shared_memory_bytes(validate_config(PINGPONG), head_dim=128) == 128 * 128 * 2 + 2 * 2 * 128 * 128 * 2 + 512
+    one_group = validate_config({**PINGPONG, "loads": "gluon_ws"})
+    assert registers_per_thread(one_group, head_dim=128) > registers_per_thread(validate_config(PINGPONG), head_dim=128)
+
+
+def test_the_op_refuses_it_under_the_interpreter_naming_why():
+    # tests/conftest.py runs this suite under TRITON_INTERPRET=1, which runs no Gluon.
+    q = torch.zeros(1, 2, 128, 64, dtype=torch.float16)
+    with pytest.raises(ValueError, match="TRITON_INTERPRET"):
+        flash_attention(q, q, q, causal=False, config=validate_config({**PINGPONG, "BLOCK_N": 64}))
+
+
+#: (workload, knobs): the suite's shapes at the tiles timed on the H200 (BENCHMARKS.md), a
+#: ragged causal GQA launch (masked per block, pointer store), and the ordered ping-pong.
+CASES = [
+    ("4,32,4096,128", PINGPONG),
+    ("2,16,8192,256", {**PINGPONG, "BLOCK_N": 64}),
+    ("16,16,1024,64", {**PINGPONG, "BLOCK_M": 256, "BLOCK_N": 64, "num_stages": 3}),
+    ("2,32/8,1000,128", PINGPONG),
+    ("4,32,4096,128", {**PINGPONG, "loads": "gluon_pingpong_ordered"}),
+]
+
+_CHILD = """
+import json, sys
+from flashtune.kernels.space import validate_config
+from flashtune.objectives.aot import compiled_resources
+from flashtune.objectives.hardware import load_spec
+from flashtune.objectives.types import Workload
+out = []
+for workload, knobs in json.load(sys.stdin):
+    r = compiled_resources(validate_config(knobs), Workload.parse(workload), load_spec("h200"))
+    out.append([r.registers, r.spills, r.shared_bytes])
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.slow
+def test_compiles_for_sm90_without_spills_within_the_modelled_shared_memory() -> None:
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["CUDA_VISIBLE_DEVICES"] = ""
+    done = subprocess.run([sys.executable, "-c", _CHILD], input=json.dumps(CASES), capture_output=True, text=True,
+                          env=env, timeout=900)
+    assert done.returncode == 0, done.stderr[-2000:]
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    for (workload, knobs), (registers, spills, shared) in zip(CASES, got):
+        w = Workload.parse(workload)
+        predicted = shared_memory_bytes(validate_config(knobs), head_dim=w.head_dim)
+        # Two 4-warp consumer groups and the producer warp: 12 warps at launch (168 registers
+        # each); setmaxnreg moves the producer's to the consumers.
+        assert registers == 168 and spills == 0, (workload, knobs, registers, spills)
+        assert predicted - 512 <= shared <= predicted, (workload, shared, predicted)
