@@ -367,7 +367,9 @@ def decode_default_for(*, batch: int, q_heads: int, kv_heads: int, q_len: int, k
     * the combine fused into the split kernel, except with per-sequence lengths: on the
       H200 (bench_decode, 2026-12-01) fused was 35 vs 83 us at 1,32/8,4096, 79.2 vs 88.1 at
       q_len 4 and 79.6 vs 82.1 at 8,32/8,8192, within 1 % at 32k-128k keys, but 65.9 vs
-      56.5 with per-sequence lengths (its last split waits for the longest sequence's).
+      56.5 with per-sequence lengths (its last split waits for the longest sequence's);
+      a batch of one sequence waits for no other, so it keeps the fused combine (one launch
+      a call: a static cache's decode step at batch 1).
     """
     group = q_heads // kv_heads
     programs = batch * kv_heads * triton.cdiv(group * q_len, decode_block_h(group, q_len))
@@ -376,7 +378,7 @@ def decode_default_for(*, batch: int, q_heads: int, kv_heads: int, q_len: int, k
     block_n = min(max(DEFAULT_TILE_BYTES // (head_dim * 2), 32), 128)
     stages = 2 if programs >= PROGRAMS_PER_SM_TARGET * sm_count else 3
     return Config(kernel="decode", BLOCK_N=block_n, num_splits=splits, num_warps=4, num_stages=stages,
-                  loads="pointer", combine="launch" if per_sequence_lengths else "fused")
+                  loads="pointer", combine="launch" if per_sequence_lengths and batch > 1 else "fused")
 
 
 #: Set to 0 to launch every prepared decode call through Triton's jit dispatcher.

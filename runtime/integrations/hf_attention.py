@@ -123,9 +123,13 @@ def key_range_mask(batch_size: int, q_length: int | None = None, kv_length: int 
     """transformers 5's mask-builder interface, for the kernel: None (plain causal, every
     key real), :func:`key_ranges`' ranges, or sdpa's dense mask for what ranges cannot say.
 
-    Eager, one host read a forward pass (not a layer) decides None / ranges / dense, as
-    transformers' own sdpa builder reads ``attention_mask.all()``; under ``torch.compile``
-    nothing is read and the ranges are returned, so a mask with holes is only caught eagerly.
+    Eager, an unpadded forward pass (not a layer) reads one value on the host, as
+    transformers' own sdpa builder reads ``padding_mask.sum()`` (``fast_all``): with no 2-D
+    mask, none (the decision follows from the host's ``q_offset``: None when every key up
+    to the end is filled, ranges for a static cache's empty slots); with one and an end the
+    host knows (a dynamic cache), the mask's sum, and only a mask with padding then pays
+    for the ranges and a second read (their holes check, which no sum can replace). Under ``torch.compile`` nothing is read and the
+    ranges are returned, so a mask with holes is only caught eagerly.
     """
     from transformers.masking_utils import causal_mask_function, sdpa_mask
 
@@ -138,18 +142,44 @@ def key_range_mask(batch_size: int, q_length: int | None = None, kv_length: int 
                          kv_offset=kv_offset, mask_function=mask_function, attention_mask=attention_mask, **kwargs)
     if attention_mask is not None and attention_mask.dim() != 2:
         return attention_mask  # already 4-D: someone else's mask, SDPA takes it
-    ranges, holes, full = key_ranges(attention_mask, batch_size=batch_size, q_length=q_length, kv_length=kv_length,
-                               q_offset=q_offset)
     if torch.compiler.is_compiling():
-        return ranges
+        return key_ranges(attention_mask, batch_size=batch_size, q_length=q_length, kv_length=kv_length,
+                          q_offset=q_offset)[0]
+    end = host_end(q_offset, q_length)
+    if end == kv_length and (attention_mask is None or _all_real(attention_mask, kv_length)):
+        return None  # every key real, no empty slot: the plain causal kernel
+    ranges, holes, full = key_ranges(attention_mask, batch_size=batch_size, q_length=q_length, kv_length=kv_length,
+                                     q_offset=q_offset)
+    if attention_mask is None:
+        return ranges  # no padding: the ranges only say where the filled part ends (no read)
     has_holes, no_padding, end = torch.stack([holes.int(), full.int(), ranges[1, 0, 0, 0]]).tolist()
     if has_holes:
         return sdpa_mask(batch_size=batch_size, q_length=q_length, kv_length=kv_length, q_offset=q_offset,
                          kv_offset=kv_offset, mask_function=causal_mask_function, attention_mask=attention_mask,
                          **kwargs)
     if no_padding and end == kv_length:
-        return None  # every key real, no empty slot: the plain causal kernel
+        return None
     return ranges
+
+
+def host_end(q_offset: Any, q_length: int) -> int | None:
+    """The end of the query block (``q_offset + q_length``) when the host knows it without
+    reading the GPU: an int offset (a dynamic cache) or a CPU tensor; None for a device
+    tensor (a static cache's offset lives on the GPU)."""
+    if isinstance(q_offset, int):
+        return q_offset + q_length
+    if isinstance(q_offset, torch.Tensor) and q_offset.device.type == "cpu" and q_offset.numel() == 1:
+        return int(q_offset) + q_length
+    return None
+
+
+def _all_real(attention_mask: torch.Tensor, kv_length: int) -> bool:
+    """Whether the first ``kv_length`` entries of every row of a 2-D padding mask are real
+    tokens: one reduction and one host read (the check transformers' sdpa builder makes)."""
+    mask = attention_mask[:, :kv_length]
+    if mask.dtype is not torch.bool:  # transformers hands a bool mask; a 0/1 integer one is cast once
+        mask = mask.bool()
+    return mask.shape[1] == kv_length and int(mask.sum()) == mask.numel()
 
 
 def ranges_to_dense(ranges: torch.Tensor, q_len: int, kv_len: int, causal: bool, dtype: torch.dtype) -> torch.Tensor:

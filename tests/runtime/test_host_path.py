@@ -89,3 +89,60 @@ def test_a_prepared_call_still_rejects_a_per_sequence_tensor_of_the_wrong_dtype(
     bad = {**good, name: good[name].to(torch.int64)}
     with pytest.raises((TypeError, ValueError), match=name):
         dispatcher(q, k, v, causal=True, **bad)
+
+
+class _CountOps(torch.utils._python_dispatch.TorchDispatchMode):
+    """Counts the aten ops run inside it, and the host reads among them (``_local_scalar_dense``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+    @property
+    def reads(self) -> int:
+        return sum("_local_scalar_dense" in op for op in self.ops)
+
+
+@pytest.mark.parametrize("padded", [False, True])
+def test_the_eager_mask_builder_of_a_dynamic_cache_step_reads_once_and_runs_few_ops(padded):
+    # A decode step of a dynamic cache (q_offset an int): without padding the builder costs
+    # what transformers' own sdpa builder costs (a sum and one read) and answers None (the
+    # plain kernel); a padded batch then pays for its ranges (and their holes check).
+    pytest.importorskip("transformers")
+    mask = torch.ones(2, 13, dtype=torch.bool)
+    if padded:
+        mask[1, :5] = False
+    with _CountOps() as counted:
+        built = hf_attention.key_range_mask(2, q_length=1, kv_length=13, q_offset=12, attention_mask=mask)
+    assert counted.reads == 1  # the sum (the holes check's .tolist() is not an aten op)
+    if padded:
+        assert built.tolist() == [[[[0]], [[5]]], [[[13]], [[13]]]]
+    else:
+        assert built is None and len(counted.ops) <= 3, counted.ops
+    with _CountOps() as counted:  # no 2-D mask: decided on the host
+        assert hf_attention.key_range_mask(2, q_length=1, kv_length=13, q_offset=12) is None
+    assert counted.ops == []
+
+
+@pytest.mark.parametrize("batch,combine", [(1, "fused"), (2, "launch")])
+def test_key_ranges_keep_the_fused_combine_for_a_single_sequence(tmp_path, batch, combine):
+    # A static cache's decode step at batch 1: no other sequence to wait for, so the one-launch
+    # fused combine serves (batch 2 takes the launched combine); both match SDPA.
+    dispatcher = Dispatcher(tmp_path / "none.json")
+    g = torch.Generator().manual_seed(3)
+    q = torch.randn(batch, 4, 1, 32, generator=g)
+    k, v = torch.randn(2, batch, 2, 1024, 32, generator=g)
+    starts, ends = [5, 0][:batch], [700, 1024][:batch]
+    ranges = {"kv_start": torch.tensor(starts, dtype=torch.int32), "cache_seqlens": torch.tensor(ends, dtype=torch.int32)}
+    out = dispatcher(q, k, v, causal=True, **ranges)
+    (prepared,) = dispatcher._calls.values()
+    assert prepared.splits > 1 and prepared.config["combine"] == combine
+    cols = torch.arange(1024)
+    keep = (cols >= torch.tensor(starts)[:, None]) & (cols < torch.tensor(ends)[:, None])
+    ref = torch.nn.functional.scaled_dot_product_attention(q, k.repeat_interleave(2, 1), v.repeat_interleave(2, 1),
+                                                           attn_mask=keep[:, None, None, :])
+    torch.testing.assert_close(out, ref, atol=1e-4, rtol=1e-4)
