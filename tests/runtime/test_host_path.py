@@ -146,3 +146,40 @@ def test_key_ranges_keep_the_fused_combine_for_a_single_sequence(tmp_path, batch
     ref = torch.nn.functional.scaled_dot_product_attention(q, k.repeat_interleave(2, 1), v.repeat_interleave(2, 1),
                                                            attn_mask=keep[:, None, None, :])
     torch.testing.assert_close(out, ref, atol=1e-4, rtol=1e-4)
+
+
+def test_a_bound_decode_builds_the_jit_launch_arguments_and_keys_each_specialization_class_once():
+    # BoundDecode's per-call host work (kernels.decode): the arguments must be split_arguments'
+    # and the key must tell two calls apart exactly when Triton specializes them apart (an
+    # integer's == 1 / % 16 / 64-bit class, a pointer's 16-byte alignment), over a growing
+    # dynamic cache, a static cache's slices and a misaligned view.
+    from flashtune.kernels.config import Config
+    from flashtune.kernels.decode import BoundDecode, _int_class, split_arguments
+
+    config = Config(kernel="decode", BLOCK_N=64, num_splits=4, num_warps=4, num_stages=3, loads="pointer",
+                    combine="launch")
+    q = torch.randn(2, 4, 1, 32, dtype=torch.bfloat16)
+    bound = BoundDecode(q, torch.empty(2, 2, 8, 32), causal=True, scale=0.125, config=config, has_seqlens=True,
+                        has_kv_start=False)
+    lengths = torch.full((2,), 5, dtype=torch.int32)
+    buffer = torch.randn(2, 2, 70, 32, dtype=torch.bfloat16)
+    flat = torch.randn(2 * 2 * 33 * 32 + 1, dtype=torch.bfloat16)
+    caches = [torch.randn(2, 2, n, 32, dtype=torch.bfloat16) for n in (1, 15, 16, 17, 31, 32, 48, 49)]
+    caches += [buffer[:, :, :n] for n in (16, 17, 64)]  # static-cache slices: strides of 70 slots
+    caches.append(flat[1:].view(2, 2, 33, 32))  # 2-byte offset: not 16-byte aligned
+    keys, classes = [], []
+    for k in caches:
+        out = torch.empty_like(q)
+        args, key = bound.arguments(q, k, k, out, lengths, None, None)
+        expected = split_arguments(q, k, k, out, args[4], args[5], lengths, args[7], lengths,
+                                   stride_q=q.stride()[:3], stride_k=k.stride()[:3], stride_v=k.stride()[:3],
+                                   stride_o=out.stride()[:3], q_heads=4, kv_heads=2, q_len=1, kv_cap=k.shape[2],
+                                   num_splits=4, scale=0.125)
+        assert args == expected
+        ints = (k.shape[2], *k.stride()[:3], *k.stride()[:3])
+        pointers = (q, k, k, lengths, lengths)
+        keys.append(key)
+        classes.append((*map(_int_class, ints), *(t.data_ptr() % 16 for t in pointers)))
+    for i in range(len(caches)):
+        for j in range(len(caches)):
+            assert (keys[i] == keys[j]) == (classes[i] == classes[j]), (caches[i].shape, caches[j].shape)
