@@ -310,6 +310,10 @@ def attention_forward(
             # per-call host time, which a decoding step (one query a layer) pays in full.
             first, end = views if views is not None else (None, None)
             out = _tuned(query, key, value, causal=bool(is_causal), scale=scale, cache_seqlens=end, kv_start=first)
+            if query.shape[2] == 1:
+                # A decode step: the op's contiguous (batch, heads, 1, head_dim) output is,
+                # transposed, already contiguous; .contiguous() would only cost host time.
+                return out.transpose(1, 2), None
     return out.transpose(1, 2).contiguous(), None
 
 
