@@ -143,7 +143,10 @@ def run_case(model: Any, name: str, *, mode: str, batch: int, prompt: int, new_t
         if profiled:
             for impl in impls:
                 set_attention(model, impl)
-                profiles[impl] = profile_generate(model, ids, mask, new_tokens, static)
+                try:  # a diagnostic: its failure must not cost the cell
+                    profiles[impl] = profile_generate(model, ids, mask, new_tokens, static)
+                except Exception as exc:
+                    profiles[impl] = {"error": f"{type(exc).__name__}: {str(exc)[:200]}"}
         logits = {}
         for impl in impls:
             set_attention(model, impl)
@@ -246,6 +249,9 @@ def profile_lines(case: dict[str, Any]) -> str:
     """A profiled cell's CUDA API counts and top operators, one block per implementation."""
     lines = []
     for impl, p in case.get("profile", {}).items():
+        if "error" in p:
+            lines.append(f"profile {case['mode']} {case['batch']} {case['prompt']} {impl}: {p['error']}")
+            continue
         lines.append(f"profile {case['mode']} {case['batch']} {case['prompt']} {impl}: {p['wall_s'] * 1e3:.1f} ms; "
                      + ", ".join(f"{k} x{n}" for k, n in p["cuda_api_calls"].items()))
         lines.extend(f"    {r['self_cpu_us']:>10.1f} us x{r['count']:<6} {r['op'][:70]}" for r in p["self_cpu_top"])
