@@ -124,12 +124,13 @@ def key_range_mask(batch_size: int, q_length: int | None = None, kv_length: int 
     key real), :func:`key_ranges`' ranges, or sdpa's dense mask for what ranges cannot say.
 
     Eager, an unpadded forward pass (not a layer) reads one value on the host, as
-    transformers' own sdpa builder reads ``padding_mask.sum()`` (``fast_all``): with no 2-D
-    mask, none (the decision follows from the host's ``q_offset``: None when every key up
-    to the end is filled, ranges for a static cache's empty slots); with one and an end the
-    host knows (a dynamic cache), the mask's sum, and only a mask with padding then pays
-    for the ranges and a second read (their holes check, which no sum can replace). Under ``torch.compile`` nothing is read and the
-    ranges are returned, so a mask with holes is only caught eagerly.
+    transformers' own sdpa builder reads ``padding_mask.sum()`` (``fast_all``). A dynamic
+    cache (an int ``q_offset``): no 2-D mask, no read and None; with one, its sum, then None
+    if every key is real, else the ranges and a second read (their holes check, which no
+    sum can replace). A static cache (a tensor offset) always gets the ranges (or the dense
+    mask for holes), also on the step that fills it, so that every compiled decode step
+    takes one form. Under ``torch.compile`` nothing is read and the ranges are returned, so
+    a mask with holes is only caught eagerly.
     """
     from transformers.masking_utils import causal_mask_function, sdpa_mask
 
@@ -145,7 +146,7 @@ def key_range_mask(batch_size: int, q_length: int | None = None, kv_length: int 
     if torch.compiler.is_compiling():
         return key_ranges(attention_mask, batch_size=batch_size, q_length=q_length, kv_length=kv_length,
                           q_offset=q_offset)[0]
-    end = host_end(q_offset, q_length)
+    known_end = end = host_end(q_offset, q_length)
     if end == kv_length and (attention_mask is None or _all_real(attention_mask, kv_length)):
         return None  # every key real, no empty slot: the plain causal kernel
     ranges, holes, full = key_ranges(attention_mask, batch_size=batch_size, q_length=q_length, kv_length=kv_length,
@@ -157,19 +158,19 @@ def key_range_mask(batch_size: int, q_length: int | None = None, kv_length: int 
         return sdpa_mask(batch_size=batch_size, q_length=q_length, kv_length=kv_length, q_offset=q_offset,
                          kv_offset=kv_offset, mask_function=causal_mask_function, attention_mask=attention_mask,
                          **kwargs)
-    if no_padding and end == kv_length:
+    if no_padding and end == kv_length and known_end is not None:
         return None
+    # A static cache (a tensor offset) keeps the ranges even on the step that fills it: generate hands this mask to the compiled step, and a None on the last step alone
+    # compiled and CUDA-graphed a second step (H200, 2026-12-02: two recordings a generate).
     return ranges
 
 
 def host_end(q_offset: Any, q_length: int) -> int | None:
-    """The end of the query block (``q_offset + q_length``) when the host knows it without
-    reading the GPU: an int offset (a dynamic cache) or a CPU tensor; None for a device
-    tensor (a static cache's offset lives on the GPU)."""
+    """The end of the query block (``q_offset + q_length``) when the offset is a host int (a
+    dynamic cache); None for a tensor offset: a static cache's, which transformers keeps a
+    tensor (on the GPU: no host read) so that the compiled step sees one form every step."""
     if isinstance(q_offset, int):
         return q_offset + q_length
-    if isinstance(q_offset, torch.Tensor) and q_offset.device.type == "cpu" and q_offset.numel() == 1:
-        return int(q_offset) + q_length
     return None
 
 

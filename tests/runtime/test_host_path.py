@@ -183,3 +183,16 @@ def test_a_bound_decode_builds_the_jit_launch_arguments_and_keys_each_specializa
     for i in range(len(caches)):
         for j in range(len(caches)):
             assert (keys[i] == keys[j]) == (classes[i] == classes[j]), (caches[i].shape, caches[j].shape)
+
+
+def test_a_static_cache_step_that_fills_the_cache_still_gets_ranges():
+    # generate(cache_implementation="static") builds each decode step's mask eagerly and hands
+    # it to the compiled step: the step that fills the cache must get the same form (ranges)
+    # as the others, or it compiles and CUDA-graphs a step of its own.
+    pytest.importorskip("transformers")
+    full = torch.ones(2, 12, dtype=torch.bool)
+    built = hf_attention.key_range_mask(2, q_length=1, kv_length=12, q_offset=torch.tensor(11), attention_mask=full)
+    assert built is not None and built.tolist() == [[[[0]], [[0]]], [[[12]], [[12]]]]
+    partial = hf_attention.key_range_mask(2, q_length=1, kv_length=12, q_offset=torch.tensor(9),
+                                          attention_mask=full[:, :10])
+    assert partial.tolist() == [[[[0]], [[0]]], [[[10]], [[10]]]]
