@@ -367,7 +367,9 @@ def decode_default_for(*, batch: int, q_heads: int, kv_heads: int, q_len: int, k
     * the combine fused into the split kernel, except with per-sequence lengths: on the
       H200 (bench_decode, 2026-12-01) fused was 35 vs 83 us at 1,32/8,4096, 79.2 vs 88.1 at
       q_len 4 and 79.6 vs 82.1 at 8,32/8,8192, within 1 % at 32k-128k keys, but 65.9 vs
-      56.5 with per-sequence lengths (its last split waits for the longest sequence's).
+      56.5 with per-sequence lengths (its last split waits for the longest sequence's);
+      a batch of one sequence waits for no other, so it keeps the fused combine (one launch
+      a call: a static cache's decode step at batch 1).
     """
     group = q_heads // kv_heads
     programs = batch * kv_heads * triton.cdiv(group * q_len, decode_block_h(group, q_len))
@@ -376,7 +378,7 @@ def decode_default_for(*, batch: int, q_heads: int, kv_heads: int, q_len: int, k
     block_n = min(max(DEFAULT_TILE_BYTES // (head_dim * 2), 32), 128)
     stages = 2 if programs >= PROGRAMS_PER_SM_TARGET * sm_count else 3
     return Config(kernel="decode", BLOCK_N=block_n, num_splits=splits, num_warps=4, num_stages=stages,
-                  loads="pointer", combine="launch" if per_sequence_lengths else "fused")
+                  loads="pointer", combine="launch" if per_sequence_lengths and batch > 1 else "fused")
 
 
 #: Set to 0 to launch every prepared decode call through Triton's jit dispatcher.
@@ -404,8 +406,8 @@ class BoundDecode:
     """
 
     __slots__ = ("config", "grid", "combine_grid", "split_options", "combine_options", "split_consts",
-                 "combine_consts", "fixed", "fused", "splits", "device_index", "kernels", "combine_kernel",
-                 "causal", "scale")
+                 "combine_consts", "fused", "splits", "device_index", "kernels", "combine_kernel",
+                 "causal", "scale", "tma", "stride_q", "middle", "tail", "combine_tail")
 
     def __init__(self, q: torch.Tensor, k: torch.Tensor, *, causal: bool, scale: float, config: Config,
                  has_seqlens: bool, has_kv_start: bool) -> None:
@@ -415,6 +417,7 @@ class BoundDecode:
         self.config, self.causal, self.scale = config, causal, scale
         self.splits = int(config["num_splits"])
         self.fused = config.get("combine", "launch") == "fused" and self.splits > 1
+        self.tma = uses_tma(config)
         block_h = decode_block_h(kv_group, q_len)
         rows = batch * q_heads * q_len
         self.grid = (self.splits, batch * kv_heads, triton.cdiv(kv_group * q_len, block_h))
@@ -429,14 +432,23 @@ class BoundDecode:
         names = decode_combine_kernel.arg_names
         self.combine_consts = tuple(self.combine_options[n] for n in names[len(names) - 3:])
         out_strides = (q_heads * q_len * head_dim, q_len * head_dim, head_dim)
-        self.fixed = (q.stride()[:3], out_strides, (q_heads, kv_heads, kv_group, q_len))
-        self.device_index = q.device.index if q.device.index is not None else torch.cuda.current_device()
+        # The split kernel's arguments in split_arguments' order, the fixed runs built once:
+        # q's strides; out's strides and the head counts (between v's strides and kv_cap);
+        # the split count and the scale (after kv_cap).
+        self.stride_q = tuple(q.stride()[:3])
+        self.middle = (*out_strides, q_heads, kv_heads, kv_group, q_len)
+        self.tail = (self.splits, scale * LOG2_E)
+        self.combine_tail = (*out_strides, q_heads, q_len, self.splits)
+        self.device_index = (q.device.index if q.device.index is not None
+                             else torch.cuda.current_device() if q.device.type == "cuda" else -1)
         self.kernels: dict[tuple[Any, ...], Any] = {}
         self.combine_kernel: Any = None
 
-    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
-                 cache_seqlens: torch.Tensor | None, kv_start: torch.Tensor | None,
-                 workspace: DecodeWorkspace | None) -> None:
+    def arguments(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
+                  cache_seqlens: torch.Tensor | None, kv_start: torch.Tensor | None,
+                  workspace: DecodeWorkspace | None) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+        """(the split kernel's positional arguments, the specialization key of this call):
+        the host work of a call before its launch (no CUDA call, so timed on a CPU too)."""
         if workspace is not None:
             part_o, part_lse, counters = workspace.partial_out, workspace.partial_lse, workspace.counters
         else:
@@ -446,30 +458,43 @@ class BoundDecode:
         starts = kv_start if kv_start is not None else seqlens
         sk, sv = k.stride(), v.stride()
         kv_cap = k.shape[2]
-        stride_q, stride_o, (q_heads, kv_heads, kv_group, q_len) = self.fixed
-        args = (q, k, v, out, part_o, part_lse, seqlens, counters, starts, *stride_q, sk[0], sk[1], sk[2],
-                sv[0], sv[1], sv[2], *stride_o, q_heads, kv_heads, kv_group, q_len, kv_cap, self.splits,
-                self.scale * LOG2_E)
-        key = (_int_class(kv_cap), _int_class(sk[0]), _int_class(sk[1]), _int_class(sk[2]), _int_class(sv[0]),
-               _int_class(sv[1]), _int_class(sv[2]), q.data_ptr() % 16, k.data_ptr() % 16, v.data_ptr() % 16,
-               seqlens.data_ptr() % 16, starts.data_ptr() % 16)
-        if uses_tma(self.config):
+        args = (q, k, v, out, part_o, part_lse, seqlens, counters, starts, *self.stride_q, sk[0], sk[1], sk[2],
+                sv[0], sv[1], sv[2], *self.middle, kv_cap, *self.tail)
+        ints = (kv_cap, sk[0], sk[1], sk[2], sv[0], sv[1], sv[2])
+        pointers = (q.data_ptr(), k.data_ptr(), v.data_ptr(), seqlens.data_ptr(), starts.data_ptr())
+        if 1 in ints or max(ints) >= 2**31 or (pointers[0] | pointers[1] | pointers[2] | pointers[3] | pointers[4]) & 15:
+            # The exact classes (Triton's: == 1, % 16, 64-bit; each pointer's 16-byte alignment).
+            key: tuple[Any, ...] = (*map(_int_class, ints), *(p % 16 for p in pointers))
+        else:
+            # The common case, in fewer operations: no integer is 1 or 64-bit and every
+            # pointer is 16-byte aligned, so divisibility by 16 alone is each one's class.
+            key = (not kv_cap & 15, not sk[0] & 15, not sk[1] & 15, not sk[2] & 15, not sv[0] & 15,
+                   not sv[1] & 15, not sv[2] & 15)
+        return args, key
+
+    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
+                 cache_seqlens: torch.Tensor | None, kv_start: torch.Tensor | None,
+                 workspace: DecodeWorkspace | None) -> None:
+        args, key = self.arguments(q, k, v, out, cache_seqlens, kv_start, workspace)
+        if self.tma:
             use_descriptor_scratch()
         kernel = self.kernels.get(key)
         hooked = _hooked(knobs.runtime.launch_enter_hook) or _hooked(knobs.runtime.launch_exit_hook)
+        stream = None
         if kernel is None or hooked:
             self.kernels[key] = decode_split_kernel[self.grid](*args, **self.split_options)
         else:
-            stream = torch._C._cuda_getCurrentRawStream(self.device_index)
+            stream = torch._C._cuda_getCurrentRawStream(self.device_index)  # once a call: both launches use it
             kernel.run(*self.grid, stream, kernel.function, kernel.packed_metadata, None, None, None,
                        *args, *self.split_consts)
         if self.splits > 1 and not self.fused:
-            cargs = (out, part_o, part_lse, *stride_o, q_heads, q_len, self.splits)
+            cargs = (out, args[4], args[5], *self.combine_tail)
             combine = self.combine_kernel
             if combine is None or hooked:
                 self.combine_kernel = decode_combine_kernel[self.combine_grid](*cargs, **self.combine_options)
             else:
-                stream = torch._C._cuda_getCurrentRawStream(self.device_index)
+                if stream is None:
+                    stream = torch._C._cuda_getCurrentRawStream(self.device_index)
                 combine.run(*self.combine_grid, stream, combine.function, combine.packed_metadata, None, None, None,
                             *cargs, *self.combine_consts)
 

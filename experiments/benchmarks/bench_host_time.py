@@ -12,6 +12,11 @@ up; ``wall_us``: the same loop to the end of the sync). The ops:
 - ``transformers eager``: ``runtime.integrations.hf_attention.attention_forward`` with
   :func:`~flashtune.runtime.integrations.hf_attention.key_range_mask`'s ranges, as a transformers layer
   calls it eagerly (output transposed to (batch, seq, heads, head_dim));
+- ``transformers fn, no mask``: the same function with no mask, as an unpadded
+  dynamic-cache decode step calls it (the mask builder answers None there);
+- ``transformers sdpa fn, eager``: transformers' own ``sdpa_attention_forward`` with no
+  mask and PyTorch's default backend choice: the peer of the two rows above, what a model
+  with ``attn_implementation="sdpa"`` runs per layer;
 - ``sdpa cudnn`` / ``sdpa flash``: PyTorch SDPA with the KV heads expanded (transformers'
   sdpa path), ``sdpa_kernel(backend)`` entered once outside the loop.
 
@@ -47,9 +52,11 @@ TOLERANCE = 2e-2
 
 
 class _CausalLayer(torch.nn.Module):
-    """What transformers' attention function reads from its layer: ``is_causal``."""
+    """What transformers' attention functions read from their layer: ``is_causal`` and (sdpa's)
+    ``num_key_value_groups``."""
 
     is_causal = True
+    num_key_value_groups = Q_HEADS // KV_HEADS
 
 
 def decode_inputs(batch: int, kv_len: int, device: str = "cuda", dtype: torch.dtype = torch.bfloat16,
@@ -79,6 +86,14 @@ def cases(t: dict[str, torch.Tensor]) -> dict[str, tuple[Callable[[], torch.Tens
     def hf() -> torch.Tensor:
         return attention_forward(layer, q, k, v, t["ranges"], scaling=scaling)[0]
 
+    def hf_no_mask() -> torch.Tensor:
+        return attention_forward(layer, q, k, v, None, scaling=scaling)[0]
+
+    def hf_sdpa() -> torch.Tensor:
+        from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+        return sdpa_attention_forward(layer, q, k, v, None, scaling=scaling)[0]
+
     def sdpa() -> torch.Tensor:
         return torch.nn.functional.scaled_dot_product_attention(q, k_x, v_x)
 
@@ -87,6 +102,8 @@ def cases(t: dict[str, torch.Tensor]) -> dict[str, tuple[Callable[[], torch.Tens
         "op + key ranges": (lambda: flash_attention(q, k, v, causal=True, cache_seqlens=t["ends"],
                                                     kv_start=t["starts"]), None),
         "transformers eager": (hf, None),
+        "transformers fn, no mask": (hf_no_mask, None),
+        "transformers sdpa fn, eager": (hf_sdpa, None),
         "sdpa cudnn": (sdpa, SDPBackend.CUDNN_ATTENTION),
         "sdpa flash": (sdpa, SDPBackend.FLASH_ATTENTION),
     }
@@ -162,9 +179,9 @@ def table(results: dict[str, dict[str, dict[str, float]]]) -> str:
     """Host µs per call, one row per op, one column per shape (ratios to sdpa cudnn after)."""
     shapes = list(results)
     labels = list(next(iter(results.values())))
-    lines = [f"{'host us / call':22s}" + "".join(f"{s:>26s}" for s in shapes)]
+    lines = [f"{'host us / call':30s}" + "".join(f"{s:>26s}" for s in shapes)]
     for label in labels:
-        row = f"{label:22s}"
+        row = f"{label:30s}"
         for s in shapes:
             r, peer = results[s][label], results[s].get("sdpa cudnn", {})
             if "host_us" not in r:

@@ -93,9 +93,37 @@ def teacher_forced(model: Any, ids: torch.Tensor, mask: torch.Tensor, tokens: to
     return torch.stack(logits, dim=1)
 
 
+def profile_generate(model: Any, ids: torch.Tensor, mask: torch.Tensor, new_tokens: int, static: bool,
+                     top: int = 14) -> dict[str, Any]:
+    """Where one (warm) ``generate`` spends its host time, for telling a host-bound step from
+    CUDA graphs that are skipped or re-recorded: the CUDA API calls by name with their counts
+    (kernel launches, graph launches, captures and instantiations, synchronizations and
+    copies to the host) and the ``top`` operators by self CPU time (torch.profiler)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
+    with profile(activities=activities) as prof:
+        _, seconds = generate(model, ids, mask, new_tokens, static)
+    events = prof.key_averages()
+    api = sorted(((e.key, e.count) for e in events if e.key.startswith(("cuda", "cu"))), key=lambda kv: -kv[1])
+    cpu = sorted(events, key=lambda e: -e.self_cpu_time_total)[:top]
+    return {"wall_s": seconds, "cuda_api_calls": dict(api[:top]),
+            "self_cpu_top": [{"op": e.key, "self_cpu_us": round(e.self_cpu_time_total, 1), "count": e.count}
+                             for e in cpu]}
+
+
+def compile_counters() -> dict[str, Any]:
+    """torch.compile's counters (inductor's cudagraph skips, dynamo's graphs and recompiles)."""
+    from torch._dynamo.utils import counters
+
+    return {group: dict(counters[group]) for group in ("inductor", "stats", "recompiles", "graph_break")
+            if counters.get(group)}
+
+
 def run_case(model: Any, name: str, *, mode: str, batch: int, prompt: int, new_tokens: int, rounds: int,
-             vocab: int) -> dict[str, Any]:
-    """One mode x batch x prompt cell: both implementations' tokens/s and the agreement."""
+             vocab: int, profiled: bool = False) -> dict[str, Any]:
+    """One mode x batch x prompt cell: both implementations' tokens/s and the agreement
+    (``profiled``: also :func:`profile_generate` of one more generate per implementation)."""
     device = next(model.parameters()).device
     static = mode == "static"
     ids, mask = prompt_batch(batch, prompt, vocab, mode == "padded", device)
@@ -111,6 +139,14 @@ def run_case(model: Any, name: str, *, mode: str, batch: int, prompt: int, new_t
                 set_attention(model, impl)
                 tokens[impl], seconds = generate(model, ids, mask, new_tokens, static)
                 times[impl].append(seconds)
+        profiles = {}
+        if profiled:
+            for impl in impls:
+                set_attention(model, impl)
+                try:  # a diagnostic: its failure must not cost the cell
+                    profiles[impl] = profile_generate(model, ids, mask, new_tokens, static)
+                except Exception as exc:
+                    profiles[impl] = {"error": f"{type(exc).__name__}: {str(exc)[:200]}"}
         logits = {}
         for impl in impls:
             set_attention(model, impl)
@@ -125,6 +161,8 @@ def run_case(model: Any, name: str, *, mode: str, batch: int, prompt: int, new_t
                            "argmax_agree": float((logits[name].argmax(-1) == logits[SDPA].argmax(-1)).float().mean())},
         "greedy_tokens_agree": float((tokens[name] == tokens[SDPA]).float().mean()),
         "fallback": sorted(set(log.lines)),
+        **({"profile": profiles} if profiled else {}),
+        **({"compile_counters": compile_counters()} if static else {}),
     }
 
 
@@ -207,6 +245,19 @@ def table(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def profile_lines(case: dict[str, Any]) -> str:
+    """A profiled cell's CUDA API counts and top operators, one block per implementation."""
+    lines = []
+    for impl, p in case.get("profile", {}).items():
+        if "error" in p:
+            lines.append(f"profile {case['mode']} {case['batch']} {case['prompt']} {impl}: {p['error']}")
+            continue
+        lines.append(f"profile {case['mode']} {case['batch']} {case['prompt']} {impl}: {p['wall_s'] * 1e3:.1f} ms; "
+                     + ", ".join(f"{k} x{n}" for k, n in p["cuda_api_calls"].items()))
+        lines.extend(f"    {r['self_cpu_us']:>10.1f} us x{r['count']:<6} {r['op'][:70]}" for r in p["self_cpu_top"])
+    return "\n".join(lines)
+
+
 def _modes(text: str) -> list[str]:
     modes = text.split(",")
     bad = [m for m in modes if m not in MODES]
@@ -232,6 +283,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget-s", type=float, default=1e9, help="skip the cells left after this many seconds")
     parser.add_argument("--json", type=Path)
     parser.add_argument("--host-time", action="store_true", help="first, host us per decode call: op vs SDPA")
+    parser.add_argument("--profile", action="store_true",
+                        help="profile one more generate per implementation in each mode's first cell")
     args = parser.parse_args(argv)
     import transformers
 
@@ -254,6 +307,7 @@ def main(argv: list[str] | None = None) -> int:
         "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
         "torch": torch.__version__, "transformers": transformers.__version__}}
     for mode in args.modes:
+        profiled = args.profile
         for batch in args.batches:
             if mode == "padded" and batch == 1:
                 continue  # one sequence has no padding
@@ -263,8 +317,11 @@ def main(argv: list[str] | None = None) -> int:
                     continue
                 try:
                     case = run_case(model, name, mode=mode, batch=batch, prompt=prompt, new_tokens=args.new_tokens,
-                                    rounds=args.rounds, vocab=args.vocab)
+                                    rounds=args.rounds, vocab=args.vocab, profiled=profiled)
                     case["attention"] = name
+                    if profiled:
+                        print(profile_lines(case), flush=True)
+                    profiled = False
                 except Exception as exc:  # one cell's failure is its row, not the table's end
                     case = {"mode": mode, "batch": batch, "prompt": prompt, "error": f"{type(exc).__name__}: {exc}"}
                 result["cases"].append(case)

@@ -297,9 +297,10 @@ class Dispatcher:
         served = config
         resolution = self._resolutions.get(key)
         measured = resolution is not None and resolution[1].origin in STORE_ORIGINS
-        if extra and config.get("combine") == "fused" and not measured:
+        if extra and config.get("combine") == "fused" and not measured and q.shape[0] > 1:
             # The default's fused combine is slower with per-sequence lengths (its last
-            # split waits for the longest sequence: kernels.decode.decode_default_for).
+            # split waits for the longest sequence: kernels.decode.decode_default_for);
+            # one sequence waits for no other, and keeps the one launch.
             config = config.replace(combine="launch")
         online = self._online
         if online is not None:

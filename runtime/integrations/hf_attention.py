@@ -123,9 +123,14 @@ def key_range_mask(batch_size: int, q_length: int | None = None, kv_length: int 
     """transformers 5's mask-builder interface, for the kernel: None (plain causal, every
     key real), :func:`key_ranges`' ranges, or sdpa's dense mask for what ranges cannot say.
 
-    Eager, one host read a forward pass (not a layer) decides None / ranges / dense, as
-    transformers' own sdpa builder reads ``attention_mask.all()``; under ``torch.compile``
-    nothing is read and the ranges are returned, so a mask with holes is only caught eagerly.
+    Eager, an unpadded forward pass (not a layer) reads one value on the host, as
+    transformers' own sdpa builder reads ``padding_mask.sum()`` (``fast_all``). A dynamic
+    cache (an int ``q_offset``): no 2-D mask, no read and None; with one, its sum, then None
+    if every key is real, else the ranges and a second read (their holes check, which no
+    sum can replace). A static cache (a tensor offset) always gets the ranges (or the dense
+    mask for holes), also on the step that fills it, so that every compiled decode step
+    takes one form. Under ``torch.compile`` nothing is read and the ranges are returned, so
+    a mask with holes is only caught eagerly.
     """
     from transformers.masking_utils import causal_mask_function, sdpa_mask
 
@@ -138,18 +143,44 @@ def key_range_mask(batch_size: int, q_length: int | None = None, kv_length: int 
                          kv_offset=kv_offset, mask_function=mask_function, attention_mask=attention_mask, **kwargs)
     if attention_mask is not None and attention_mask.dim() != 2:
         return attention_mask  # already 4-D: someone else's mask, SDPA takes it
-    ranges, holes, full = key_ranges(attention_mask, batch_size=batch_size, q_length=q_length, kv_length=kv_length,
-                               q_offset=q_offset)
     if torch.compiler.is_compiling():
-        return ranges
+        return key_ranges(attention_mask, batch_size=batch_size, q_length=q_length, kv_length=kv_length,
+                          q_offset=q_offset)[0]
+    known_end = end = host_end(q_offset, q_length)
+    if end == kv_length and (attention_mask is None or _all_real(attention_mask, kv_length)):
+        return None  # every key real, no empty slot: the plain causal kernel
+    ranges, holes, full = key_ranges(attention_mask, batch_size=batch_size, q_length=q_length, kv_length=kv_length,
+                                     q_offset=q_offset)
+    if attention_mask is None:
+        return ranges  # no padding: the ranges only say where the filled part ends (no read)
     has_holes, no_padding, end = torch.stack([holes.int(), full.int(), ranges[1, 0, 0, 0]]).tolist()
     if has_holes:
         return sdpa_mask(batch_size=batch_size, q_length=q_length, kv_length=kv_length, q_offset=q_offset,
                          kv_offset=kv_offset, mask_function=causal_mask_function, attention_mask=attention_mask,
                          **kwargs)
-    if no_padding and end == kv_length:
-        return None  # every key real, no empty slot: the plain causal kernel
+    if no_padding and end == kv_length and known_end is not None:
+        return None
+    # A static cache (a tensor offset) keeps the ranges even on the step that fills it: generate hands this mask to the compiled step, and a None on the last step alone
+    # compiled and CUDA-graphed a second step (H200, 2026-12-02: two recordings a generate).
     return ranges
+
+
+def host_end(q_offset: Any, q_length: int) -> int | None:
+    """The end of the query block (``q_offset + q_length``) when the offset is a host int (a
+    dynamic cache); None for a tensor offset: a static cache's, which transformers keeps a
+    tensor (on the GPU: no host read) so that the compiled step sees one form every step."""
+    if isinstance(q_offset, int):
+        return q_offset + q_length
+    return None
+
+
+def _all_real(attention_mask: torch.Tensor, kv_length: int) -> bool:
+    """Whether the first ``kv_length`` entries of every row of a 2-D padding mask are real
+    tokens: one reduction and one host read (the check transformers' sdpa builder makes)."""
+    mask = attention_mask[:, :kv_length]
+    if mask.dtype is not torch.bool:  # transformers hands a bool mask; a 0/1 integer one is cast once
+        mask = mask.bool()
+    return mask.shape[1] == kv_length and int(mask.sum()) == mask.numel()
 
 
 def ranges_to_dense(ranges: torch.Tensor, q_len: int, kv_len: int, causal: bool, dtype: torch.dtype) -> torch.Tensor:
@@ -280,6 +311,10 @@ def attention_forward(
             # per-call host time, which a decoding step (one query a layer) pays in full.
             first, end = views if views is not None else (None, None)
             out = _tuned(query, key, value, causal=bool(is_causal), scale=scale, cache_seqlens=end, kv_start=first)
+            if query.shape[2] == 1:
+                # A decode step: the op's contiguous (batch, heads, 1, head_dim) output is,
+                # transposed, already contiguous; .contiguous() would only cost host time.
+                return out.transpose(1, 2), None
     return out.transpose(1, 2).contiguous(), None
 
 

@@ -89,3 +89,110 @@ def test_a_prepared_call_still_rejects_a_per_sequence_tensor_of_the_wrong_dtype(
     bad = {**good, name: good[name].to(torch.int64)}
     with pytest.raises((TypeError, ValueError), match=name):
         dispatcher(q, k, v, causal=True, **bad)
+
+
+class _CountOps(torch.utils._python_dispatch.TorchDispatchMode):
+    """Counts the aten ops run inside it, and the host reads among them (``_local_scalar_dense``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+    @property
+    def reads(self) -> int:
+        return sum("_local_scalar_dense" in op for op in self.ops)
+
+
+@pytest.mark.parametrize("padded", [False, True])
+def test_the_eager_mask_builder_of_a_dynamic_cache_step_reads_once_and_runs_few_ops(padded):
+    # A decode step of a dynamic cache (q_offset an int): without padding the builder costs
+    # what transformers' own sdpa builder costs (a sum and one read) and answers None (the
+    # plain kernel); a padded batch then pays for its ranges (and their holes check).
+    pytest.importorskip("transformers")
+    mask = torch.ones(2, 13, dtype=torch.bool)
+    if padded:
+        mask[1, :5] = False
+    with _CountOps() as counted:
+        built = hf_attention.key_range_mask(2, q_length=1, kv_length=13, q_offset=12, attention_mask=mask)
+    assert counted.reads == 1  # the sum (the holes check's .tolist() is not an aten op)
+    if padded:
+        assert built.tolist() == [[[[0]], [[5]]], [[[13]], [[13]]]]
+    else:
+        assert built is None and len(counted.ops) <= 3, counted.ops
+    with _CountOps() as counted:  # no 2-D mask: decided on the host
+        assert hf_attention.key_range_mask(2, q_length=1, kv_length=13, q_offset=12) is None
+    assert counted.ops == []
+
+
+@pytest.mark.parametrize("batch,combine", [(1, "fused"), (2, "launch")])
+def test_key_ranges_keep_the_fused_combine_for_a_single_sequence(tmp_path, batch, combine):
+    # A static cache's decode step at batch 1: no other sequence to wait for, so the one-launch
+    # fused combine serves (batch 2 takes the launched combine); both match SDPA.
+    dispatcher = Dispatcher(tmp_path / "none.json")
+    g = torch.Generator().manual_seed(3)
+    q = torch.randn(batch, 4, 1, 32, generator=g)
+    k, v = torch.randn(2, batch, 2, 1024, 32, generator=g)
+    starts, ends = [5, 0][:batch], [700, 1024][:batch]
+    ranges = {"kv_start": torch.tensor(starts, dtype=torch.int32), "cache_seqlens": torch.tensor(ends, dtype=torch.int32)}
+    out = dispatcher(q, k, v, causal=True, **ranges)
+    (prepared,) = dispatcher._calls.values()
+    assert prepared.splits > 1 and prepared.config["combine"] == combine
+    cols = torch.arange(1024)
+    keep = (cols >= torch.tensor(starts)[:, None]) & (cols < torch.tensor(ends)[:, None])
+    ref = torch.nn.functional.scaled_dot_product_attention(q, k.repeat_interleave(2, 1), v.repeat_interleave(2, 1),
+                                                           attn_mask=keep[:, None, None, :])
+    torch.testing.assert_close(out, ref, atol=1e-4, rtol=1e-4)
+
+
+def test_a_bound_decode_builds_the_jit_launch_arguments_and_keys_each_specialization_class_once():
+    # BoundDecode's per-call host work (kernels.decode): the arguments must be split_arguments'
+    # and the key must tell two calls apart exactly when Triton specializes them apart (an
+    # integer's == 1 / % 16 / 64-bit class, a pointer's 16-byte alignment), over a growing
+    # dynamic cache, a static cache's slices and a misaligned view.
+    from flashtune.kernels.config import Config
+    from flashtune.kernels.decode import BoundDecode, _int_class, split_arguments
+
+    config = Config(kernel="decode", BLOCK_N=64, num_splits=4, num_warps=4, num_stages=3, loads="pointer",
+                    combine="launch")
+    q = torch.randn(2, 4, 1, 32, dtype=torch.bfloat16)
+    bound = BoundDecode(q, torch.empty(2, 2, 8, 32), causal=True, scale=0.125, config=config, has_seqlens=True,
+                        has_kv_start=False)
+    lengths = torch.full((2,), 5, dtype=torch.int32)
+    buffer = torch.randn(2, 2, 70, 32, dtype=torch.bfloat16)
+    flat = torch.randn(2 * 2 * 33 * 32 + 1, dtype=torch.bfloat16)
+    caches = [torch.randn(2, 2, n, 32, dtype=torch.bfloat16) for n in (1, 15, 16, 17, 31, 32, 48, 49)]
+    caches += [buffer[:, :, :n] for n in (16, 17, 64)]  # static-cache slices: strides of 70 slots
+    caches.append(flat[1:].view(2, 2, 33, 32))  # 2-byte offset: not 16-byte aligned
+    keys, classes = [], []
+    for k in caches:
+        out = torch.empty_like(q)
+        args, key = bound.arguments(q, k, k, out, lengths, None, None)
+        expected = split_arguments(q, k, k, out, args[4], args[5], lengths, args[7], lengths,
+                                   stride_q=q.stride()[:3], stride_k=k.stride()[:3], stride_v=k.stride()[:3],
+                                   stride_o=out.stride()[:3], q_heads=4, kv_heads=2, q_len=1, kv_cap=k.shape[2],
+                                   num_splits=4, scale=0.125)
+        assert args == expected
+        ints = (k.shape[2], *k.stride()[:3], *k.stride()[:3])
+        pointers = (q, k, k, lengths, lengths)
+        keys.append(key)
+        classes.append((*map(_int_class, ints), *(t.data_ptr() % 16 for t in pointers)))
+    for i in range(len(caches)):
+        for j in range(len(caches)):
+            assert (keys[i] == keys[j]) == (classes[i] == classes[j]), (caches[i].shape, caches[j].shape)
+
+
+def test_a_static_cache_step_that_fills_the_cache_still_gets_ranges():
+    # generate(cache_implementation="static") builds each decode step's mask eagerly and hands
+    # it to the compiled step: the step that fills the cache must get the same form (ranges)
+    # as the others, or it compiles and CUDA-graphs a step of its own.
+    pytest.importorskip("transformers")
+    full = torch.ones(2, 12, dtype=torch.bool)
+    built = hf_attention.key_range_mask(2, q_length=1, kv_length=12, q_offset=torch.tensor(11), attention_mask=full)
+    assert built is not None and built.tolist() == [[[[0]], [[0]]], [[[12]], [[12]]]]
+    partial = hf_attention.key_range_mask(2, q_length=1, kv_length=12, q_offset=torch.tensor(9),
+                                          attention_mask=full[:, :10])
+    assert partial.tolist() == [[[[0]], [[0]]], [[[10]], [[10]]]]

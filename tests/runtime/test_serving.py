@@ -220,3 +220,38 @@ def test_bad_key_ranges_through_the_runtime_op_name_the_argument(tmp_path, start
     dispatcher(q, k, k, causal=True, **good)  # prepares the call key
     with pytest.raises(ValueError, match=match):
         dispatcher(q, k, k, causal=True, **bad)
+
+
+@pytest.mark.slow
+def test_static_generate_compiles_one_decode_step_for_every_step(model, name):
+    # generate(cache_implementation="static") compiles the decode step (CUDA graphs on a GPU):
+    # every step, the one that fills the cache included, must reach it in one form, or each
+    # generate compiles and records a second graph (H200, 2026-12-02: the last step's mask
+    # was None, the others' ranges). A backend that counts graphs and calls stands in for
+    # inductor; the real op runs in the interpreter.
+    from transformers.generation.configuration_utils import CompileConfig
+
+    graphs: list[int] = []
+
+    def counting(gm, example_inputs, **kwargs):
+        index = len(graphs)
+        graphs.append(0)
+
+        def run(*args):
+            graphs[index] += 1
+            return gm.forward(*args)
+
+        return run
+
+    compile_config = CompileConfig(fullgraph=True, backend=counting)
+    compile_config._compile_all_devices = True  # transformers compiles only on accelerators otherwise
+    hf_attention.set_attention(model, name)
+    ids, mask = _batch("none")
+    try:
+        for _ in range(2):
+            with torch.no_grad():
+                model.generate(ids, attention_mask=mask, max_new_tokens=4, min_new_tokens=4, do_sample=False,
+                               cache_implementation="static", compile_config=compile_config)
+    finally:
+        torch._dynamo.reset()
+    assert graphs == [6]  # 3 decode steps a generate, all through the one compiled step
