@@ -1,0 +1,174 @@
+"""Issue 20's tuner target on the CPU, by replay: does ``flashtune tune`` with the default
+strategy reach within 2 % of each workload's best of the recorded space in <= 40 trials?
+
+Each run is what a cold ``flashtune tune --objective replay`` study does (the default
+strategy with its registered options, no priors, the space of the recorded configs that
+the feasibility model admits), through the same parts as ``flashtune compare``
+(``experiments.evaluation.compare.run_one``: ``make_strategy`` + the run loop +
+``ReplayObjective``) without the study's MLflow and Optuna bookkeeping, which do not change
+what is proposed. Per workload and seed: the trial at which the best so far first comes
+within the tolerance of the table's optimum, and how far from it the best of the budget is.
+The target is met on a workload when every seed gets there within the budget.
+
+What replay cannot say: configs no table records (``loads="lean_ws_oneloop"`` was timed
+only by bench_peers, never swept) are outside the replayed space, so "the new best" here is
+the best recorded config. Usage::
+
+    python -m flashtune.experiments.evaluation.tuner_target --seeds 5 --json target.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from flashtune.experiments import DATA_DIR
+from flashtune.experiments.evaluation.compare import _WORKER, RunSpec, init_worker, run_one
+from flashtune.experiments.evaluation.landscape import Landscape, build_landscape, group_by_workload, table_files
+from flashtune.objectives.hardware import load_spec
+
+#: The recorded space of issue 20: the grown prefill tables, the lean kernel's, its tile order.
+DEFAULT_TABLES = (DATA_DIR / "h200_grown", DATA_DIR / "h200_lean", DATA_DIR / "h200_lean_order")
+BUDGET = 40
+TOLERANCE = 0.02
+
+
+@dataclass(frozen=True)
+class WorkloadOutcome:
+    """One workload's runs against the target."""
+
+    workload: str
+    optimum_tflops: float
+    optimum_config: dict
+    feasible: int
+    within_tolerance: int  # feasible configs within the tolerance of the optimum
+    trials_to_target: tuple[int | None, ...]  # per seed; None: not within the budget
+    best_fraction: tuple[float, ...]  # per seed: optimum ms / best ms of the budget (1.0 = the optimum)
+    best_configs: tuple[dict, ...]  # per seed: the best config of the budget
+
+    @property
+    def met(self) -> bool:
+        return all(t is not None for t in self.trials_to_target)
+
+    def to_dict(self) -> dict:
+        return {"workload": self.workload, "optimum_tflops": self.optimum_tflops, "optimum_config": self.optimum_config,
+                "feasible": self.feasible, "within_tolerance": self.within_tolerance,
+                "trials_to_target": list(self.trials_to_target), "best_fraction": list(self.best_fraction),
+                "best_configs": list(self.best_configs), "met": self.met}
+
+
+def trials_to_within(costs: Sequence[float], optimum_ms: float, tolerance: float) -> int | None:
+    """The 1-based trial at which a cost first comes within ``tolerance`` of the optimum."""
+    for i, cost in enumerate(costs, 1):
+        if cost <= optimum_ms * (1 + tolerance):
+            return i
+    return None
+
+
+def evaluate(landscapes: Sequence[Landscape], paths: Sequence[Sequence[str]], *, strategy: str, seeds: int,
+             budget: int, tolerance: float, hardware: str, noise: bool = False) -> list[WorkloadOutcome]:
+    """Run ``strategy`` cold on each landscape for ``seeds`` seeds of ``budget`` trials."""
+    import optuna
+
+    verbosity = optuna.logging.get_verbosity()
+    init_worker([list(p) for p in paths], hardware, noise, "none")  # compare's per-process set-up, here in-process
+    try:
+        return [_outcome(ls, strategy, seeds, budget, tolerance) for ls in landscapes]
+    finally:
+        # Leave the calling process as it was (init_worker limits BLAS to one thread, quiets Optuna).
+        limits = _WORKER.pop("limits", None)
+        if limits is not None:
+            limits.restore_original_limits()
+        optuna.logging.set_verbosity(verbosity)
+
+
+def _outcome(ls: Landscape, strategy: str, seeds: int, budget: int, tolerance: float) -> WorkloadOutcome:
+    """One workload: ``seeds`` cold runs of ``budget`` trials, scored against its optimum."""
+    reached, fractions, bests = [], [], []
+    for seed in range(seeds):
+        result = run_one(RunSpec(strategy, (), ls.name, seed, budget))
+        costs = list(result.costs)
+        reached.append(trials_to_within(costs, ls.optimum_ms, tolerance))
+        finite = [c for c in costs if math.isfinite(c)]
+        best = min(finite) if finite else math.inf
+        fractions.append(ls.optimum_ms / best if finite else 0.0)
+        bests.append(_config_of(ls, best).to_dict() if finite else {})
+    within = sum(1 for c in ls.feasible if ls.cost(c) <= ls.optimum_ms * (1 + tolerance))
+    flops = ls.workload.flops if ls.workload is not None else math.nan
+    return WorkloadOutcome(ls.name, flops / (ls.optimum_ms * 1e-3) / 1e12, ls.optimum_config.to_dict(),
+                           len(ls.feasible), within, tuple(reached), tuple(fractions), tuple(bests))
+
+
+def _config_of(ls: Landscape, cost: float):
+    return next(c for c in ls.feasible if ls.cost(c) == cost)
+
+
+def format_report(outcomes: Sequence[WorkloadOutcome], *, strategy: str, seeds: int, budget: int,
+                  tolerance: float) -> str:
+    lines = [f"{strategy}, cold, {seeds} seeds, {budget} trials: trials until within {tolerance:.0%} of the "
+             "recorded optimum (- = not in the budget)",
+             "| workload | optimum TFLOP/s | within tolerance / feasible | trials per seed | median | worst best/optimum "
+             "| met |", "|---|---|---|---|---|---|---|"]
+    for o in outcomes:
+        hits = [t for t in o.trials_to_target if t is not None]
+        median = statistics.median([t if t is not None else budget + 1 for t in o.trials_to_target])
+        lines.append(f"| {o.workload} | {o.optimum_tflops:.0f} | {o.within_tolerance} / {o.feasible} | "
+                     f"{' '.join(str(t) if t is not None else '-' for t in o.trials_to_target)} | "
+                     f"{median if median <= budget else f'>{budget}'} | {min(o.best_fraction):.3f} | "
+                     f"{'yes' if o.met else f'no ({len(hits)}/{len(o.trials_to_target)})'} |")
+    met = sum(o.met for o in outcomes)
+    runs = [t for o in outcomes for t in o.trials_to_target]
+    lines.append(f"target met on {met} of {len(outcomes)} workloads; {sum(t is not None for t in runs)} of "
+                 f"{len(runs)} runs within {tolerance:.0%} in {budget} trials")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from flashtune.experiments.cli.tune import DEFAULT_STRATEGY
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tables", nargs="+", type=Path, default=list(DEFAULT_TABLES),
+                        help="tables or folders (tables of one workload are merged; default: h200_grown, h200_lean, "
+                             "h200_lean_order)")
+    parser.add_argument("--workloads", default="", help="comma-separated workload names (default: every table)")
+    parser.add_argument("--strategy", default=DEFAULT_STRATEGY, help=f"default: {DEFAULT_STRATEGY} (flashtune tune's)")
+    parser.add_argument("--seeds", type=int, default=5)
+    parser.add_argument("--budget", type=int, default=BUDGET)
+    parser.add_argument("--tolerance", type=float, default=TOLERANCE)
+    parser.add_argument("--noise", action="store_true", help="draw replayed times from the recorded spread")
+    parser.add_argument("--hardware", default="h200")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args(argv)
+    if args.seeds < 1 or args.budget < 1:
+        raise ValueError(f"--seeds and --budget must be >= 1, got {args.seeds} and {args.budget}")
+    groups = group_by_workload(table_files(args.tables))
+    spec = load_spec(args.hardware)
+    landscapes = [build_landscape(g, spec) for g in groups]
+    if args.workloads:
+        wanted = args.workloads.split(",")
+        unknown = set(wanted) - {ls.name for ls in landscapes}
+        if unknown:
+            raise ValueError(f"--workloads: no table for {sorted(unknown)}; recorded: {[ls.name for ls in landscapes]}")
+        keep = [i for i, ls in enumerate(landscapes) if ls.name in wanted]
+        landscapes, groups = [landscapes[i] for i in keep], [groups[i] for i in keep]
+    outcomes = evaluate(landscapes, [[str(p) for p in g] for g in groups], strategy=args.strategy, seeds=args.seeds,
+                        budget=args.budget, tolerance=args.tolerance, hardware=args.hardware, noise=args.noise)
+    report = format_report(outcomes, strategy=args.strategy, seeds=args.seeds, budget=args.budget,
+                           tolerance=args.tolerance)
+    print(report)
+    if args.json:
+        args.json.write_text(json.dumps({"strategy": args.strategy, "seeds": args.seeds, "budget": args.budget,
+                                         "tolerance": args.tolerance, "noise": args.noise,
+                                         "tables": [str(t) for t in args.tables],
+                                         "workloads": [o.to_dict() for o in outcomes]}, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
