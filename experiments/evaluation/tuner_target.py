@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from flashtune.experiments import DATA_DIR
-from flashtune.experiments.evaluation.compare import _WORKER, RunSpec, init_worker, run_one
+from flashtune.experiments.evaluation.compare import _WORKER, PRIOR_MODES, RunSpec, init_worker, run_one
 from flashtune.experiments.evaluation.landscape import Landscape, build_landscape, group_by_workload, table_files
 from flashtune.objectives.hardware import load_spec
 
@@ -72,12 +72,15 @@ def trials_to_within(costs: Sequence[float], optimum_ms: float, tolerance: float
 
 
 def evaluate(landscapes: Sequence[Landscape], paths: Sequence[Sequence[str]], *, strategy: str, seeds: int,
-             budget: int, tolerance: float, hardware: str, noise: bool = False) -> list[WorkloadOutcome]:
-    """Run ``strategy`` cold on each landscape for ``seeds`` seeds of ``budget`` trials."""
+             budget: int, tolerance: float, hardware: str, noise: bool = False,
+             priors: str = "none") -> list[WorkloadOutcome]:
+    """Run ``strategy`` on each landscape for ``seeds`` seeds of ``budget`` trials; cold
+    (``priors="none"``, what ``flashtune tune`` does without ``--prior-from``) or held out
+    (``"loo"``: the other workloads' tables as priors, as ``--prior-from table:...`` would)."""
     import optuna
 
     verbosity = optuna.logging.get_verbosity()
-    init_worker([list(p) for p in paths], hardware, noise, "none")  # compare's per-process set-up, here in-process
+    init_worker([list(p) for p in paths], hardware, noise, priors)  # compare's per-process set-up, here in-process
     try:
         return [_outcome(ls, strategy, seeds, budget, tolerance) for ls in landscapes]
     finally:
@@ -110,8 +113,8 @@ def _config_of(ls: Landscape, cost: float):
 
 
 def format_report(outcomes: Sequence[WorkloadOutcome], *, strategy: str, seeds: int, budget: int,
-                  tolerance: float) -> str:
-    lines = [f"{strategy}, cold, {seeds} seeds, {budget} trials: trials until within {tolerance:.0%} of the "
+                  tolerance: float, priors: str = "none") -> str:
+    lines = [f"{strategy}, {'cold' if priors == 'none' else 'held-out priors'}, {seeds} seeds, {budget} trials: trials until within {tolerance:.0%} of the "
              "recorded optimum (- = not in the budget)",
              "| workload | optimum TFLOP/s | within tolerance / feasible | trials per seed | median | worst best/optimum "
              "| met |", "|---|---|---|---|---|---|---|"]
@@ -142,6 +145,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget", type=int, default=BUDGET)
     parser.add_argument("--tolerance", type=float, default=TOLERANCE)
     parser.add_argument("--noise", action="store_true", help="draw replayed times from the recorded spread")
+    parser.add_argument("--priors", choices=PRIOR_MODES, default="none",
+                        help="none (default: a cold study, as flashtune tune runs) or loo (the other workloads' "
+                             "tables as priors)")
     parser.add_argument("--hardware", default="h200")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
@@ -158,13 +164,13 @@ def main(argv: list[str] | None = None) -> int:
         keep = [i for i, ls in enumerate(landscapes) if ls.name in wanted]
         landscapes, groups = [landscapes[i] for i in keep], [groups[i] for i in keep]
     outcomes = evaluate(landscapes, [[str(p) for p in g] for g in groups], strategy=args.strategy, seeds=args.seeds,
-                        budget=args.budget, tolerance=args.tolerance, hardware=args.hardware, noise=args.noise)
+                        budget=args.budget, tolerance=args.tolerance, hardware=args.hardware, noise=args.noise, priors=args.priors)
     report = format_report(outcomes, strategy=args.strategy, seeds=args.seeds, budget=args.budget,
-                           tolerance=args.tolerance)
+                           tolerance=args.tolerance, priors=args.priors)
     print(report)
     if args.json:
         args.json.write_text(json.dumps({"strategy": args.strategy, "seeds": args.seeds, "budget": args.budget,
-                                         "tolerance": args.tolerance, "noise": args.noise,
+                                         "tolerance": args.tolerance, "noise": args.noise, "priors": args.priors,
                                          "tables": [str(t) for t in args.tables],
                                          "workloads": [o.to_dict() for o in outcomes]}, indent=2) + "\n")
     return 0
