@@ -19,7 +19,7 @@ PY=${PY:-python3}
 C='"loads": "lean_ws_oneloop"'
 
 echo "== 1. GPU tests (one-loop kernel)"
-timeout -k 5 85 $PY -m pytest -m gpu tests/gpu/test_oneloop_gpu.py -q -p no:cacheprovider \
+timeout -k 5 90 $PY -m pytest -m gpu tests/gpu/test_oneloop_gpu.py -q -p no:cacheprovider \
   --junitxml "$OUT/gpu_tests.xml" > "$OUT/gpu_tests.log" 2>&1 || echo "step 1 exit $?"
 tail -6 "$OUT/gpu_tests.log"
 
@@ -31,7 +31,7 @@ for t in '128, "BLOCK_N": 128, "num_warps": 4, "num_stages": 2' '128, "BLOCK_N":
   ALSO+=(--also "{\"BLOCK_M\": $t, $C}")
 done
 ALSO+=(--also "{\"BLOCK_M\": 128, \"BLOCK_N\": 128, \"num_warps\": 4, \"num_stages\": 2, $C, \"tile_order\": \"longest_first\"}")
-timeout -k 5 100 $PY -m flashtune.experiments.benchmarks.bench_peers --tables experiments/data/h200_grown \
+timeout -k 5 95 $PY -m flashtune.experiments.benchmarks.bench_peers --tables experiments/data/h200_grown \
   --tables experiments/data/h200_lean --top 1 --rounds 3 "${ALSO[@]}" --json "$OUT/peers.json" \
   > "$OUT/peers.log" 2>&1 || echo "step 2 exit $?"
 
@@ -42,12 +42,12 @@ for t in '128, "BLOCK_N": 128, "num_warps": 4, "num_stages": 2' '128, "BLOCK_N":
          '128, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2' '128, "BLOCK_N": 128, "num_warps": 4, "num_stages": 1'; do
   F8+=(--also "{\"BLOCK_M\": $t, $C}")
 done
-timeout -k 5 50 $PY -m flashtune.experiments.benchmarks.bench_fp8 --rounds 3 --top-fp8 2 "${F8[@]}" \
+timeout -k 5 45 $PY -m flashtune.experiments.benchmarks.bench_fp8 --rounds 3 --top-fp8 2 "${F8[@]}" \
   --json "$OUT/fp8.json" > "$OUT/fp8.log" 2>&1 || echo "step 3 exit $?"
 
 echo "== 4. tables"
 echo "-- suite, TFLOP/s, peers in the same rounds (bench_peers)"
-tail -24 "$OUT/peers.log"
+tail -40 "$OUT/peers.log"
 echo "-- fp8 kernel-only (bench_fp8)"
 tail -20 "$OUT/fp8.log"
 nvidia-smi --query-gpu=clocks.sm,power.draw,temperature.gpu --format=csv,noheader || true

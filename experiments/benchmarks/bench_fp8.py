@@ -22,6 +22,7 @@ import argparse
 import json
 import math
 import statistics
+from collections.abc import Sequence
 from pathlib import Path
 
 from flashtune.experiments.evaluation.best_configs import best_configs
@@ -62,6 +63,28 @@ def best_within_gate(result: dict[str, dict[str, float]], rel: dict[str, float],
     return name, tflops
 
 
+def case_configs(table: str, *, top_fp8: int, also: Sequence[Config] = ()) -> tuple[list[Config], list[Config]]:
+    """(bf16, fp8) configs a case times: the recorded best bf16 one, the ``top_fp8`` best
+    recorded fp8 ones (distinct tiles and loads), then ``also``."""
+    bf16 = [c for c, _ in best_configs(table, fp8=False, top=1)]
+    fp8 = [c for c, _ in best_configs(table, fp8=True, top=top_fp8, distinct=("BLOCK_M", "BLOCK_N", "num_warps", "loads"))]
+    return bf16, fp8 + [c for c in also if c not in fp8]
+
+
+def precompile(cases: Sequence[tuple[Workload, str]], *, top_fp8: int, also: Sequence[Config]) -> None:
+    """Compile every case's configs ahead in a pool of processes (Triton compiles one kernel
+    at a time in this one); a config that does not compile fails again when timed, by name."""
+    from flashtune.objectives.precompile import CompilePool
+
+    pool = CompilePool()
+    jobs = [(c, w) for w, table in cases for group in case_configs(table, top_fp8=top_fp8, also=also) for c in group]
+    for c, w in jobs:
+        pool.submit(c, w)
+    for c, w in jobs:
+        pool.wait(c, w)
+    pool.close()
+
+
 def summarize(samples_ms: dict[str, list[float]], flops: float) -> dict[str, dict[str, float]]:
     """Median ms and TFLOP/s of each timed variant (inf/NaN samples mean 'did not run')."""
     out = {}
@@ -87,7 +110,7 @@ def ratios(result: dict[str, dict[str, float]]) -> dict[str, float]:
             "fp8_with_quant/bf16": div(fp8q, bf16), "bf16/cudnn": div(bf16, cudnn)}
 
 
-def run_case(workload: Workload, table: str, *, rounds: int, top_fp8: int, also: list[Config] = ()) -> dict:
+def run_case(workload: Workload, table: str, *, rounds: int, top_fp8: int, also: Sequence[Config] = ()) -> dict:
     """Time one case on the GPU; every variant that fails is reported, the rest still run."""
     import torch
     import torch.nn.functional as F
@@ -98,9 +121,7 @@ def run_case(workload: Workload, table: str, *, rounds: int, top_fp8: int, also:
     q, k, v = make_inputs(workload, seed=99, dev=torch.device("cuda"))
     scale = 1.0 / math.sqrt(workload.head_dim)
     qz = quantize_fp8(q, k, v)
-    bf16 = [c for c, _ in best_configs(table, fp8=False, top=1)]
-    fp8 = [c for c, _ in best_configs(table, fp8=True, top=top_fp8, distinct=("BLOCK_M", "BLOCK_N", "num_warps", "loads"))]
-    fp8 += [c for c in also if c not in fp8]
+    bf16, fp8 = case_configs(table, top_fp8=top_fp8, also=also)
     outs = {}
 
     def ours(name, fn, config):
@@ -160,6 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     also = fp8_forms(args.also)
     import torch
 
+    precompile(CASES, top_fp8=args.top_fp8, also=also)
     results = []
     for workload, table in CASES:
         results.append(run_case(workload, table, rounds=args.rounds, top_fp8=args.top_fp8, also=also))

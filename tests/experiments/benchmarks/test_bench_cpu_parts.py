@@ -42,6 +42,9 @@ def test_fp8_gate_picks_the_fastest_variant_inside_it_and_also_configs_take_fp8(
     (c,) = bench_fp8.fp8_forms([{"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 4, "num_stages": 1,
                                  "loads": "lean_ws_oneloop"}])
     assert c["use_fp8"] and c["loads"] == "lean_ws_oneloop"
+    # A case times the recorded best bf16 config, the recorded fp8 ones, then the --also ones.
+    bf16, fp8 = bench_fp8.case_configs(bench_fp8.CASES[1][1], top_fp8=2, also=[c])
+    assert len(bf16) == 1 and not bf16[0]["use_fp8"] and fp8[-1] == c and all(f["use_fp8"] for f in fp8)
     with pytest.raises(ValueError, match="BLOCK_M"):
         bench_fp8.fp8_forms([{"BLOCK_M": 100, "BLOCK_N": 64, "num_warps": 4, "num_stages": 1}])
 
