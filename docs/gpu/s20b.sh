@@ -49,5 +49,5 @@ echo "== 4. tables"
 echo "-- suite, TFLOP/s, peers in the same rounds (bench_peers)"
 tail -40 "$OUT/peers.log"
 echo "-- fp8 kernel-only (bench_fp8)"
-tail -20 "$OUT/fp8.log"
+tail -30 "$OUT/fp8.log"
 nvidia-smi --query-gpu=clocks.sm,power.draw,temperature.gpu --format=csv,noheader || true
