@@ -123,8 +123,8 @@ def one_loop_attention_kernel(
     BH_MAJOR: tl.constexpr,
     FLAT: tl.constexpr,
     EVEN_M: tl.constexpr,
-    EMPTY_ROWS: tl.constexpr,
     MASK: tl.constexpr,
+    EMPTY_ROWS: tl.constexpr,
 ):
     """One tile of (BLOCK_M queries, one batch and query head) a program.
 
