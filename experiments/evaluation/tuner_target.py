@@ -2,11 +2,11 @@
 strategy reach within 2 % of each workload's best of the recorded space in <= 40 trials?
 
 Each run is what a cold ``flashtune tune --objective replay`` study does (the default
-strategy with its registered options, no priors, the space of the recorded configs that
-the feasibility model admits), through the same parts as ``flashtune compare``
-(``experiments.evaluation.compare.run_one``: ``make_strategy`` + the run loop +
-``ReplayObjective``) without the study's MLflow and Optuna bookkeeping, which do not change
-what is proposed. Per workload and seed: the trial at which the best so far first comes
+strategy with its registered options, no priors, the kernel's whole space narrowed to the
+recorded configs that the feasibility model admits, the replay measurer), without the
+study's MLflow and Optuna bookkeeping, which do not change what is proposed (seed 0 on
+D256 proposes the trials ``flashtune tune --seed 0`` does). Not ``flashtune compare``'s
+runs: those search a space of the recorded knob values only, whose start design differs. Per workload and seed: the trial at which the best so far first comes
 within the tolerance of the table's optimum, and how far from it the best of the budget is.
 The target is met on a workload when every seed gets there within the budget.
 
@@ -20,18 +20,23 @@ the best recorded config. Usage::
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import statistics
 import sys
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from flashtune.experiments import DATA_DIR
-from flashtune.experiments.evaluation.compare import _WORKER, PRIOR_MODES, RunSpec, init_worker, run_one
+from flashtune.experiments.evaluation.compare import PRIOR_MODES
 from flashtune.experiments.evaluation.landscape import Landscape, build_landscape, group_by_workload, table_files
-from flashtune.objectives.hardware import load_spec
+from flashtune.experiments.study.measurers import open_replay
+from flashtune.objectives.hardware import HardwareSpec, load_spec
+from flashtune.objectives.types import Measurement, Workload
+from flashtune.search import History, SearchSpace, make_strategy, run
 
 #: The recorded space of issue 20: the grown prefill tables, the lean kernel's, its tile order.
 DEFAULT_TABLES = (DATA_DIR / "h200_grown", DATA_DIR / "h200_lean", DATA_DIR / "h200_lean_order")
@@ -79,37 +84,57 @@ def evaluate(landscapes: Sequence[Landscape], paths: Sequence[Sequence[str]], *,
     (``"loo"``: the other workloads' tables as priors, as ``--prior-from table:...`` would)."""
     import optuna
 
+    spec = load_spec(hardware)
     verbosity = optuna.logging.get_verbosity()
-    init_worker([list(p) for p in paths], hardware, noise, priors)  # compare's per-process set-up, here in-process
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
     try:
-        return [_outcome(ls, strategy, seeds, budget, tolerance) for ls in landscapes]
+        with tempfile.TemporaryDirectory() as folder:
+            # flashtune tune replays one table a workload from a folder: the parts, merged.
+            for ls, parts in zip(landscapes, paths):
+                lines = [line for part in parts for line in Path(part).read_text().splitlines() if line.strip()]
+                (Path(folder) / f"{ls.name}.jsonl").write_text("\n".join(lines) + "\n")
+            return [_outcome(ls, landscapes, Path(folder), spec, strategy, seeds, budget, tolerance, noise, priors)
+                    for ls in landscapes]
     finally:
-        # Leave the calling process as it was (init_worker limits BLAS to one thread, quiets Optuna).
-        limits = _WORKER.pop("limits", None)
-        if limits is not None:
-            limits.restore_original_limits()
         optuna.logging.set_verbosity(verbosity)
 
 
-def _outcome(ls: Landscape, strategy: str, seeds: int, budget: int, tolerance: float) -> WorkloadOutcome:
-    """One workload: ``seeds`` cold runs of ``budget`` trials, scored against its optimum."""
+def replay_study(workload: Workload, folder: Path, spec: HardwareSpec, *, strategy: str, seed: int, budget: int,
+                 priors: Sequence[Measurement] = (), noise: bool = False) -> History:
+    """The trials of one ``flashtune tune --objective replay --replay-dir FOLDER`` study, as
+    ``experiments.study.runner`` sets it up: the replay measurer, the kernel's whole space
+    narrowed to the recorded configs the feasibility model admits, the strategy seeded."""
+    measurer = open_replay(spec, [workload], folder, noise=noise, seed=seed)
+    try:
+        space = SearchSpace.for_workload(workload, spec)
+        fits, recorded = space.is_feasible, measurer.constraint(workload)
+        space = SearchSpace(space.tunables, lambda config: fits(config) and recorded(config))
+        return run(make_strategy(strategy, space, seed=seed), measurer.evaluator(workload), max_trials=budget,
+                   priors=priors)
+    finally:
+        measurer.close()
+
+
+def _outcome(ls: Landscape, landscapes: Sequence[Landscape], folder: Path, spec: HardwareSpec, strategy: str,
+             seeds: int, budget: int, tolerance: float, noise: bool, priors: str) -> WorkloadOutcome:
+    """One workload: ``seeds`` replayed studies of ``budget`` trials (``replay_study``),
+    without the study's MLflow run and Optuna storage, which change nothing proposed."""
+    told = [dataclasses.replace(m, source="prior") for other in landscapes if other.name != ls.name
+            for m in other.table.values()] if priors == "loo" else []
     reached, fractions, bests = [], [], []
     for seed in range(seeds):
-        result = run_one(RunSpec(strategy, (), ls.name, seed, budget))
-        costs = list(result.costs)
+        history = replay_study(ls.workload, folder, spec, strategy=strategy, seed=seed, budget=budget, priors=told,
+                               noise=noise)
+        costs = [t.cost_ms for t in history.trials]
         reached.append(trials_to_within(costs, ls.optimum_ms, tolerance))
-        finite = [c for c in costs if math.isfinite(c)]
-        best = min(finite) if finite else math.inf
-        fractions.append(ls.optimum_ms / best if finite else 0.0)
-        bests.append(_config_of(ls, best).to_dict() if finite else {})
+        finite = [(c, t.config) for c, t in zip(costs, history.trials) if math.isfinite(c)]
+        best_ms, best_config = min(finite, key=lambda pair: pair[0]) if finite else (math.inf, None)
+        fractions.append(ls.optimum_ms / best_ms if finite else 0.0)
+        bests.append(best_config.to_dict() if best_config is not None else {})
     within = sum(1 for c in ls.feasible if ls.cost(c) <= ls.optimum_ms * (1 + tolerance))
     flops = ls.workload.flops if ls.workload is not None else math.nan
     return WorkloadOutcome(ls.name, flops / (ls.optimum_ms * 1e-3) / 1e12, ls.optimum_config.to_dict(),
                            len(ls.feasible), within, tuple(reached), tuple(fractions), tuple(bests))
-
-
-def _config_of(ls: Landscape, cost: float):
-    return next(c for c in ls.feasible if ls.cost(c) == cost)
 
 
 def format_report(outcomes: Sequence[WorkloadOutcome], *, strategy: str, seeds: int, budget: int,

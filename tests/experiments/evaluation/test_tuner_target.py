@@ -40,3 +40,28 @@ def test_random_search_report_matches_the_merged_table(tmp_path):
 def test_an_unknown_workload_is_named():
     with pytest.raises(ValueError, match="no table for.*b9"):
         tuner_target.main(["--tables", *map(str, TABLES), "--workloads", "b9_h1_n1_d64_full_bfloat16"])
+
+
+@pytest.mark.slow
+def test_its_runs_propose_what_flashtune_tune_proposes(stores, tmp_path):
+    # The claim the measurement rests on: a replayed `flashtune tune` study of the default
+    # strategy, seed 0, proposes the same configs in the same order as replay_study.
+    import optuna
+
+    from flashtune.experiments.cli.main import main
+    from flashtune.experiments.cli.tune import DEFAULT_STRATEGY
+
+    folder = tmp_path / "tables"
+    folder.mkdir()
+    (folder / f"{WORKLOAD}.jsonl").write_text("".join(p.read_text() for p in TABLES))
+    assert main(["tune", "--tracking-uri", stores["tracking_uri"], "--storage", stores["storage"], "--objective",
+                 "replay", "--replay-dir", str(folder), "--workload", WORKLOAD, "--trials", "12", "--seed", "0",
+                 "--study-name", "fidelity", "--no-progress"]) == 0
+    (name,) = optuna.get_all_study_names(stores["storage"])
+    trials = sorted(optuna.load_study(study_name=name, storage=stores["storage"]).trials, key=lambda t: t.number)
+    ls = build_landscape(TABLES, load_spec("h200"))
+    history = tuner_target.replay_study(ls.workload, folder, load_spec("h200"), strategy=DEFAULT_STRATEGY, seed=0,
+                                        budget=12)
+    proposed = [{k: t.config[k] for k in trial.params} for t, trial in zip(history.trials, trials)]
+    assert len(history.trials) == len(trials) == 12
+    assert proposed == [trial.params for trial in trials]
