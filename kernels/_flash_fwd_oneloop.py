@@ -9,22 +9,41 @@ minimal kernel's costs, one at a time"). What the warp-specialization pass refus
 each seen on its own:
 
 - a second key loop with a runtime bound, before or after the specialized one (the lean
-  kernel's masked band and ragged tail): here every key block runs in the one loop, each
-  score masked by a per-row limit when the launch needs a mask at all (causal, or a ragged
-  key tail: one compare and select a score);
+  kernel's masked band and ragged tail), and the band as straight-line blocks before or
+  after it (``PassManager::run failed``); a branch on the block index inside the loop
+  (masked band blocks, unmasked others) compiles silently unspecialized (255 registers, 126
+  spills at D128 causal 128x128). So the specialized loop runs every key block, each score
+  masked by a per-row limit when the launch needs a mask at all (causal, or a ragged key
+  tail): one compare and select a score, the scale then folded into exp2's FMA as in the
+  unmasked loop. Unspecialized tiles (``specializes``: BLOCK_M below 128, strided inputs)
+  run the lean kernel's split instead: the unmasked blocks, then the masked band;
 - a branch in the epilogue (the lean kernel's descriptor store of full tiles, pointer
   store of a ragged last tile): here which store a launch uses is a constexpr (``EVEN_M``);
 - descriptors made on the host, and rank-4 Q/O descriptors: here flat 2-D descriptors are
   made on the device, once a program (rank-4 ones, unspecialized, for strided inputs).
 
-The loop runs keys [0, hi) of the tile: hi is kv_len, or under a causal mask the last key
-any of its rows sees.
+The loops run keys [0, hi) of the tile: hi is kv_len, or under a causal mask the last key
+any of its rows sees (``key_ranges``, shared with the other kernels).
 """
 
 import triton
 import triton.language as tl
 
-from flashtune.kernels._flash_fwd import normalize, tile_coords
+from flashtune.kernels._flash_fwd import key_ranges, normalize, tile_coords
+
+
+#: The warp-specialized loop at 4 warps runs 12 warps of 168 registers (compiled for sm90,
+#: objectives/aot.py): the whole register file, one program an SM. At BLOCK_M 64 that
+#: leaves 64 query rows an SM where the unspecialized kernel runs 4 programs (124
+#: registers, 4 warps: 256 rows), which is why the specialized 64-row tiles ran at about
+#: half the lean kernel's speed (BENCHMARKS.md); tiles below this many rows run unspecialized.
+SPECIALIZED_MIN_BLOCK_M = 128
+
+
+def specializes(block_m: int, flat: bool) -> bool:
+    """Whether a ``warp_specialize`` variant's loop is specialized at this tile and layout
+    (rank-4 descriptors make Triton 3.6's pass fail at 4 warps: those run unspecialized)."""
+    return flat and block_m >= SPECIALIZED_MIN_BLOCK_M
 
 
 @triton.jit
@@ -48,6 +67,43 @@ def _load(desc, z, h, row0, row, col, BLOCK: tl.constexpr, WIDTH: tl.constexpr, 
         return desc.load([row0 + row, col])
     else:
         return desc.load([z, h, row, col]).reshape([BLOCK, WIDTH])
+
+
+@triton.jit
+def _attend_block(acc, l_i, m_i, q, k_desc, v_desc, z, kv_h, k_row0, vt_row0, start_n, limit, qk_scale,
+                  HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, FLAT: tl.constexpr, FP8: tl.constexpr,
+                  MASKED: tl.constexpr, EMPTY_ROWS: tl.constexpr):
+    """The online-softmax update of keys [start_n, start_n + BLOCK_N): (acc, l, m) after it.
+
+    ``MASKED``: key j of row i gets no weight unless j < limit[i] (keys past kv_len, which
+    are zeros or the next head's rows with flat descriptors, and, when causal, past the
+    row's diagonal); -inf stays -inf through the scale folded into exp2 below.
+    ``EMPTY_ROWS``: a row may have seen no key yet (m = -inf).
+    """
+    k = _load(k_desc, z, kv_h, k_row0, start_n, 0, BLOCK_N, HEAD_DIM, FLAT).T
+    qk = tl.dot(q, k)
+    if MASKED:
+        qk = tl.where((start_n + tl.arange(0, BLOCK_N))[None, :] < limit[:, None], qk, float("-inf"))
+    # The scale folded into exp2's FMA, as the minimal kernel does.
+    m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
+    if EMPTY_ROWS:
+        # Subtract 0 from a row that still has m = -inf, so that exp2 gives 0 rather than
+        # NaN (-inf - -inf).
+        m_sub = tl.where(m_new == float("-inf"), 0.0, m_new)
+    else:
+        m_sub = m_new
+    p = tl.math.exp2(qk * qk_scale - m_sub[:, None])
+    alpha = tl.math.exp2(m_i - m_sub)
+    l_i = l_i * alpha + tl.sum(p, 1)
+    acc = acc * alpha[:, None]
+    if FP8:
+        v = _load(v_desc, z, kv_h, vt_row0, 0, start_n, HEAD_DIM, BLOCK_N, FLAT).T
+        # P stretched to e4m3's range (undone by normalize), as the other kernels do.
+        acc = tl.dot((p * 448.0).to(v.dtype), v, acc)
+    else:
+        v = _load(v_desc, z, kv_h, k_row0, start_n, 0, BLOCK_N, HEAD_DIM, FLAT)
+        acc = tl.dot(p.to(v.dtype), v, acc)
+    return acc, l_i, m_new
 
 
 @triton.jit
@@ -126,52 +182,39 @@ def one_loop_attention_kernel(
 
     q = _load(q_desc, z, h, q_row0, start_m, 0, BLOCK_M, HEAD_DIM, FLAT)
     offs_m = start_m + tl.arange(0, BLOCK_M)
-    offs_n = tl.arange(0, BLOCK_N)
+    # Keys [0, band_start) are visible to every row of the tile; [band_start, hi) is the
+    # causal diagonal band and the ragged key tail, the only blocks that pay a mask.
+    causal_offset, band_start, hi = key_ranges(start_m, q_len, kv_len, BLOCK_M, BLOCK_N, IS_CAUSAL)
     if IS_CAUSAL:
         # Bottom-right: query i sees keys j <= i + (kv_len - q_len).
-        causal_offset = kv_len - q_len
         limit = tl.minimum(offs_m + causal_offset + 1, kv_len)
-        hi = tl.maximum(tl.minimum(start_m + BLOCK_M + causal_offset, kv_len), 0)
     else:
         limit = tl.zeros([BLOCK_M], dtype=tl.int32) + kv_len
-        hi = kv_len
 
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
-    for start_n in tl.range(0, hi, BLOCK_N, warp_specialize=WARP_SPECIALIZE):
-        start_n = tl.multiple_of(start_n, BLOCK_N)
-        k = _load(k_desc, z, kv_h, k_row0, start_n, 0, BLOCK_N, HEAD_DIM, FLAT).T
-        qk = tl.dot(q, k)
-        if MASK:
-            # Keys past kv_len (zeros, or the next head's rows with flat descriptors) and,
-            # when causal, past the row's diagonal get no weight.
-            qk = tl.where((start_n + offs_n)[None, :] < limit[:, None], qk * qk_scale, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(qk, 1))
-            if EMPTY_ROWS:
-                # A row with no visible key so far keeps m = -inf; subtract 0 instead so
-                # that exp2 gives 0 rather than NaN (-inf - -inf).
-                m_sub = tl.where(m_new == float("-inf"), 0.0, m_new)
-            else:
-                # Every row sees key 0 in the first block: m is finite from then on.
-                m_sub = m_new
-            p = tl.math.exp2(qk - m_sub[:, None])
-        else:
-            # The scale folded into exp2's FMA, as the minimal kernel does.
-            m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
-            m_sub = m_new
-            p = tl.math.exp2(qk * qk_scale - m_sub[:, None])
-        alpha = tl.math.exp2(m_i - m_sub)
-        l_i = l_i * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None]
-        if FP8:
-            v = _load(v_desc, z, kv_h, vt_row0, 0, start_n, HEAD_DIM, BLOCK_N, FLAT).T
-            # P stretched to e4m3's range (undone by normalize), as the other kernels do.
-            acc = tl.dot((p * 448.0).to(v.dtype), v, acc)
-        else:
-            v = _load(v_desc, z, kv_h, k_row0, start_n, 0, BLOCK_N, HEAD_DIM, FLAT)
-            acc = tl.dot(p.to(v.dtype), v, acc)
-        m_i = m_new
+    if WARP_SPECIALIZE or not MASK:
+        # One loop: the warp-specialization pass refuses a second one (and silently drops
+        # the specialization for a branch on the block index inside it), so under a mask
+        # every block pays it.
+        for start_n in tl.range(0, hi, BLOCK_N, warp_specialize=WARP_SPECIALIZE):
+            start_n = tl.multiple_of(start_n, BLOCK_N)
+            acc, l_i, m_i = _attend_block(acc, l_i, m_i, q, k_desc, v_desc, z, kv_h, k_row0, vt_row0, start_n,
+                                          limit, qk_scale, HEAD_DIM, BLOCK_N, FLAT, FP8, MASK, EMPTY_ROWS)
+    else:
+        # Unspecialized, nothing is lost by a second loop: the blocks every row sees run
+        # without the mask, only the diagonal band and the ragged tail pay it. The
+        # unmasked blocks come first, so m is finite when the band starts unless a row
+        # sees no key at all (EMPTY_ROWS).
+        for start_n in tl.range(0, band_start, BLOCK_N):
+            start_n = tl.multiple_of(start_n, BLOCK_N)
+            acc, l_i, m_i = _attend_block(acc, l_i, m_i, q, k_desc, v_desc, z, kv_h, k_row0, vt_row0, start_n,
+                                          limit, qk_scale, HEAD_DIM, BLOCK_N, FLAT, FP8, False, False)
+        for start_n in tl.range(band_start, hi, BLOCK_N):
+            start_n = tl.multiple_of(start_n, BLOCK_N)
+            acc, l_i, m_i = _attend_block(acc, l_i, m_i, q, k_desc, v_desc, z, kv_h, k_row0, vt_row0, start_n,
+                                          limit, qk_scale, HEAD_DIM, BLOCK_N, FLAT, FP8, True, EMPTY_ROWS)
 
     out = normalize(acc, l_i, Scales, FP8).to(Out.dtype.element_ty)
     if not FLAT:

@@ -15,7 +15,7 @@ import torch
 import triton
 
 from flashtune.kernels._flash_fwd_lean import lean_attention_kernel
-from flashtune.kernels._flash_fwd_oneloop import one_loop_attention_kernel
+from flashtune.kernels._flash_fwd_oneloop import one_loop_attention_kernel, specializes
 from flashtune.kernels.config import Value
 from flashtune.kernels.launch_support import device_sm_count, use_descriptor_scratch
 
@@ -196,9 +196,7 @@ def _launch_one_loop(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: tor
     kv_heads, kv_len = k.shape[1], k.shape[2]
     fp8 = scales is not None
     # Flat descriptors where every tensor's (batch, heads, len) collapse into rows (fp8's
-    # V^T: (batch, heads, head_dim)); else rank-4 ones, with which Triton 3.6's
-    # warp-specialization pass fails at 4 warps and BLOCK_M 128 (aot.py, sm90): those
-    # layouts run the same loop unspecialized.
+    # V^T: (batch, heads, head_dim)); else rank-4 ones (run unspecialized: ``specializes``).
     flat = all(flat_compatible(t) for t in (q, k, v, out))
     m_blocks = triton.cdiv(q_len, variant.BLOCK_M)
     grid = (batch * q_heads, m_blocks) if variant.bh_major else (m_blocks, batch * q_heads)
@@ -206,7 +204,7 @@ def _launch_one_loop(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: tor
             *out.stride()[:3], batch, q_heads, kv_heads, q_len, kv_len, v.shape[3] if fp8 else head_dim,
             scale * LOG2_E)
     options = dict(HEAD_DIM=head_dim, BLOCK_M=variant.BLOCK_M, BLOCK_N=variant.BLOCK_N, IS_CAUSAL=bool(causal),
-                   WARP_SPECIALIZE=variant.warp_specialize and flat, FP8=fp8, BH_MAJOR=variant.bh_major,
+                   WARP_SPECIALIZE=variant.warp_specialize and specializes(variant.BLOCK_M, flat), FP8=fp8, BH_MAJOR=variant.bh_major,
                    FLAT=flat, EVEN_M=q_len % variant.BLOCK_M == 0,
                    MASK=bool(causal) or kv_len % variant.BLOCK_N != 0, EMPTY_ROWS=bool(causal) and q_len > kv_len,
                    num_warps=variant.num_warps, num_stages=variant.num_stages)

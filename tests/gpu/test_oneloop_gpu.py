@@ -46,6 +46,10 @@ def _pairs():
     pairs = [(c, _small(*shape)) for shape in SHAPES for c in configs(shape[0])]
     pairs += [(c, _small(128, True, 4, "float16", nq, nk)) for nq, nk in LENGTHS for c in configs(128)]
     pairs += [(c, _small(d, causal, 4)) for d in (128, 256) for causal in (False, True) for c in _fp8(d)]
+    for dtype in ("bfloat16", "float16"):
+        pairs += [(c, _small(128, True, 4, dtype, nq, nk)) for nq, nk in UNALIGNED for c in _both_forms()]
+    pairs += [(validate_config({**c.to_dict(), "use_fp8": True}), _small(128, True, 4, "bfloat16", nq, nk))
+              for nq, nk in UNALIGNED for c in _both_forms()]
     return pairs
 
 
@@ -68,6 +72,15 @@ def _fp8(head_dim: int) -> list[Config]:
 
 
 LENGTHS = [(300, 1000), (1000, 300), (4096, 4096)]
+#: Causal (q_len, kv_len) with the diagonal offset off every block boundary.
+UNALIGNED = [(777, 1234), (1234, 777), (129, 4097)]
+
+
+def _both_forms() -> list[Config]:
+    """Tiles of both loop forms: specialized (BLOCK_M 128) and unspecialized (BLOCK_M 64)."""
+    tiles = [(128, 128, 4, 2), (128, 64, 4, 1), (64, 128, 4, 1), (64, 64, 4, 2)]
+    return [validate_config(dict(BLOCK_M=bm, BLOCK_N=bn, num_warps=w, num_stages=s, loads="lean_ws_oneloop"))
+            for bm, bn, w, s in tiles]
 
 
 def _small(head_dim: int, causal: bool, group: int, dtype: str = "bfloat16", q_len: int = 1000,
@@ -120,3 +133,16 @@ def test_strided_inputs(hardware):
             for _ in range(2))
     w = _small(128, True, 4)
     assert _check_all(w, hardware, configs(128), TOLERANCE["bfloat16"], q, k, v) >= 4
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("q_len,kv_len", UNALIGNED)
+def test_both_loop_forms_causal_at_unaligned_diagonals(dtype, q_len, kv_len, hardware):
+    # BLOCK_M 128: the specialized one loop, masked on every block; BLOCK_M 64: unspecialized
+    # (kernels/_flash_fwd_oneloop.specializes), the unmasked blocks then the masked band.
+    # The diagonal offset kv_len - q_len is off every block boundary; lengths are ragged.
+    w = _small(128, True, 4, dtype, q_len, kv_len)
+    assert _check_all(w, hardware, _both_forms(), TOLERANCE[dtype]) == len(_both_forms())
+    if dtype == "bfloat16":
+        fp8 = [validate_config({**c.to_dict(), "use_fp8": True}) for c in _both_forms()]
+        assert _check_all(w, hardware, fp8, FP8_TOLERANCE) >= 3

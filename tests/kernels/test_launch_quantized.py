@@ -11,7 +11,7 @@ from flashtune.kernels.attention import launch, launch_quantized, quantize_fp8
 pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="CPU interpreter; the GPU path is timed by bench_fp8")
 
 
-@pytest.mark.parametrize("loads", ["pointer", "tma"])
+@pytest.mark.parametrize("loads", ["pointer", "tma", "lean_ws_oneloop"])
 def test_prequantized_launch_matches_quantizing_launch(loads):
     g = torch.Generator().manual_seed(3)
     q, k, v = (torch.randn(1, 2, 40, 64, generator=g).to(torch.float16) for _ in range(3))

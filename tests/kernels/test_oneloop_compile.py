@@ -61,3 +61,24 @@ def test_warp_specialized_at_4_warps_without_spills_and_the_model_covers_its_sha
         # here, below the 255 of an unspecialized loop) and the loop keeps its extra buffer.
         assert spills == 0 and registers < 255 and shared > plain, (workload, registers, spills, shared)
         assert shared <= predicted and (not exact or shared >= predicted - 1024), (workload, shared, predicted)
+
+
+_FORMS_CHILD = """
+import json
+from flashtune.experiments.benchmarks.aot_oneloop import compile_case
+print(json.dumps([compile_case("16,16,1024,64", dict(BLOCK_M=bm, BLOCK_N=128, num_stages=1)) for bm in (64, 128)]))
+"""
+
+
+@pytest.mark.slow
+def test_64_row_tiles_compile_unspecialized_and_fill_the_sm():
+    # The specialized loop takes the whole register file (12 warps x 168 registers): one
+    # program an SM, 64 rows at BLOCK_M 64, where the plain loop holds 4 programs (before
+    # the fix the 64-row tile compiled specialized and ran at about half lean's speed).
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["CUDA_VISIBLE_DEVICES"] = ""
+    done = subprocess.run([sys.executable, "-c", _FORMS_CHILD], capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows, specialized = json.loads(done.stdout.strip().splitlines()[-1])
+    assert rows["warps"] == 4 and rows["spills"] == 0 and rows["programs_per_sm"] >= 3, rows
+    assert specialized["warps"] == 12 and specialized["spills"] == 0 and specialized["programs_per_sm"] == 1, specialized

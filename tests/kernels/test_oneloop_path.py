@@ -88,3 +88,19 @@ def test_no_persistent_grid():
     q, k, v = _qkv(1, 2, 1, 64, 64, 32, torch.float16)
     with pytest.raises(ValueError, match="lean_ws_oneloop.*no persistent grid"):
         flash_attention(q, k, v, causal=False, config=_config(grid="persistent"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("block_m", [128, 64], ids=["one_masked_loop", "unmasked_loop_then_band"])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
+def test_both_loop_forms_causal_bottom_right_any_length(block_m, dtype):
+    # BLOCK_M 128 runs the specialized form (every block in one loop, masked under a causal
+    # mask); BLOCK_M 64 runs unspecialized (kernels/_flash_fwd_oneloop.specializes), as the
+    # unmasked blocks' loop then the masked diagonal band's. Lengths put the diagonal on
+    # and off block boundaries, above and below the other length, with ragged tails.
+    config = _config(BLOCK_M=block_m, BLOCK_N=32)
+    for nq, nk in [(200, 333), (333, 200), (129, 161)]:
+        q, k, v = _qkv(1, 2, 1, nq, nk, 32, dtype, seed=nq + nk)
+        for causal in (True, False):
+            err = _error(q, k, v, causal, config)
+            assert err < TOL[dtype], (block_m, nq, nk, causal, err)

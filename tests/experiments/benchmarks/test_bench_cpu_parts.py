@@ -32,6 +32,23 @@ def test_fp8_summary_and_ratios():
     assert r["bf16/cudnn"] == pytest.approx(0.8)
 
 
+def test_fp8_gate_picks_the_fastest_variant_inside_it_and_also_configs_take_fp8():
+    t = bench_fp8.summarize({"fp8_kernel#0": [1.0], "fp8_kernel#1": [0.5], "fp8_kernel#2": [2.0], "bf16#0": [0.1]},
+                            flops=1e12)
+    # #1 is fastest but outside the gate (a broken fp8 kernel must not count); bf16 is not fp8.
+    rel = {"fp8_kernel#0": 0.02, "fp8_kernel#1": 0.5, "fp8_kernel#2": 0.01, "bf16#0": 0.001}
+    assert bench_fp8.best_within_gate(t, rel, 0.1) == ("fp8_kernel#0", pytest.approx(bench_fp8.TARGET_TFLOPS))
+    assert bench_fp8.best_within_gate(t, {}, 0.1) == ("", 0.0)
+    (c,) = bench_fp8.fp8_forms([{"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 4, "num_stages": 1,
+                                 "loads": "lean_ws_oneloop"}])
+    assert c["use_fp8"] and c["loads"] == "lean_ws_oneloop"
+    # A case times the recorded best bf16 config, the recorded fp8 ones, then the --also ones.
+    bf16, fp8 = bench_fp8.case_configs(bench_fp8.CASES[1][1], top_fp8=2, also=[c])
+    assert len(bf16) == 1 and not bf16[0]["use_fp8"] and fp8[-1] == c and all(f["use_fp8"] for f in fp8)
+    with pytest.raises(ValueError, match="BLOCK_M"):
+        bench_fp8.fp8_forms([{"BLOCK_M": 100, "BLOCK_N": 64, "num_warps": 4, "num_stages": 1}])
+
+
 def test_knee_grid_and_plot(tmp_path):
     points = bench_knee.grid(max_tokens=4096)
     assert (1, 4096) in points and (2, 4096) not in points

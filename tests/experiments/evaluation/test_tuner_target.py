@@ -1,0 +1,67 @@
+"""The tuner-target measurement (experiments/evaluation/tuner_target.py) on a real recorded
+table: what it reports is what the replayed runs did."""
+
+import json
+
+import pytest
+
+from flashtune.experiments import DATA_DIR
+from flashtune.experiments.evaluation import tuner_target
+from flashtune.experiments.evaluation.landscape import build_landscape
+from flashtune.objectives.hardware import load_spec
+
+WORKLOAD = "b2_h16_n8192_d256_full_bfloat16"
+TABLES = [DATA_DIR / "h200_grown" / f"{WORKLOAD}.jsonl", DATA_DIR / "h200_lean" / f"{WORKLOAD}.jsonl"]
+
+
+def test_trials_to_within_counts_from_one_and_says_none_when_never():
+    assert tuner_target.trials_to_within([3.0, float("inf"), 1.01, 1.0], 1.0, 0.02) == 3
+    assert tuner_target.trials_to_within([3.0, 2.0], 1.0, 0.02) is None
+
+
+def test_random_search_report_matches_the_merged_table(tmp_path):
+    # Random search: fast, and the same parts (run loop, replay) as the default strategy's runs.
+    out = tmp_path / "target.json"
+    assert tuner_target.main(["--tables", *map(str, TABLES), "--strategy", "random", "--seeds", "2",
+                              "--budget", "40", "--json", str(out)]) == 0
+    (row,) = json.loads(out.read_text())["workloads"]
+    ls = build_landscape(TABLES, load_spec("h200"))
+    # The optimum is the merged table's fastest feasible config (the lean rows join the grown ones).
+    assert row["optimum_config"] == ls.optimum_config.to_dict()
+    assert row["optimum_tflops"] == pytest.approx(ls.workload.flops / (ls.optimum_ms * 1e-3) / 1e12)
+    for reached, fraction, best in zip(row["trials_to_target"], row["best_fraction"], row["best_configs"]):
+        # A run that reached the target has its best within it, and a run's best is a recorded config.
+        assert 0 < fraction <= 1.0
+        assert (reached is not None) == (fraction >= 1 / 1.02 - 1e-12)
+        assert any(c.to_dict() == best for c in ls.feasible)
+    assert row["met"] == all(t is not None for t in row["trials_to_target"])
+
+
+def test_an_unknown_workload_is_named():
+    with pytest.raises(ValueError, match="no table for.*b9"):
+        tuner_target.main(["--tables", *map(str, TABLES), "--workloads", "b9_h1_n1_d64_full_bfloat16"])
+
+
+@pytest.mark.slow
+def test_its_runs_propose_what_flashtune_tune_proposes(stores, tmp_path):
+    # The claim the measurement rests on: a replayed `flashtune tune` study of the default
+    # strategy, seed 0, proposes the same configs in the same order as replay_study.
+    import optuna
+
+    from flashtune.experiments.cli.main import main
+    from flashtune.experiments.cli.tune import DEFAULT_STRATEGY
+
+    folder = tmp_path / "tables"
+    folder.mkdir()
+    (folder / f"{WORKLOAD}.jsonl").write_text("".join(p.read_text() for p in TABLES))
+    assert main(["tune", "--tracking-uri", stores["tracking_uri"], "--storage", stores["storage"], "--objective",
+                 "replay", "--replay-dir", str(folder), "--workload", WORKLOAD, "--trials", "12", "--seed", "0",
+                 "--study-name", "fidelity", "--no-progress"]) == 0
+    (name,) = optuna.get_all_study_names(stores["storage"])
+    trials = sorted(optuna.load_study(study_name=name, storage=stores["storage"]).trials, key=lambda t: t.number)
+    ls = build_landscape(TABLES, load_spec("h200"))
+    history = tuner_target.replay_study(ls.workload, folder, load_spec("h200"), strategy=DEFAULT_STRATEGY, seed=0,
+                                        budget=12)
+    proposed = [{k: t.config[k] for k in trial.params} for t, trial in zip(history.trials, trials)]
+    assert len(history.trials) == len(trials) == 12
+    assert proposed == [trial.params for trial in trials]
