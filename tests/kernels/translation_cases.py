@@ -41,6 +41,14 @@ def _tensors(flat: bool) -> tuple[torch.Tensor, ...]:
     return q, q, q, q
 
 
+def _fields(variant: Any) -> dict[str, Any]:
+    # ``extra`` (constexprs of knobs declared since) joined LeanVariant after the fixture: empty, it is what was.
+    fields = dataclasses.asdict(variant)
+    if not fields.get("extra", True):
+        del fields["extra"]
+    return fields
+
+
 def prefill_translation(config: Config) -> dict[str, Any]:
     """The prefill launcher's kernel and arguments for ``config`` in each case."""
     from flashtune.kernels import attention, lean
@@ -49,7 +57,7 @@ def prefill_translation(config: Config) -> dict[str, Any]:
     record: dict[str, Any] = {"kernel": route}
     if route in ("lean", "oneloop"):
         try:
-            record["variant"] = [dataclasses.asdict(lean.variant_for(config, *_tensors(flat))) for flat in (True, False)]
+            record["variant"] = [_fields(lean.variant_for(config, *_tensors(flat))) for flat in (True, False)]
         except ValueError as exc:  # a combination the lean launcher refuses (oneloop's persistent grid)
             record["refused"] = str(exc)
         record["fp8_scales"] = bool(config["use_fp8"])
@@ -76,24 +84,32 @@ def decode_translation(config: Config) -> dict[str, Any]:
     return {"kernel": "decode", "cases": cases, "descriptor_scratch": decode.uses_tma(config)}
 
 
+# Recorded at 117b5b4 from the launchers' own reads (loads == "lean_ws_oneloop" is the
+# one-loop kernel, other lean* loads the lean one; descriptor scratch for loads other than
+# pointer; num_splits and combine read from the config); now from the translator, as the
+# launchers read it.
+
 def launched_kernel(config: Config) -> str:
     """Which prefill kernel ``attention.launch`` calls for ``config``."""
-    from flashtune.kernels.space import LEAN_LOADS
+    from flashtune.kernels.launch_plan import launch_plan
 
-    if config["loads"] == "lean_ws_oneloop":
-        return "oneloop"
-    return "lean" if config["loads"] in LEAN_LOADS else "forward"
+    return launch_plan(config).variant
 
 
 def descriptor_scratch(config: Config) -> bool:
     """Whether the forward kernel's launch installs the device-descriptor allocator."""
-    return config["loads"] != "pointer"
+    from flashtune.kernels.launch_plan import launch_plan
+
+    return bool(launch_plan(config).constexprs["USE_TMA"])
 
 
 def decode_host(config: Config) -> tuple[int, bool]:
     """(num_splits, fused combine) as ``launch_decode`` derives them."""
-    splits = int(config["num_splits"])
-    return splits, config.get("combine", "launch") == "fused" and splits > 1
+    from flashtune.kernels.launch_plan import launch_plan
+
+    host = launch_plan(config).host
+    splits = int(host["num_splits"])
+    return splits, host["combine"] == "fused" and splits > 1
 
 
 def recorded() -> dict[str, Any]:
