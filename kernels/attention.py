@@ -190,7 +190,7 @@ INTERPRETER_PROGRAMS = 3
 def launch_grid(config: Config, *, q_len: int, batch_heads: int, device: torch.device) -> tuple[int, ...]:
     """The launch grid: (query blocks, batch * heads) tiles (transposed for tile_order
     longest_first), or a 1-D persistent grid."""
-    m_blocks = triton.cdiv(q_len, int(config["BLOCK_M"]))
+    m_blocks = triton.cdiv(q_len, int(launch_plan(config).constexprs["BLOCK_M"]))
     if is_persistent(config):
         return (min(m_blocks * batch_heads, _persistent_programs(device)),)
     if is_bh_major(config):

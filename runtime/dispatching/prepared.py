@@ -122,8 +122,9 @@ class PreparedDecode:
         self.seq_shape = torch.Size((self.batch,))  # a per-sequence tensor's, compared every call
         self.causal, self.scale, self.config = causal, resolve_scale(scale, q.shape[3]), config
         self.with_seqlens, self.with_kv_start = with_seqlens, with_kv_start
-        self.splits = int(config["num_splits"])
-        self.tma = config.get("loads", "pointer") != "pointer"
+        plan = launch_plan(config)
+        self.splits = int(plan.host["num_splits"])
+        self.tma = bool(plan.constexprs["USE_TMA"])
         self.workspaces: dict[int, DecodeWorkspace] = {}
         # The compiled kernels bound once (CUDA); None: every call through launch_decode.
         self.bound = (BoundDecode(q, k, causal=causal, scale=self.scale, config=config, has_seqlens=with_seqlens,
