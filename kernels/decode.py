@@ -428,9 +428,11 @@ class BoundDecode:
                                            has_seqlens=has_seqlens, fused_combine=self.fused,
                                            has_kv_start=has_kv_start)
         self.combine_options = combine_options(head_dim)
-        # The constexprs in the kernels' declared order (a compiled kernel takes every argument).
-        names = decode_split_kernel.arg_names
-        self.split_consts = tuple(self.split_options[n] for n in names[len(names) - 8:])
+        # The constexprs in the kernels' declared order (a compiled kernel takes every argument;
+        # the options name every constexpr, so a knob's new one is taken too).
+        self.split_consts = tuple(self.split_options[n] for n in decode_split_kernel.arg_names
+                                  if n in self.split_options)
+        names = decode_combine_kernel.arg_names
         names = decode_combine_kernel.arg_names
         self.combine_consts = tuple(self.combine_options[n] for n in names[len(names) - 3:])
         out_strides = (q_heads * q_len * head_dim, q_len * head_dim, head_dim)

@@ -105,7 +105,8 @@ def variant_for(config: Mapping[str, Value], *tensors: torch.Tensor) -> LeanVari
         raise ValueError(f"config {dict(config)}: variant {plan.variant!r} is not one of the lean launcher's "
                          f"{list(LEAN_VARIANTS)}")
     # FP8 is the launcher's scales argument (launch_lean's ``scales``).
-    extra = tuple((name, value) for name, value in plan.constexprs.items() if name not in _LEAN_FIELDS and name != "FP8")
+    extra = tuple((name, value) for name, value in plan.constexprs.items()
+                  if name not in _LEAN_FIELDS and name != "FP8")
     desc = PREFERRED_DESC
     if desc == "flat" and not all(flat_compatible(t) for t in tensors):
         desc = FALLBACK_DESC

@@ -24,7 +24,8 @@ fi
 python3 -m pip install -q --no-deps --no-build-isolation -e . 2>&1 | tail -2
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu --format=csv,noheader
 run() { timeout -k 5 "$1" python3 -m pytest -m gpu -q -p no:cacheprovider --durations=5 "${@:2}" 2>&1 | tail -15; }
-run 60 tests/gpu/test_kernel_gpu.py -k "not every_feasible_config and (persistent_grid or infeasible or default_config or (odd_lengths and 777))"
+run 60 tests/gpu/test_kernel_gpu.py \
+  -k "not every_feasible_config and (persistent_grid or infeasible or default_config or (odd_lengths and 777))"
 run 50 tests/gpu/test_lean_gpu.py -k "not switches_on_every_suite_shape"
 run 30 tests/gpu/test_oneloop_gpu.py
 run 30 tests/gpu/test_decode_gpu.py tests/gpu/test_serving_gpu.py

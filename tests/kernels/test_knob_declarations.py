@@ -82,8 +82,8 @@ def test_bad_declarations_are_refused_naming_the_knob():
                     "b": (Knob("k", (1, 2), implied=2, launch=arg),)})
     # Two knobs of one kernel may not set one switch: the translation would hang on their order.
     with pytest.raises(ValueError, match="kernel 'x': knobs 'a' and 'b' both set 'FLAG'"):
-        check_declarations({"x": (Knob.choice("a", {0: sets("forward", FLAG=False)}), Knob("b", (1,),
-                                                                                               launch=Constexpr("FLAG")))})
+        check_declarations({"x": (Knob.choice("a", {0: sets("forward", FLAG=False)}),
+                                  Knob("b", (1,), launch=Constexpr("FLAG")))})
 
 
 def test_setting_reads_an_omitted_knob_as_its_declared_implied_value():
