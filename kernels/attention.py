@@ -190,10 +190,11 @@ INTERPRETER_PROGRAMS = 3
 def launch_grid(config: Config, *, q_len: int, batch_heads: int, device: torch.device) -> tuple[int, ...]:
     """The launch grid: (query blocks, batch * heads) tiles (transposed for tile_order
     longest_first), or a 1-D persistent grid."""
-    m_blocks = triton.cdiv(q_len, int(launch_plan(config).constexprs["BLOCK_M"]))
-    if is_persistent(config):
+    switches = launch_plan(config).constexprs
+    m_blocks = triton.cdiv(q_len, int(switches["BLOCK_M"]))
+    if switches["PERSISTENT"]:
         return (min(m_blocks * batch_heads, _persistent_programs(device)),)
-    if is_bh_major(config):
+    if switches["BH_MAJOR"]:
         return (batch_heads, m_blocks)
     return (m_blocks, batch_heads)
 

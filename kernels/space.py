@@ -63,8 +63,11 @@ DECODE_MIN_BLOCK_H = 16
 #: stores, priors) declare one, so old configs keep meaning the kernel they were measured on.
 IMPLIED: Mapping[str, Value] = implied_of(KERNEL_KNOBS)
 
-#: ``loads`` values served by the lean descriptor kernel.
-LEAN_LOADS = ("lean", "lean_ws", "lean_overlap", "lean_ws_oneloop")
+#: ``loads`` values served by the lean launcher's kernels (variants ``lean`` and
+#: ``oneloop``: their ``launch`` in kernels/knobs.py says so).
+LEAN_LOADS: tuple[str, ...] = tuple(
+    str(value) for knob in KERNEL_KNOBS["prefill"] if knob.name == "loads"
+    for value, chosen in knob.launch.by_value.items() if chosen.variant in ("lean", "oneloop"))
 
 #: A config that compiles and fits every GPU flashtune knows at every head dim
 #: (about 50 KB of shared memory at head_dim 256); slow but safe.

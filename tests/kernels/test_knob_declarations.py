@@ -101,3 +101,9 @@ def test_setting_reads_an_omitted_knob_as_its_declared_implied_value():
         if estimate is shared_memory_bytes:
             kwargs["compute_capability"] = (9, 0)
         assert estimate(recorded_before, **kwargs) == estimate(SAFE_DEFAULT, **kwargs)
+
+
+def test_lean_loads_are_read_from_the_loads_declaration():
+    from flashtune.kernels.space import LEAN_LOADS
+
+    assert LEAN_LOADS == ("lean", "lean_ws", "lean_overlap", "lean_ws_oneloop")  # the literal it was (commit 117b5b4)
