@@ -121,6 +121,11 @@ def _canonical(record: dict[str, Any]) -> str:
     return json.dumps(record, sort_keys=True, separators=(",", ":"))
 
 
+def translation(config: Config) -> dict[str, Any]:
+    """What the launcher of ``config``'s kernel makes of it."""
+    return decode_translation(config) if config["kernel"] == "decode" else prefill_translation(config)
+
+
 def translations() -> dict[str, Any]:
     """Every config of both spaces translated: full records of a seeded sample, and one
     digest per kernel and ``loads`` value over all of them (in enumeration order)."""
