@@ -1,9 +1,9 @@
 """Adding a knob is its declaration plus the kernel code that reads it, measured by doing it:
 on a copy of the package, one ``Knob`` line in kernels/knobs.py and a constexpr in each
-prefill kernel (the forward, lean and one-loop variants all take it), and nothing else.
-The space, the translator, the launchers (run in the interpreter), feasibility, the sweep's
-``--where``, the compile pool (a real sm90 compile, no GPU), MLflow and file priors then
-all take the new knob.
+kernel that takes it (the prefill kernel's forward, lean and one-loop variants; the
+decode kernel, whose knob is a second line), and nothing else. The space, the
+translator, the launchers (run in the interpreter), feasibility, the sweep's ``--where``,
+the compile pool (a real sm90 compile, no GPU), MLflow and file priors then all take it.
 
 The dummy knob multiplies the softmax's scale (``DUMMY_TEMP``: 1 or 2), so its effect on
 the output shows the value reached the kernel.
@@ -26,9 +26,9 @@ REPO = Path(__file__).resolve().parents[2]
 PACKAGES = ("kernels", "objectives", "search", "experiments", "runtime")
 #: The declaration, appended last to the prefill kernel's knobs (kernels/knobs.py's rule).
 DECLARATION = '    Knob("dummy_temp", (1, 2), implied=1, launch=Constexpr("DUMMY_TEMP")),\n'
-#: Each prefill kernel's file and JIT function.
+#: Each kernel's file and JIT function: the prefill variants', then decode's split kernel.
 KERNELS = (("_flash_fwd.py", "attention_forward_kernel"), ("_flash_fwd_lean.py", "lean_attention_kernel"),
-           ("_flash_fwd_oneloop.py", "one_loop_attention_kernel"))
+           ("_flash_fwd_oneloop.py", "one_loop_attention_kernel"), ("_flash_decode.py", "decode_split_kernel"))
 
 
 def _add_constexpr(source: str, kernel: str) -> str:
@@ -51,6 +51,9 @@ def _package_with_dummy_knob(root: Path) -> Path:
     text = knobs.read_text()
     last = '    Knob.choice("kernel", {"prefill": sets()}, implied="prefill"),\n)'
     assert text.count(last) == 1, "the prefill kernel's last knob moved: update the test's anchor"
+    text = text.replace(last, last[:-1] + DECLARATION + ")")
+    last = '    Knob("combine", ("launch", "fused"), implied="launch", launch=HostArg("combine")),\n)'
+    assert text.count(last) == 1, "the decode kernel's last knob moved: update the test's anchor"
     knobs.write_text(text.replace(last, last[:-1] + DECLARATION + ")"))
     for file, kernel in KERNELS:
         path = package / "kernels" / file
@@ -82,7 +85,7 @@ _INTERPRETED = textwrap.dedent('''
     from flashtune.kernels import flash_attention
     from flashtune.kernels.launch_plan import launch_plan
     from flashtune.kernels.reference import reference_attention
-    from flashtune.kernels.space import IMPLIED, SAFE_DEFAULT, TUNABLES, all_configs, validate_config
+    from flashtune.kernels.space import DECODE_TUNABLES, IMPLIED, SAFE_DEFAULT, TUNABLES, all_configs, validate_config
     from flashtune.objectives.feasibility import check
     from flashtune.objectives.hardware import load_spec
     from flashtune.objectives.replay import write_table
@@ -112,7 +115,16 @@ _INTERPRETED = textwrap.dedent('''
             got = flash_attention(q, k, v, causal=True, config=config)
             want = reference_attention(q, k, v, causal=True, scale=temp / math.sqrt(32))
             errors[f"{loads}/{temp}"] = float((got - want).abs().max())
+    for combine in ("launch", "fused"):
+        for temp in (1, 2):
+            config = {"kernel": "decode", "BLOCK_N": 16, "num_splits": 2, "num_warps": 4, "num_stages": 2,
+                      "loads": "pointer", "combine": combine, "dummy_temp": temp}
+            qd, kd, vd = torch.randn(1, 8, 1, 32), torch.randn(1, 2, 64, 32), torch.randn(1, 2, 64, 32)
+            got = flash_attention(qd, kd, vd, causal=True, config=config)
+            want = reference_attention(qd, kd, vd, causal=True, scale=temp / math.sqrt(32))
+            errors[f"decode-{combine}/{temp}"] = float((got - want).abs().max())
     out["errors"] = errors
+    out["decode_space"] = sum(1 for _ in all_configs(DECODE_TUNABLES))
 
     uri, storage = f"sqlite:///{tmp / 'mlflow.db'}", f"sqlite:///{tmp / 'optuna.db'}"
     def timed(config):
@@ -130,7 +142,7 @@ _INTERPRETED = textwrap.dedent('''
     print(json.dumps(out))
 ''')
 
-# Runs on the copy without the interpreter: the compile pool compiles the knob into the kernel.
+# Runs on the copy without the interpreter: the compile pool compiles the knob into each kernel.
 _COMPILED = textwrap.dedent('''
     import json, sys
 
@@ -141,9 +153,14 @@ _COMPILED = textwrap.dedent('''
     from flashtune.objectives.hardware import load_spec
     from flashtune.objectives.types import Workload
 
-    config = {**SAFE_DEFAULT, "dummy_temp": 2}
-    used = compiled_resources(config, Workload.parse("1,8,256,64,bfloat16"), load_spec("h200"))
-    print(json.dumps({"registers": used.registers, "shared_bytes": used.shared_bytes}))
+    h200, out = load_spec("h200"), {}
+    used = compiled_resources({**SAFE_DEFAULT, "dummy_temp": 2}, Workload.parse("1,8,256,64,bfloat16"), h200)
+    out["prefill"] = [used.registers, used.shared_bytes]
+    decode = {"kernel": "decode", "BLOCK_N": 64, "num_splits": 4, "num_warps": 4, "num_stages": 2,
+              "loads": "pointer", "combine": "fused", "dummy_temp": 2}
+    used = compiled_resources(decode, Workload.parse("1,8/2,1/4096,128,bfloat16"), h200)
+    out["decode"] = [used.registers, used.shared_bytes]
+    print(json.dumps(out))
 ''')
 
 
@@ -162,12 +179,12 @@ def _run(script: str, root: Path, tmp: Path, interpret: bool) -> dict:
 @pytest.mark.slow
 def test_a_new_knob_is_one_declaration_and_its_kernel_code(tmp_path: Path) -> None:
     root = _package_with_dummy_knob(tmp_path / "src")
-    # What adding it took: the declaration, and the kernel code of each prefill variant.
-    assert _changed_files(root) == ["kernels/_flash_fwd.py", "kernels/_flash_fwd_lean.py",
+    # What adding it took: the declarations, and the code of each kernel that reads it.
+    assert _changed_files(root) == ["kernels/_flash_decode.py", "kernels/_flash_fwd.py", "kernels/_flash_fwd_lean.py",
                                     "kernels/_flash_fwd_oneloop.py", "kernels/knobs.py"]
 
     seen = _run(_INTERPRETED, root, tmp_path, interpret=True)
-    assert seen["space"] == [[1, 2], 1, 2 * 6720]
+    assert seen["space"] == [[1, 2], 1, 2 * 6720] and seen["decode_space"] == 2 * 3200
     assert seen["recorded_before"] == 1  # configs recorded without the knob mean its implied value
     assert "dummy_temp=3" in seen["refused"]
     assert seen["plan"] == 2 and seen["feasible"] and seen["search_space"]
@@ -177,4 +194,4 @@ def test_a_new_knob_is_one_declaration_and_its_kernel_code(tmp_path: Path) -> No
     assert seen["mlflow"][0] and seen["mlflow"][1] and seen["file_priors"]
 
     compiled = _run(_COMPILED, root, tmp_path, interpret=False)
-    assert compiled["registers"] > 0 and compiled["shared_bytes"] > 0
+    assert all(registers > 0 and shared > 0 for registers, shared in compiled.values()), compiled
