@@ -31,7 +31,6 @@ import triton.language as tl
 
 from flashtune.kernels._flash_fwd import key_ranges, normalize, tile_coords
 
-
 #: The warp-specialized loop at 4 warps runs 12 warps of 168 registers (compiled for sm90,
 #: objectives/aot.py): the whole register file, one program an SM. At BLOCK_M 64 that
 #: leaves 64 query rows an SM where the unspecialized kernel runs 4 programs (124

@@ -13,17 +13,14 @@ from flashtune.kernels._flash_fwd import attention_forward_kernel
 from flashtune.kernels.config import Config, Value
 from flashtune.kernels.decode import check_cache_seqlens, check_kv_start, default_decode_config, launch_decode
 from flashtune.kernels.dtypes import DTYPES, interpreting
-from flashtune.kernels.launch_support import LOG2_E, device_sm_count, use_descriptor_scratch
 from flashtune.kernels.gluon import gluon_variant_for, launch_gluon
+from flashtune.kernels.launch_plan import launch_plan
+from flashtune.kernels.launch_support import LOG2_E, device_sm_count, use_descriptor_scratch
 from flashtune.kernels.lean import launch_lean, variant_for
 from flashtune.kernels.resources import COMPILER_ERROR_MARKERS, known_failure, shared_memory_bytes
 from flashtune.kernels.space import (
-    GLUON_LOADS,
-    IMPLIED,
-    LEAN_LOADS,
     SAFE_DEFAULT,
     decode_block_h,
-    kernel_of,
     uses_decode_kernel,
     validate_config,
 )
@@ -91,7 +88,7 @@ def launch(
     A decode config runs the decode kernel (``flashtune.kernels.decode.launch_decode``,
     a fresh split workspace).
     """
-    if kernel_of(config) == "decode":
+    if launch_plan(config).variant == "decode":
         return launch_decode(q, k, v, out, causal=causal, scale=scale, config=config, cache_seqlens=cache_seqlens,
                              kv_start=kv_start)
     if cache_seqlens is not None or kv_start is not None:
@@ -100,7 +97,7 @@ def launch(
                              f"tma loads and no fp8, got {config.to_dict()}")
         return _launch_kernel(q, k, v, out, q, (v.stride(0), v.stride(1), v.stride(2), v.stride(3)), causal=causal,
                               scale=scale, config=config, warmup=warmup, seqlens=cache_seqlens, kv_start=kv_start)
-    if config["use_fp8"]:
+    if launch_plan(config).constexprs["FP8"]:
         q, k, v, scales = quantize_fp8(q, k, v)
         return launch_quantized(q, k, v, scales, out, causal=causal, scale=scale, config=config, warmup=warmup)
     return _launch_kernel(q, k, v, out, q, (v.stride(0), v.stride(1), v.stride(2), v.stride(3)),
@@ -125,7 +122,7 @@ def launch_quantized(
     the kernel's own fp8 speed; a model that keeps fp8 activations, or a benchmark that
     quantizes once outside the timed region, calls this instead (bench_fp8).
     """
-    if not config["use_fp8"]:
+    if not launch_plan(config).constexprs["FP8"]:
         raise ValueError("launch_quantized needs a config with use_fp8=True")
     stride_v = (v8_t.stride(0), v8_t.stride(1), v8_t.stride(3), v8_t.stride(2))  # (z, h, n, d) of V^T
     return _launch_kernel(q8, k8, v8_t, out, scales, stride_v, causal=causal, scale=scale, config=config,
@@ -134,22 +131,23 @@ def launch_quantized(
 
 def takes_key_ranges(config: Mapping[str, Value]) -> bool:
     """Whether a config's kernel takes per-sequence key ranges (``cache_seqlens``, ``kv_start``):
-    the decode kernel, and the prefill kernel without fp8 or the lean loads."""
-    if kernel_of(config) == "decode":
-        return True
-    return not config.get("use_fp8", False) and config.get("loads", "pointer") not in LEAN_LOADS
+    the decode kernel, and the prefill kernel's forward variant without fp8."""
+    plan = launch_plan(config)
+    return plan.variant == "decode" or (plan.variant == "forward" and not plan.constexprs["FP8"])
 
 
 def _launch_kernel(q, k, v, out, scales, stride_v, *, causal: bool, scale: float, config: Config,
                    warmup: bool = False, seqlens: Any = None, kv_start: Any = None) -> Any:
-    if config["loads"] in GLUON_LOADS:
+    plan = launch_plan(config)
+    if plan.variant == "gluon":
         return launch_gluon(q, k, v, out, causal=causal, scale=scale, variant=gluon_variant_for(config), warmup=warmup)
-    if config["loads"] in LEAN_LOADS:
-        # Host-side descriptors: no device scratch, and the launch stays capturable in a graph.
+    if plan.variant != "forward":
+        # The lean launcher's variants (host-side descriptors: no device scratch, and the
+        # launch stays capturable in a graph).
         return launch_lean(q, k, v, out, causal=causal, scale=scale, variant=variant_for(config, q, k, v, out),
-                           scales=scales if config["use_fp8"] else None, sm_count=_persistent_programs(q.device),
+                           scales=scales if plan.constexprs["FP8"] else None, sm_count=_persistent_programs(q.device),
                            warmup=warmup)
-    if config["loads"] != "pointer":
+    if plan.constexprs["USE_TMA"]:
         use_descriptor_scratch()
     batch, q_heads, q_len, head_dim = q.shape
     grid = launch_grid(config, q_len=q_len, batch_heads=batch * q_heads, device=q.device)
@@ -195,22 +193,23 @@ INTERPRETER_PROGRAMS = 3
 def launch_grid(config: Config, *, q_len: int, batch_heads: int, device: torch.device) -> tuple[int, ...]:
     """The launch grid: (query blocks, batch * heads) tiles (transposed for tile_order
     longest_first), or a 1-D persistent grid."""
-    m_blocks = triton.cdiv(q_len, int(config["BLOCK_M"]))
-    if is_persistent(config):
+    switches = launch_plan(config).constexprs
+    m_blocks = triton.cdiv(q_len, int(switches["BLOCK_M"]))
+    if switches["PERSISTENT"]:
         return (min(m_blocks * batch_heads, _persistent_programs(device)),)
-    if is_bh_major(config):
+    if switches["BH_MAJOR"]:
         return (batch_heads, m_blocks)
     return (m_blocks, batch_heads)
 
 
 def is_bh_major(config: Mapping[str, Value]) -> bool:
     """Whether tiles run (batch, head)-fastest: every head's longest causal tiles first."""
-    return config.get("tile_order", IMPLIED["tile_order"]) == "longest_first"
+    return bool(launch_plan(config).constexprs["BH_MAJOR"])
 
 
 def is_persistent(config: Mapping[str, Value]) -> bool:
-    # A config recorded before the knob existed means the tiles grid (kernels.space.IMPLIED).
-    return config.get("grid", IMPLIED["grid"]) == "persistent"
+    """Whether the config runs a persistent grid (one program per SM looping over tiles)."""
+    return bool(launch_plan(config).constexprs["PERSISTENT"])
 
 
 def _persistent_programs(device: torch.device) -> int:
@@ -253,23 +252,11 @@ def fp8_v_row(kv_len: int) -> int:
 
 def compile_options(config: Config, *, head_dim: int, causal: bool, has_seqlens: bool = False,
                     has_kv_start: bool = False) -> dict[str, Any]:
-    """The kernel's constexprs and launch options for a config (one place: launch and precompile)."""
-    loads = config["loads"]
-    return {
-        "HAS_SEQLENS": has_seqlens,
-        "HAS_KV_START": has_kv_start,
-        "HEAD_DIM": head_dim,
-        "BLOCK_M": int(config["BLOCK_M"]),
-        "BLOCK_N": int(config["BLOCK_N"]),
-        "IS_CAUSAL": bool(causal),
-        "USE_TMA": loads != "pointer",
-        "WARP_SPECIALIZE": loads == "tma_ws",
-        "FP8": bool(config["use_fp8"]),
-        "PERSISTENT": is_persistent(config),
-        "BH_MAJOR": is_bh_major(config),
-        "num_warps": int(config["num_warps"]),
-        "num_stages": int(config["num_stages"]),
-    }
+    """The forward kernel's constexprs and launch options for a config (one place: launch
+    and precompile): the config's from :func:`launch_plan`, the call's from the arguments."""
+    plan = launch_plan(config)
+    return {"HAS_SEQLENS": has_seqlens, "HAS_KV_START": has_kv_start, "HEAD_DIM": head_dim, "IS_CAUSAL": bool(causal),
+            **plan.constexprs, **plan.options}
 
 
 def resolve_scale(scale: float | None, head_dim: int) -> float:
@@ -336,14 +323,15 @@ def flash_attention(
     scale_value = resolve_scale(scale, q.shape[-1])
     _check_known_failure(cfg, q)
     _check_fits(cfg, q, k)
-    if cfg["loads"] != "pointer" and not cfg.get("use_fp8"):  # fp8 copies land aligned
-        check_descriptor_alignment(q, k, v, with_q=cfg["loads"] in LEAN_LOADS)
+    plan = launch_plan(cfg)
+    if plan.reads_descriptors and not plan.constexprs.get("FP8"):  # fp8 copies land aligned
+        check_descriptor_alignment(q, k, v, with_q=plan.descriptor_q)
     if cache_seqlens is not None:
         cache_seqlens = check_cache_seqlens(cache_seqlens, q, k)
     if kv_start is not None:
         kv_start = check_kv_start(kv_start, q, k, cache_seqlens)
     ranges = {"cache_seqlens": cache_seqlens, "kv_start": kv_start}
-    if kernel_of(cfg) == "decode":
+    if plan.variant == "decode":
         out = torch.empty_like(q, memory_format=torch.contiguous_format)
         launch_decode(q, k, v, out, causal=causal, scale=scale_value, config=cfg, **ranges)
         return out
@@ -351,7 +339,7 @@ def flash_attention(
         raise ValueError("cache_seqlens/kv_start need the decode kernel or a prefill config with loads "
                          f"'pointer'/'tma'/'tma_ws' and use_fp8=False, got loads={cfg['loads']!r}, "
                          f"use_fp8={cfg['use_fp8']}")
-    if cfg["use_fp8"]:
+    if plan.constexprs["FP8"]:
         _check_fp8_support(q)
     out = torch.empty_like(q, memory_format=torch.contiguous_format)
     try:

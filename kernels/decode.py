@@ -18,6 +18,7 @@ from triton import knobs
 
 from flashtune.kernels._flash_decode import decode_combine_kernel, decode_split_kernel
 from flashtune.kernels.config import Config
+from flashtune.kernels.launch_plan import launch_plan
 from flashtune.kernels.launch_support import LOG2_E, device_sm_count, use_descriptor_scratch
 from flashtune.kernels.space import DECODE_TUNABLES, decode_block_h
 
@@ -109,14 +110,15 @@ def launch_decode(
         Triton's compiled handle of the split kernel (registers, spills, shared memory),
         or None under the interpreter.
     """
+    plan = launch_plan(config)
     if combine is None:
-        combine = config.get("combine", "launch")
+        combine = plan.host["combine"]
     if combine not in COMBINES:
         raise ValueError(f"combine={combine!r} is not one of {list(COMBINES)}")
     batch, q_heads, q_len, head_dim = q.shape
     kv_heads, kv_cap = k.shape[1], k.shape[2]
     kv_group = q_heads // kv_heads
-    num_splits = int(config["num_splits"])
+    num_splits = int(plan.host["num_splits"])
     block_h = decode_block_h(kv_group, q_len)
     rows = batch * q_heads * q_len
     if num_splits > 1:
@@ -169,16 +171,17 @@ def split_arguments(q: Any, k: Any, v: Any, out: Any, part_o: Any, part_lse: Any
 
 def split_options(config: Config, *, head_dim: int, kv_group: int, q_len: int, causal: bool,
                   has_seqlens: bool, fused_combine: bool = False, has_kv_start: bool = False) -> dict[str, Any]:
-    """The split kernel's constexprs and launch options for a config."""
-    return {"HEAD_DIM": head_dim, "BLOCK_H": decode_block_h(kv_group, q_len), "BLOCK_N": int(config["BLOCK_N"]),
-            "IS_CAUSAL": bool(causal), "HAS_SEQLENS": has_seqlens, "USE_TMA": uses_tma(config),
-            "FUSED_COMBINE": fused_combine, "HAS_KV_START": has_kv_start,
-            "num_warps": int(config["num_warps"]), "num_stages": int(config["num_stages"])}
+    """The split kernel's constexprs and launch options for a config: the config's from
+    :func:`launch_plan`, the call's from the arguments."""
+    plan = launch_plan(config)
+    return {"HEAD_DIM": head_dim, "BLOCK_H": decode_block_h(kv_group, q_len), "IS_CAUSAL": bool(causal),
+            "HAS_SEQLENS": has_seqlens, "FUSED_COMBINE": fused_combine, "HAS_KV_START": has_kv_start,
+            **plan.constexprs, **plan.options}
 
 
 def uses_tma(config: Config) -> bool:
-    # A decode config built without the knob means pointer loads (kernels.space.IMPLIED).
-    return config.get("loads", "pointer") == "tma"
+    """Whether the split kernel reads K/V through device-made descriptors (it then needs the scratch allocator)."""
+    return bool(launch_plan(config).constexprs["USE_TMA"])
 
 
 def combine_arguments(out: Any, part_o: Any, part_lse: Any, *, stride_o: tuple[int, ...], q_heads: int,
@@ -202,8 +205,9 @@ def warm_up(config: Config, *, batch: int, q_heads: int, kv_heads: int, q_len: i
     i32 = torch.zeros(64, device=device, dtype=torch.int32)
     stride_q = (q_heads * q_len * head_dim, q_len * head_dim, head_dim)
     stride_k = (kv_heads * kv_len * head_dim, kv_len * head_dim, head_dim)
-    splits = int(config["num_splits"])
-    combine = config.get("combine", "launch") if combine is None else combine
+    plan = launch_plan(config)
+    splits = int(plan.host["num_splits"])
+    combine = plan.host["combine"] if combine is None else combine
     args = split_arguments(buf, buf, buf, buf, f32, f32, buf, i32, i32, stride_q=stride_q, stride_k=stride_k,
                            stride_v=stride_k, stride_o=stride_q, q_heads=q_heads, kv_heads=kv_heads, q_len=q_len,
                            kv_cap=kv_len, num_splits=splits, scale=1.0)
@@ -415,8 +419,9 @@ class BoundDecode:
         kv_heads = k.shape[1]
         kv_group = q_heads // kv_heads
         self.config, self.causal, self.scale = config, causal, scale
-        self.splits = int(config["num_splits"])
-        self.fused = config.get("combine", "launch") == "fused" and self.splits > 1
+        plan = launch_plan(config)
+        self.splits = int(plan.host["num_splits"])
+        self.fused = plan.host["combine"] == "fused" and self.splits > 1
         self.tma = uses_tma(config)
         block_h = decode_block_h(kv_group, q_len)
         rows = batch * q_heads * q_len
@@ -426,9 +431,10 @@ class BoundDecode:
                                            has_seqlens=has_seqlens, fused_combine=self.fused,
                                            has_kv_start=has_kv_start)
         self.combine_options = combine_options(head_dim)
-        # The constexprs in the kernels' declared order (a compiled kernel takes every argument).
-        names = decode_split_kernel.arg_names
-        self.split_consts = tuple(self.split_options[n] for n in names[len(names) - 8:])
+        # The constexprs in the kernels' declared order (a compiled kernel takes every argument;
+        # the options name every constexpr, so a knob's new one is taken too).
+        self.split_consts = tuple(self.split_options[n] for n in decode_split_kernel.arg_names
+                                  if n in self.split_options)
         names = decode_combine_kernel.arg_names
         self.combine_consts = tuple(self.combine_options[n] for n in names[len(names) - 3:])
         out_strides = (q_heads * q_len * head_dim, q_len * head_dim, head_dim)

@@ -19,10 +19,9 @@ import triton
 from flashtune.kernels._flash_fwd_gluon import gluon_attention_kernel
 from flashtune.kernels.config import Value
 from flashtune.kernels.dtypes import interpreting
+from flashtune.kernels.launch_plan import launch_plan
 from flashtune.kernels.launch_support import LOG2_E
 
-#: ``loads`` values this launcher serves, and the consumer groups of each.
-GLUON_GROUPS: Mapping[str, int] = {"gluon_ws": 1, "gluon_pingpong": 2, "gluon_pingpong_ordered": 2}
 #: Registers a thread of the producer warp keeps (FA3's producer: 24-56); the rest of the
 #: register file goes to the consumers. A worker partition's count must be a multiple of
 #: 8 in [24, 256] (setmaxnreg).
@@ -66,11 +65,15 @@ class GluonVariant:
 
 
 def gluon_variant_for(config: Mapping[str, Value]) -> GluonVariant:
-    """The Gluon kernel's variant for a config of the declared space (``loads`` gluon_*)."""
-    return GluonVariant(BLOCK_M=int(config["BLOCK_M"]), BLOCK_N=int(config["BLOCK_N"]),
-                        num_warps=int(config["num_warps"]), num_stages=int(config["num_stages"]),
-                        groups=GLUON_GROUPS[str(config["loads"])], ordered=config["loads"] == "gluon_pingpong_ordered",
-                        longest_first=config.get("tile_order") == "longest_first")
+    """The Gluon kernel's variant for a config whose plan (``launch_plan``) picks it."""
+    plan = launch_plan(config)
+    if plan.variant != "gluon":
+        raise ValueError(f"config {dict(config)}: variant {plan.variant!r} is not the Gluon kernel's")
+    consts = plan.constexprs
+    return GluonVariant(BLOCK_M=int(consts["BLOCK_M"]), BLOCK_N=int(consts["BLOCK_N"]),
+                        num_warps=int(plan.options["num_warps"]), num_stages=int(plan.options["num_stages"]),
+                        groups=int(consts["NUM_GROUPS"]), ordered=bool(consts["ORDERED"]),
+                        longest_first=bool(consts["BH_MAJOR"]))
 
 
 def flat(t: torch.Tensor) -> bool:

@@ -17,6 +17,7 @@ import triton
 from flashtune.kernels._flash_fwd_lean import lean_attention_kernel
 from flashtune.kernels._flash_fwd_oneloop import one_loop_attention_kernel, specializes
 from flashtune.kernels.config import Value
+from flashtune.kernels.launch_plan import launch_plan
 from flashtune.kernels.launch_support import device_sm_count, use_descriptor_scratch
 
 LOG2_E = 1.4426950408889634
@@ -57,6 +58,10 @@ class LeanVariant:
     #: the form Triton 3.6 warp-specializes at 4 warps); ``desc``, ``host_desc``,
     #: ``q_desc``, ``scale_early``, ``lazy_rescale`` and ``overlap`` do not apply to it.
     one_loop: bool = False
+    #: Constexprs of the config the switches above do not name (knobs declared since, in
+    #: kernels/knobs.py), passed to the kernel as they are: its JIT function refuses one it
+    #: does not declare.
+    extra: tuple[tuple[str, Value], ...] = ()
 
     def __post_init__(self) -> None:
         if self.desc not in DESC_MODES:
@@ -80,20 +85,34 @@ class LeanVariant:
         return " ".join(parts)
 
 
+#: The config's constexprs (``launch_plan``) each lean variant takes, as LeanVariant fields.
+_LEAN_FIELDS = {"BLOCK_M": "BLOCK_M", "BLOCK_N": "BLOCK_N", "WARP_SPECIALIZE": "warp_specialize",
+                "OVERLAP": "overlap", "PERSISTENT": "persistent", "BH_MAJOR": "bh_major"}
+#: The variants of ``launch_plan`` this launcher runs, and whether each is the one-loop kernel.
+LEAN_VARIANTS = {"lean": False, "oneloop": True}
+
+
 def variant_for(config: Mapping[str, Value], *tensors: torch.Tensor) -> LeanVariant:
-    """The lean kernel's switches for a config of the declared space (``loads`` lean*)
-    and the tensors it will read and write (their layout picks the descriptors)."""
+    """The lean kernel's switches for a config whose plan (``launch_plan``) picks a lean
+    variant, and the tensors it will read and write (their layout picks the descriptors).
+
+    Raises:
+        ValueError: the plan's variant is not this launcher's, or the combination is one
+            LeanVariant refuses.
+    """
+    plan = launch_plan(config)
+    if plan.variant not in LEAN_VARIANTS:
+        raise ValueError(f"config {dict(config)}: variant {plan.variant!r} is not one of the lean launcher's "
+                         f"{list(LEAN_VARIANTS)}")
+    # FP8 is the launcher's scales argument (launch_lean's ``scales``).
+    extra = tuple((name, value) for name, value in plan.constexprs.items()
+                  if name not in _LEAN_FIELDS and name != "FP8")
     desc = PREFERRED_DESC
     if desc == "flat" and not all(flat_compatible(t) for t in tensors):
         desc = FALLBACK_DESC
-    return LeanVariant(
-        BLOCK_M=int(config["BLOCK_M"]), BLOCK_N=int(config["BLOCK_N"]), num_warps=int(config["num_warps"]),
-        num_stages=int(config["num_stages"]), desc=desc, host_desc=desc != "head", q_desc=True,
-        overlap=config["loads"] == "lean_overlap", warp_specialize=config["loads"] in ("lean_ws", "lean_ws_oneloop"),
-        persistent=config.get("grid") == "persistent",
-        bh_major=config.get("tile_order") == "longest_first",
-        one_loop=config["loads"] == "lean_ws_oneloop",
-    )
+    switches = {field: plan.constexprs[name] for name, field in _LEAN_FIELDS.items() if name in plan.constexprs}
+    return LeanVariant(**switches, **plan.options, desc=desc, host_desc=desc != "head", q_desc=True,
+                       one_loop=LEAN_VARIANTS[plan.variant], extra=extra)
 
 
 def flat_compatible(t: torch.Tensor) -> bool:
@@ -181,7 +200,7 @@ def launch_lean(
         HOST_DESC=variant.host_desc and variant.desc != "head", Q_DESC=variant.q_desc,
         SCALE_EARLY=variant.scale_early, LAZY_RESCALE=variant.lazy_rescale, OVERLAP=variant.overlap,
         WARP_SPECIALIZE=variant.warp_specialize, FP8=fp8, PERSISTENT=variant.persistent,
-        BH_MAJOR=variant.bh_major, num_warps=variant.num_warps, num_stages=variant.num_stages,
+        BH_MAJOR=variant.bh_major, num_warps=variant.num_warps, num_stages=variant.num_stages, **dict(variant.extra),
     )
     if warmup:
         return lean_attention_kernel.warmup(*args, grid=grid, **options)
@@ -207,7 +226,7 @@ def _launch_one_loop(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: tor
                    WARP_SPECIALIZE=variant.warp_specialize and specializes(variant.BLOCK_M, flat), FP8=fp8, BH_MAJOR=variant.bh_major,
                    FLAT=flat, EVEN_M=q_len % variant.BLOCK_M == 0,
                    MASK=bool(causal) or kv_len % variant.BLOCK_N != 0, EMPTY_ROWS=bool(causal) and q_len > kv_len,
-                   num_warps=variant.num_warps, num_stages=variant.num_stages)
+                   num_warps=variant.num_warps, num_stages=variant.num_stages, **dict(variant.extra))
     if warmup:
         return one_loop_attention_kernel.warmup(*args, grid=grid, **options)
     return one_loop_attention_kernel[grid](*args, **options)

@@ -11,11 +11,15 @@ import functools
 import hashlib
 from pathlib import Path
 
-#: The files whose bytes decide the hash: the ``@triton.jit`` kernels and their launchers
-#: (which decide the constexprs, the fp8 quantization, the grid and the decode splits).
+#: The files whose bytes decide the hash: the ``@triton.jit`` kernels, their launchers
+#: (which decide the fp8 quantization, the grid and the decode splits), and the knobs'
+#: declarations with their translator (which decide the kernel variant, constexprs and
+#: compile options a config launches with). The one-loop kernel joined with them: it had
+#: been left out, so a change to it kept serving entries timed on the code before.
 KERNEL_SOURCES = tuple(Path(__file__).with_name(name)
                        for name in ("_flash_fwd.py", "_flash_fwd_lean.py", "lean.py", "attention.py",
-                                    "_flash_decode.py", "decode.py", "_flash_fwd_gluon.py", "gluon.py"))
+                                    "_flash_decode.py", "decode.py", "_flash_fwd_oneloop.py", "knobs.py",
+                                    "launch_plan.py", "_flash_fwd_gluon.py", "gluon.py"))
 
 
 @functools.lru_cache(maxsize=1)

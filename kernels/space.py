@@ -63,12 +63,18 @@ DECODE_MIN_BLOCK_H = 16
 #: stores, priors) declare one, so old configs keep meaning the kernel they were measured on.
 IMPLIED: Mapping[str, Value] = implied_of(KERNEL_KNOBS)
 
+def _loads_served_by(*variants: str) -> tuple[str, ...]:
+    """The ``loads`` values whose declared launch (kernels/knobs.py) picks one of ``variants``."""
+    return tuple(str(value) for knob in KERNEL_KNOBS["prefill"] if knob.name == "loads"
+                 for value, chosen in knob.launch.by_value.items() if chosen.variant in variants)
+
+
 #: ``loads`` values served by the Gluon kernel (kernels/gluon.py).
-GLUON_LOADS = ("gluon_ws", "gluon_pingpong", "gluon_pingpong_ordered")
+GLUON_LOADS: tuple[str, ...] = _loads_served_by("gluon")
 #: ``loads`` values launched with descriptors made on the host, through a launcher of their
-#: own (no per-sequence key ranges, no prepared call): the lean descriptor kernel's and the
-#: Gluon kernel's.
-LEAN_LOADS = ("lean", "lean_ws", "lean_overlap", "lean_ws_oneloop", *GLUON_LOADS)
+#: own (no per-sequence key ranges, no prepared call): the lean descriptor kernel's
+#: (variants ``lean`` and ``oneloop``) and the Gluon kernel's.
+LEAN_LOADS: tuple[str, ...] = _loads_served_by("lean", "oneloop", "gluon")
 
 #: A config that compiles and fits every GPU flashtune knows at every head dim
 #: (about 50 KB of shared memory at head_dim 256); slow but safe.

@@ -11,8 +11,9 @@ from dataclasses import dataclass
 
 from flashtune.kernels.config import Value
 from flashtune.kernels.dtypes import DTYPE_BYTES
+from flashtune.kernels.launch_plan import launch_plan
 from flashtune.kernels.resources import known_failure, registers_per_thread, shared_memory_bytes
-from flashtune.kernels.space import decode_block_h, setting
+from flashtune.kernels.space import decode_block_h
 from flashtune.objectives.hardware import HardwareSpec
 from flashtune.objectives.types import Status, Workload
 
@@ -38,11 +39,12 @@ def check(config: Mapping[str, Value], workload: Workload, hardware: HardwareSpe
     shared = shared_memory_bytes(config, head_dim=workload.head_dim, dtype_bytes=dtype_bytes,
                                  compute_capability=hardware.compute_capability, block_h=block_h)
     regs = registers_per_thread(config, head_dim=workload.head_dim, dtype_bytes=dtype_bytes, block_h=block_h)
-    if setting(config, "loads") != "pointer" and hardware.compute_capability < (9, 0):
+    plan = launch_plan(config)
+    if plan.reads_descriptors and hardware.compute_capability < (9, 0):
         # Tensor descriptors and automatic warp specialization are Hopper-and-newer paths.
         return Verdict(False, shared, regs, f"loads={config['loads']!r} needs compute capability >= 9.0, "
                                             f"{hardware.name} is {hardware.arch}")
-    if setting(config, "use_fp8") and hardware.compute_capability < (8, 9):
+    if plan.constexprs.get("FP8") and hardware.compute_capability < (8, 9):
         return Verdict(False, shared, regs, f"use_fp8 needs compute capability >= 8.9, {hardware.name} is {hardware.arch}")
     failure = known_failure(config, hardware.compute_capability)
     if failure:

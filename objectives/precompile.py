@@ -16,7 +16,8 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from typing import Any
 
 from flashtune.kernels.config import Config
-from flashtune.kernels.space import LEAN_LOADS, validate_config
+from flashtune.kernels.launch_plan import launch_plan
+from flashtune.kernels.space import validate_config
 from flashtune.objectives.compiler_output import captured_output, describe_failure
 from flashtune.objectives.types import Workload
 
@@ -61,12 +62,14 @@ def compile_config(cfg: Config, w: Workload, device: str = "cuda") -> Any:
     )
     from flashtune.kernels.decode import warm_up  # the pool process only, as above
 
-    if cfg["kernel"] == "decode":
+    plan = launch_plan(cfg)
+    if plan.variant == "decode":
         return warm_up(cfg, batch=w.batch, q_heads=w.q_heads, kv_heads=w.kv_heads, q_len=w.q_len, kv_len=w.kv_len,
                        head_dim=w.head_dim, dtype=TORCH_DTYPES[w.dtype], causal=w.causal, device=device)
-    if cfg["loads"] in LEAN_LOADS:
-        # Host descriptors carry the tensors' shapes and strides: warm up through the
-        # launcher on uninitialised buffers of the workload's own shapes.
+    if plan.variant != "forward":
+        # The lean launcher's variants: host descriptors carry the tensors' shapes and
+        # strides, so warm up through the launcher on uninitialised buffers of the
+        # workload's own shapes.
         dtype = TORCH_DTYPES[w.dtype]
         q, out = (torch.empty(w.batch, w.q_heads, w.q_len, w.head_dim, device=device, dtype=dtype)
                   for _ in range(2))
@@ -79,7 +82,7 @@ def compile_config(cfg: Config, w: Workload, device: str = "cuda") -> Any:
     out = torch.empty(64, device=device, dtype=TORCH_DTYPES[w.dtype])
     stride_q = (w.q_heads * w.q_len * w.head_dim, w.q_len * w.head_dim, w.head_dim)
     stride_k = (w.kv_heads * w.kv_len * w.head_dim, w.kv_len * w.head_dim, w.head_dim)
-    if cfg["use_fp8"]:
+    if plan.constexprs["FP8"]:
         qkv = torch.empty(64, device=device, dtype=torch.float8_e4m3fn)
         scales = torch.empty(3, device=device, dtype=torch.float32)
         row = fp8_v_row(w.kv_len)  # V^T: (batch, head, head_dim, row), read as (.., n, d)

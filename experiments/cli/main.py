@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
         # (missing, unreadable, a folder): one clear line, not a traceback.
         print(f"{command}: error: {_without_sql(str(exc))}", file=sys.stderr)
         return 2
-    except Exception as exc:
+    except Exception as exc:  # a store's errors are many types; anything else is re-raised
         if not _store_error(exc):
             raise  # a bug: its traceback is what a report needs
         print(f"{command}: error: {_first_line(exc)}", file=sys.stderr)

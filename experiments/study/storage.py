@@ -112,7 +112,7 @@ def open_storage(url: str, *, heartbeat_s: float | None = None) -> BaseStorage:
                 with warnings.catch_warnings():  # "experimental" since Optuna 2.9; said once per worker is noise
                     warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
                     return optuna.storages.RDBStorage(url, **kwargs)
-            except Exception as exc:
+            except Exception as exc:  # the schema race has no type of its own; others re-raised
                 # Workers (or processes started by hand) on a fresh database race to create
                 # Optuna's schema: PostgreSQL's and SQLite's words for "made meanwhile".
                 text = f"{type(exc).__name__} {exc}"

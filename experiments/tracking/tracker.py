@@ -98,7 +98,7 @@ def check_tracking_uri(uri: str) -> str:
             try:
                 mlflow_client(uri).search_experiments(max_results=1)
                 break
-            except Exception as exc:
+            except Exception as exc:  # MLflow's schema race has no type of its own; others re-raised
                 # Workers started together on a fresh database race to create MLflow's
                 # schema; the losers see a duplicate and find the schema made a moment later.
                 if attempt == 4 or not _schema_race(exc):
@@ -301,7 +301,7 @@ class MlflowTracker(SharedTracking):
         if self.shared:
             try:  # a killed worker's trial may lack its child: whoever ends writes it
                 self._shared_reconcile(trials)
-            except Exception as exc:
+            except Exception as exc:  # reported: a failed reconcile must not keep the run open
                 _log.warning("study %r: could not reconcile MLflow children: %s", self.study_name, exc)
         try:
             self._write_summary(trials)
@@ -519,7 +519,7 @@ def retry_insert_race(write: Callable[[], object], attempts: int = 4) -> None:
         try:
             write()
             return
-        except Exception as exc:
+        except Exception as exc:  # the insert race has no type of its own; others re-raised
             if attempt == attempts - 1 or not insert_race(exc):
                 raise
             time.sleep(0.1 * (attempt + 1))

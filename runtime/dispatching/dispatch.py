@@ -316,7 +316,7 @@ class Dispatcher:
                 causal: bool, scale: float | None, extra: dict[str, Any]) -> torch.Tensor:
         try:
             return _launcher(q, k, v, causal=causal, scale=scale, config=config, **extra)
-        except Exception as exc:
+        except Exception as exc:  # a tuned config's failure of any kind falls back (the default's is raised)
             if config == safe_default(q, k):
                 raise
             return self._recover(key, config, exc, q, k, v, causal, scale, extra)

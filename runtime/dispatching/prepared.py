@@ -33,8 +33,8 @@ from flashtune.kernels.attention import (
 )
 from flashtune.kernels.config import Config
 from flashtune.kernels.decode import TRANSIENT, BoundDecode, DecodeWorkspace, binding_enabled, launch_decode
+from flashtune.kernels.launch_plan import launch_plan
 from flashtune.kernels.launch_support import use_descriptor_scratch
-from flashtune.kernels.space import LEAN_LOADS, kernel_of
 
 #: Split workspaces one prepared decode call keeps (one per CUDA stream it ran on).
 MAX_WORKSPACES = 8
@@ -67,7 +67,7 @@ class PreparedCall:
         self.options = compile_options(config, head_dim=head_dim, causal=causal, has_seqlens=with_seqlens,
                                        has_kv_start=with_kv_start)
         self.with_seqlens, self.with_kv_start = with_seqlens, with_kv_start
-        self.tma = config["loads"] != "pointer"
+        self.tma = bool(launch_plan(config).constexprs["USE_TMA"])
         self.scale = resolve_scale(scale, head_dim)
         # The output is allocated contiguous: its strides follow from the key's shape.
         out_strides = (q_heads * q_len * head_dim, q_len * head_dim, head_dim)
@@ -122,8 +122,9 @@ class PreparedDecode:
         self.seq_shape = torch.Size((self.batch,))  # a per-sequence tensor's, compared every call
         self.causal, self.scale, self.config = causal, resolve_scale(scale, q.shape[3]), config
         self.with_seqlens, self.with_kv_start = with_seqlens, with_kv_start
-        self.splits = int(config["num_splits"])
-        self.tma = config.get("loads", "pointer") != "pointer"
+        plan = launch_plan(config)
+        self.splits = int(plan.host["num_splits"])
+        self.tma = bool(plan.constexprs["USE_TMA"])
         self.workspaces: dict[int, DecodeWorkspace] = {}
         # The compiled kernels bound once (CUDA); None: every call through launch_decode.
         self.bound = (BoundDecode(q, k, causal=causal, scale=self.scale, config=config, has_seqlens=with_seqlens,
@@ -181,8 +182,9 @@ def prepare(q: torch.Tensor, k: torch.Tensor, *, causal: bool, scale: float | No
     call must take the launcher (fp8 quantizes Q, K, V on every call anyway; the lean
     loads have their own launcher)."""
     ranges = {"with_seqlens": cache_seqlens is not None, "with_kv_start": kv_start is not None}
-    if kernel_of(config) == "decode":
+    plan = launch_plan(config)
+    if plan.variant == "decode":
         return PreparedDecode(q, k, causal=causal, scale=scale, config=config, **ranges)
-    if config.get("use_fp8", False) or config.get("loads", "pointer") in LEAN_LOADS:
+    if plan.constexprs["FP8"] or plan.variant != "forward":
         return None
     return PreparedCall(q, k, causal=causal, scale=scale, config=config, **ranges)

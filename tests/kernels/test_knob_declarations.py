@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from flashtune.kernels.knobs import Knob, implied_of, space_of
+from flashtune.kernels.knobs import Choice, Constexpr, HostArg, Knob, implied_of, sets, space_of
+from flashtune.kernels.launch_plan import check_declarations
 from flashtune.kernels.space import DECODE_TUNABLES, IMPLIED, KERNEL_TUNABLES, TUNABLES, all_configs
 
 # The literal tables as they stood before the declarations (commit b281700), with the values
@@ -63,18 +64,28 @@ def test_enumeration_is_unchanged():
 
 
 def test_bad_declarations_are_refused_naming_the_knob():
+    arg = HostArg("k")
     with pytest.raises(ValueError, match="'k'.*no values"):
-        Knob("k", ())
+        Knob("k", (), launch=arg)
     with pytest.raises(ValueError, match="'k'.*not all of one type"):
-        Knob("k", (1, "a"))
+        Knob("k", (1, "a"), launch=arg)
     with pytest.raises(ValueError, match="'k'.*implied 3"):
-        Knob("k", (1, 2), implied=3)
+        Knob("k", (1, 2), implied=3, launch=arg)
     with pytest.raises(ValueError, match="'k'.*implied 0"):
-        Knob("k", (False, True), implied=0)
+        Knob("k", (False, True), implied=0, launch=arg)
+    with pytest.raises(ValueError, match="'k'.*declares no launch"):
+        Knob("k", (1, 2))
+    with pytest.raises(ValueError, match="'k'.*choice covers \\[1\\], not its values \\[1, 2\\]"):
+        Knob("k", (1, 2), launch=Choice({1: sets("forward")}))
     with pytest.raises(ValueError, match="declares a knob twice"):
-        space_of((Knob("k", (1,)), Knob("k", (2,))))
+        space_of((Knob("k", (1,), launch=arg), Knob("k", (2,), launch=arg)))
     with pytest.raises(ValueError, match="'k'.*disagree"):
-        implied_of({"a": (Knob("k", (1, 2), implied=1),), "b": (Knob("k", (1, 2), implied=2),)})
+        implied_of({"a": (Knob("k", (1, 2), implied=1, launch=arg),),
+                    "b": (Knob("k", (1, 2), implied=2, launch=arg),)})
+    # Two knobs of one kernel may not set one switch: the translation would hang on their order.
+    with pytest.raises(ValueError, match="kernel 'x': knobs 'a' and 'b' both set 'FLAG'"):
+        check_declarations({"x": (Knob.choice("a", {0: sets("forward", FLAG=False)}),
+                                  Knob("b", (1,), launch=Constexpr("FLAG")))})
 
 
 def test_setting_reads_an_omitted_knob_as_its_declared_implied_value():
@@ -92,3 +103,11 @@ def test_setting_reads_an_omitted_knob_as_its_declared_implied_value():
         if estimate is shared_memory_bytes:
             kwargs["compute_capability"] = (9, 0)
         assert estimate(recorded_before, **kwargs) == estimate(SAFE_DEFAULT, **kwargs)
+
+
+def test_lean_loads_are_read_from_the_loads_declaration():
+    from flashtune.kernels.space import GLUON_LOADS, LEAN_LOADS
+
+    # The literals they were (commits 117b5b4 and the Gluon kernel's).
+    assert LEAN_LOADS == ("lean", "lean_ws", "lean_overlap", "lean_ws_oneloop", *GLUON_LOADS)
+    assert GLUON_LOADS == ("gluon_ws", "gluon_pingpong", "gluon_pingpong_ordered")
