@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import filecmp
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -21,6 +22,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
+
+from flashtune.kernels.space import DECODE_TUNABLES, TUNABLES
 
 REPO = Path(__file__).resolve().parents[2]
 PACKAGES = ("kernels", "objectives", "search", "experiments", "runtime")
@@ -184,11 +187,13 @@ def test_a_new_knob_is_one_declaration_and_its_kernel_code(tmp_path: Path) -> No
                                     "kernels/_flash_fwd_oneloop.py", "kernels/knobs.py"]
 
     seen = _run(_INTERPRETED, root, tmp_path, interpret=True)
-    assert seen["space"] == [[1, 2], 1, 2 * 6720] and seen["decode_space"] == 2 * 3200
+    # The spaces as this package declares them, without the dummy knob.
+    prefill, decode = (math.prod(len(values) for values in tables.values()) for tables in (TUNABLES, DECODE_TUNABLES))
+    assert seen["space"] == [[1, 2], 1, 2 * prefill] and seen["decode_space"] == 2 * decode
     assert seen["recorded_before"] == 1  # configs recorded without the knob mean its implied value
     assert "dummy_temp=3" in seen["refused"]
     assert seen["plan"] == 2 and seen["feasible"] and seen["search_space"]
-    assert seen["where"] == 6720 // 7  # --where takes it: of the doubled space, pointer loads and temp 2
+    assert seen["where"] == prefill // len(TUNABLES["loads"])  # --where takes it: of the doubled space, pointer loads and temp 2
     # Every variant ran with the value the config named: temp 2 doubles the softmax's scale.
     assert all(error < 1e-4 for error in seen["errors"].values()), seen["errors"]
     assert seen["mlflow"][0] and seen["mlflow"][1] and seen["file_priors"]

@@ -55,6 +55,14 @@ def prefill_translation(config: Config) -> dict[str, Any]:
 
     route = launched_kernel(config)
     record: dict[str, Any] = {"kernel": route}
+    if route == "gluon":  # joined after the fixture (no digest before): its launcher's variant
+        from flashtune.kernels.gluon import gluon_variant_for
+
+        try:
+            record["variant"] = dataclasses.asdict(gluon_variant_for(config))
+        except ValueError as exc:  # a split of rows over warps the launcher refuses
+            record["refused"] = str(exc)
+        return record
     if route in ("lean", "oneloop"):
         try:
             record["variant"] = [_fields(lean.variant_for(config, *_tensors(flat))) for flat in (True, False)]
