@@ -120,6 +120,15 @@ def compile_counters() -> dict[str, Any]:
             if counters.get(group)}
 
 
+def fresh_compiled_state() -> None:
+    """Forget torch.compile's graphs and the CUDA-graph trees recorded from them."""
+    torch._dynamo.reset()
+    if torch.cuda.is_available():
+        from torch._inductor import cudagraph_trees
+
+        cudagraph_trees.reset_cudagraph_trees()
+
+
 def run_case(model: Any, name: str, *, mode: str, batch: int, prompt: int, new_tokens: int, rounds: int,
              vocab: int, profiled: bool = False) -> dict[str, Any]:
     """One mode x batch x prompt cell: both implementations' tokens/s and the agreement
@@ -131,17 +140,33 @@ def run_case(model: Any, name: str, *, mode: str, batch: int, prompt: int, new_t
     times: dict[str, list[float]] = {impl: [] for impl in impls}
     tokens: dict[str, torch.Tensor] = {}
     with FallbackLog() as log:
-        for impl in impls:  # warm-up: compiles (Triton, cuDNN plans, torch.compile for static)
-            set_attention(model, impl)
-            generate(model, ids, mask, new_tokens, static)
-        for _ in range(rounds):
+        if static:
+            # Implementation by implementation, each from a fresh compiled state, as a server
+            # runs one: the two share transformers' compiled forward, so interleaving them
+            # recompiles it for each (the masks' dtypes differ) and stacks CUDA-graph trees
+            # of both, which torch 2.11 failed on at batch 8 ("length mismatch between
+            # inputs, recorded_data_ptr, and placeholders", 2026-12-02).
             for impl in impls:
+                fresh_compiled_state()
                 set_attention(model, impl)
-                tokens[impl], seconds = generate(model, ids, mask, new_tokens, static)
-                times[impl].append(seconds)
+                generate(model, ids, mask, new_tokens, static)  # warm-up: compiles and records
+                for _ in range(rounds):
+                    tokens[impl], seconds = generate(model, ids, mask, new_tokens, static)
+                    times[impl].append(seconds)
+        else:
+            for impl in impls:  # warm-up: compiles (Triton kernels, cuDNN plans)
+                set_attention(model, impl)
+                generate(model, ids, mask, new_tokens, static)
+            for _ in range(rounds):
+                for impl in impls:
+                    set_attention(model, impl)
+                    tokens[impl], seconds = generate(model, ids, mask, new_tokens, static)
+                    times[impl].append(seconds)
         profiles = {}
         if profiled:
             for impl in impls:
+                if static:
+                    fresh_compiled_state()
                 set_attention(model, impl)
                 try:  # a diagnostic: its failure must not cost the cell
                     profiles[impl] = profile_generate(model, ids, mask, new_tokens, static)
@@ -149,6 +174,8 @@ def run_case(model: Any, name: str, *, mode: str, batch: int, prompt: int, new_t
                     profiles[impl] = {"error": f"{type(exc).__name__}: {str(exc)[:200]}"}
         logits = {}
         for impl in impls:
+            if static:
+                fresh_compiled_state()
             set_attention(model, impl)
             logits[impl] = teacher_forced(model, ids, mask, tokens[SDPA], static)
     tps = {impl: batch * new_tokens / statistics.median(t) for impl, t in times.items()}

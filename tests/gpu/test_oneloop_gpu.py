@@ -146,3 +146,14 @@ def test_both_loop_forms_causal_at_unaligned_diagonals(dtype, q_len, kv_len, har
     if dtype == "bfloat16":
         fp8 = [validate_config({**c.to_dict(), "use_fp8": True}) for c in _both_forms()]
         assert _check_all(w, hardware, fp8, FP8_TOLERANCE) >= 3
+
+
+@pytest.mark.parametrize("fp8", [False, True], ids=["bf16", "fp8"])
+def test_deeper_rings_on_long_keys(fp8, hardware):
+    # bench_fp8 on the H200 (2026-12-02) read an infinite error at 128x128, 3 stages, fp8,
+    # head_dim 128, 8192 keys, where 2 stages matched: every ring depth the model admits, on
+    # as many keys.
+    w = Workload(1, 8, 8, 8192, 8192, 128, "bfloat16", False)
+    cfgs = [validate_config(dict(BLOCK_M=128, BLOCK_N=bn, num_warps=4, num_stages=s, loads="lean_ws_oneloop",
+                                 use_fp8=fp8)) for bn in (64, 128) for s in (2, 3, 4)]
+    _check_all(w, hardware, cfgs, FP8_TOLERANCE if fp8 else TOLERANCE["bfloat16"])
