@@ -132,14 +132,11 @@ def repair(url: str, tracking_uri: str, studies: Iterable[str] = ()) -> SqliteRe
         raise ValueError(f"repair {url!r}: not a SQLite URL (sqlite:///PATH)")
     path = Path(url[len("sqlite:///"):].split("?", 1)[0])
     exists = path.is_file() and path.stat().st_size > 0
+    found: dict[str, _Study] = {}
     if exists:
-        try:
-            check_sqlite_file(url)
-        except ValueError:
-            pass  # damaged: what this is for
-        else:
+        whole, found = _read_what_reads(path)
+        if whole:
             raise ValueError(f"Optuna database {path} is whole (SQLite's quick_check passes): nothing to repair")
-    found = _read_what_reads(path) if exists else {}
     named = list(studies)
     for name in [*named, *studies_locked_in(path)]:  # a lock file names a study the cut took from the file
         found.setdefault(name, _Study(name))
@@ -166,15 +163,22 @@ def repair(url: str, tracking_uri: str, studies: Iterable[str] = ()) -> SqliteRe
 # -- 1. what SQLite still reads ---------------------------------------------------------------------
 
 
-def _read_what_reads(path: Path) -> dict[str, _Study]:
-    """The studies the damaged file still names, with their identity and their whole trials."""
+def _read_what_reads(path: Path) -> tuple[bool, dict[str, _Study]]:
+    """Whether the file is whole, and the studies it still names, with their identity and
+    their whole trials. Read from a copy: SQLite writes to a file it opens (closing the last
+    connection folds the write-ahead log in), and the damaged file is kept as it is."""
     with tempfile.TemporaryDirectory(prefix="flashtune-repair-") as tmp:
-        copy = Path(tmp) / "damaged.db"  # SQLite writes beside a file it opens: never beside the user's
+        copy = Path(tmp) / "damaged.db"
         shutil.copyfile(path, copy)
         for suffix in _SIDE_FILES:  # a write-ahead log holds the newest pages
             if Path(f"{path}{suffix}").is_file():
                 shutil.copyfile(f"{path}{suffix}", f"{copy}{suffix}")
-        tables = _tables(copy)
+        try:
+            check_sqlite_file(f"sqlite:///{copy}")
+            whole = True
+        except ValueError:
+            whole = False
+        tables = {} if whole else _tables(copy)
     studies = {row["study_id"]: _Study(row["study_name"]) for row in tables.get("studies", [])
                if isinstance(row.get("study_name"), str)}
     for row in tables.get("study_user_attributes", []):
@@ -199,7 +203,7 @@ def _read_what_reads(path: Path) -> dict[str, _Study]:
         trial = _trial_from_attrs(trial_attrs)
         if study is not None and trial is not None and trial.number not in study.trials:
             study.trials[trial.number] = (trial, trial_attrs, started.get(trial_id))
-    return {s.name: s for s in studies.values()}
+    return whole, {s.name: s for s in studies.values()}
 
 
 def _tables(copy: Path) -> dict[str, list[dict[str, Any]]]:
@@ -406,11 +410,14 @@ def _keep_aside(path: Path) -> Path:
     while any(Path(f"{aside}{s}").exists() for s in ("", *_SIDE_FILES)):
         n += 1
         aside = path.with_name(f"{path.name}{DAMAGED_SUFFIX}{stamp}-{n}")
-    # Its write-ahead log first: left beside the new file, SQLite would apply it to it.
+    try:
+        os.link(path, aside)
+    except OSError:  # a file system without hard links
+        shutil.copyfile(path, aside)
+    # Then its write-ahead log: left beside the new file, SQLite would apply it to it.
     for suffix in _SIDE_FILES:
         with contextlib.suppress(FileNotFoundError):
             os.replace(f"{path}{suffix}", f"{aside}{suffix}")
-    os.link(path, aside)
     return aside
 
 

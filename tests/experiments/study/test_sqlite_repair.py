@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import shutil
+import signal
 import sqlite3
+import subprocess
+import time
 from collections import Counter
 from pathlib import Path
 
 import optuna
 import pytest
 from mlflow import MlflowClient
-from study_support import tune_args
+from study_support import cli_env, flashtune_command, tune_args
 
 from flashtune.experiments.cli.main import main
 from flashtune.experiments.study.storage import MEASUREMENT_ATTR, NUMBER_ATTR
@@ -131,6 +134,40 @@ def test_a_lost_database_is_rebuilt_from_mlflow_alone(made, tmp_path, capsys) ->
     assert main(["repair", uris["storage"], "--tracking-uri", uris["tracking_uri"], "--study", STUDY]) == 0
     assert "there was no file to keep" in capsys.readouterr().err
     assert {n: c for n, (c, _) in _trials(uris["storage"]).items()} == {n: c for n, (c, _) in before.items()}
+
+
+def test_sigterm_during_a_repair_leaves_the_damaged_file_or_the_rebuilt_one(made, tmp_path, capsys) -> None:
+    base, before = made
+    folder = tmp_path / "copy"
+    shutil.copytree(base, folder)
+    db = folder / "optuna.db"
+    cut = db.read_bytes()[:db.stat().st_size // 3]
+    db.write_bytes(cut)
+    uris = _uris(folder)
+    command = ["repair", uris["storage"], "--tracking-uri", uris["tracking_uri"]]
+    proc = subprocess.Popen(flashtune_command(*command), cwd=folder, env=cli_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    fresh = folder / "optuna.db.repairing"
+    try:
+        deadline = time.monotonic() + 120
+        while not fresh.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.005)  # until the new database is being built: the signal lands mid-repair
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert "Traceback" not in err, err
+    aside = sorted(folder.glob("optuna.db.damaged-*"))
+    assert not fresh.exists()  # nothing half-built left behind, whenever the signal landed
+    if proc.returncode != 0:  # stopped before the swap: the damaged file as it was, nothing kept aside
+        assert proc.returncode == 143 and "stopped by SIGTERM" in err.strip().splitlines()[-1], err
+        assert db.read_bytes() == cut and aside == []
+        assert main(command) == 0
+        aside = sorted(folder.glob("optuna.db.damaged-*"))
+    assert len(aside) == 1 and aside[0].read_bytes() == cut
+    assert _trials(uris["storage"]) == before
 
 
 @pytest.mark.slow
