@@ -28,7 +28,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from flashtune.experiments.study.storage import MEASUREMENT_ATTR, close_storage, open_storage
+from flashtune.experiments.study.storage import CONFIG_ATTR, MEASUREMENT_ATTR, NUMBER_ATTR, close_storage, open_storage
 
 STUDY = "robust"
 GPU_STUDY = f"NVIDIA H200/{STUDY}"
@@ -46,8 +46,9 @@ def _tune(folder: Path, storage: str, trials: int, tracking_uri: str = "sqlite:/
                 "--tracking-uri", tracking_uri, "--no-progress", cwd=folder)
 
 
-def _measured(folder: Path, storage: str) -> int:
-    """How many trials of the study hold a measurement (COMPLETE or FAIL; 0 if it cannot be read)."""
+def _measured(folder: Path, storage: str) -> dict[int, dict[str, str]]:
+    """The study's trials that hold a measurement (COMPLETE or FAIL), by the trial number
+    MLflow names them by, with their configs as MLflow params read them ({} if unreadable)."""
     import optuna
 
     cwd = os.getcwd()
@@ -56,27 +57,38 @@ def _measured(folder: Path, storage: str) -> int:
     try:
         opened = open_storage(storage)
         study = optuna.load_study(study_name=GPU_STUDY, storage=opened)
-        return sum(1 for t in study.get_trials(deepcopy=False) if MEASUREMENT_ATTR in t.user_attrs)
+        return {t.user_attrs.get(NUMBER_ATTR, t.number): {k: str(v) for k, v in t.user_attrs[CONFIG_ATTR].items()}
+                for t in study.get_trials(deepcopy=False) if MEASUREMENT_ATTR in t.user_attrs}
     except Exception:  # unreadable counts as none
-        return 0
+        return {}
     finally:
         if opened is not None:
             close_storage(opened)
         os.chdir(cwd)
 
 
-def _children(folder: Path, tracking_uri: str) -> list[int]:
-    """Trial numbers of the study's finished MLflow children (a number twice: a duplicate)."""
+def _children(folder: Path, tracking_uri: str) -> list[tuple[int, dict[str, str]]]:
+    """The study's finished MLflow children: trial number and params (a number twice: a duplicate)."""
     path = Path(tracking_uri[len("sqlite:///"):])
     path = path if path.is_absolute() else folder / path
     try:
         with contextlib.closing(sqlite3.connect(path)) as db:
-            return [int(row[0]) for row in db.execute(
-                "SELECT t.value FROM runs r JOIN tags t ON t.run_uuid = r.run_uuid AND t.key = 'trial' "
+            rows = db.execute(
+                "SELECT r.run_uuid, t.value FROM runs r JOIN tags t ON t.run_uuid = r.run_uuid AND t.key = 'trial' "
                 "JOIN tags s ON s.run_uuid = r.run_uuid AND s.key = 'study' AND s.value = ? "
-                "WHERE r.lifecycle_stage = 'active' AND r.status IN ('FINISHED', 'FAILED')", (STUDY,))]
+                "WHERE r.lifecycle_stage = 'active' AND r.status IN ('FINISHED', 'FAILED')", (STUDY,)).fetchall()
+            params = {}
+            for run, key, value in db.execute("SELECT run_uuid, key, value FROM params"):
+                params.setdefault(run, {})[key] = value
+            return [(int(number), params.get(run, {})) for run, number in rows]
     except sqlite3.DatabaseError:
         return []
+
+
+def children_match(folder: Path, storage: str, tracking_uri: str) -> bool:
+    """MLflow mirrors the study: one finished child per measured trial, at its number, with its config."""
+    children = _children(folder, tracking_uri)
+    return len(children) == len(dict(children)) and dict(children) == _measured(folder, storage)
 
 
 def _complete(folder: Path, storage: str) -> set[str]:
@@ -131,7 +143,6 @@ def _outcome(folder: Path, storage: str, trials: int, before: set[str], run: Any
     if followed is not None:
         runs += [followed, _tune(folder, storage, trials, tracking_uri)]
     after = _complete(folder, storage)
-    children = _children(folder, tracking_uri)
     return {
         "codes": [r.returncode for r in runs],
         "tracebacks": sum(r.stderr.count("Traceback") for r in runs),
@@ -140,8 +151,7 @@ def _outcome(folder: Path, storage: str, trials: int, before: set[str], run: Any
         # The budget, or every config the recorded space holds (the strategy says it ran out).
         "resumed": runs[-1].returncode == 0 and (len(after) >= trials or "ran out of configs" in runs[-1].stdout),
         "lost": len(before - after),
-        # MLflow mirrors the study: one finished child per trial, none twice.
-        "children_match": sorted(children) == list(range(_measured(folder, storage))),
+        "children_match": children_match(folder, storage, tracking_uri),
     }
 
 
@@ -211,8 +221,7 @@ def three_process_runs(runs: int, trials: int, root: Path) -> list[dict[str, Any
             "refused": sum("is being run right now by" in err for err in errs),
             "complete": len(configs), "duplicates": len(configs) - len(set(configs)),
             "resumed": len(configs) == trials, "lost": 0,
-            "children_match": sorted(_children(folder, "sqlite:///mlflow.db")) == list(
-                range(_measured(folder, "sqlite:///optuna.db"))),
+            "children_match": children_match(folder, "sqlite:///optuna.db", "sqlite:///mlflow.db"),
         })
         print(json.dumps(results[-1]), flush=True)
     return results
