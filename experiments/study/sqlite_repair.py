@@ -86,10 +86,11 @@ class StudyRepair:
     missing: tuple[int, ...]  # trial numbers below the highest one that neither source holds
 
     def summary(self) -> str:
-        run = f"MLflow run {self.parent_run_id}" if self.parent_run_id else "MLflow (no run of this study)"
+        run = (f"the children of MLflow run {self.parent_run_id}" if self.parent_run_id
+               else "MLflow (it holds no run of this study)")
         lost = f"; trials {', '.join(map(str, self.missing))} held by neither" if self.missing else ""
         return (f"study {self.name!r}: {self.from_file + self.from_mlflow} trials, {self.from_file} read back from "
-                f"the file, {self.from_mlflow} from the children of {run}{lost}")
+                f"the file, {self.from_mlflow} from {run}{lost}")
 
 
 @dataclass(frozen=True)
@@ -272,8 +273,11 @@ def _trial_from_attrs(attrs: Mapping[str, Any]) -> Trial | None:
 def _mlflow_study(tracking_uri: str, name: str, identity: Mapping[str, Any] | None) -> tuple[Any, Any]:
     """The MLflow client and the parent run of Optuna study ``name`` (None when there is none)."""
     from flashtune.experiments.tracking.tags import ROLE_TAG, STUDY_TAG
-    from flashtune.experiments.tracking.tracker import mlflow_client
+    from flashtune.experiments.tracking.tracker import mlflow_client, sqlite_path
 
+    db = sqlite_path(tracking_uri)
+    if db is not None and not db.is_file():
+        return None, None  # no MLflow database there: nothing to read (and none to create)
     client = mlflow_client(tracking_uri)
     gpus = [identity["gpu"]] if identity and isinstance(identity.get("gpu"), str) else [
         e.name[len("flashtune/"):] for e in client.search_experiments() if e.name.startswith("flashtune/")]

@@ -122,6 +122,9 @@ def test_repair_refuses_a_whole_database_and_a_study_it_cannot_find(made, tmp_pa
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "study 'NVIDIA H200/nope': neither the file nor MLflow" in err[0], err
     assert not (tmp_path / "none.db").exists()
+    nowhere = tmp_path / "no-mlflow.db"  # a mistyped --tracking-uri: read as holding nothing, never created
+    assert main(["repair", missing, "--tracking-uri", f"sqlite:///{nowhere}", "--study", "NVIDIA H200/nope"]) == 2
+    assert "neither the file nor MLflow" in capsys.readouterr().err and not nowhere.exists()
 
 
 def test_a_lost_database_is_rebuilt_from_mlflow_alone(made, tmp_path, capsys) -> None:
