@@ -15,9 +15,11 @@ journal and SQLite studies on a small tmpfs, grown after the failure (needs root
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
+import shlex
 import shutil
 import sqlite3
 import subprocess
@@ -26,7 +28,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from flashtune.experiments.study.storage import close_storage, open_storage
+from flashtune.experiments.study.storage import CONFIG_ATTR, MEASUREMENT_ATTR, NUMBER_ATTR, close_storage, open_storage
 
 STUDY = "robust"
 GPU_STUDY = f"NVIDIA H200/{STUDY}"
@@ -44,8 +46,58 @@ def _tune(folder: Path, storage: str, trials: int, tracking_uri: str = "sqlite:/
                 "--tracking-uri", tracking_uri, "--no-progress", cwd=folder)
 
 
+def _measured(folder: Path, storage: str) -> dict[int, dict[str, str]]:
+    """The study's trials that hold a measurement (COMPLETE or FAIL), by the trial number
+    MLflow names them by, with their configs as MLflow params read them ({} if unreadable)."""
+    import optuna
+
+    cwd = os.getcwd()
+    os.chdir(folder)
+    opened = None
+    try:
+        opened = open_storage(storage)
+        study = optuna.load_study(study_name=GPU_STUDY, storage=opened)
+        return {t.user_attrs.get(NUMBER_ATTR, t.number): {k: str(v) for k, v in t.user_attrs[CONFIG_ATTR].items()}
+                for t in study.get_trials(deepcopy=False) if MEASUREMENT_ATTR in t.user_attrs}
+    except Exception:  # unreadable counts as none
+        return {}
+    finally:
+        if opened is not None:
+            close_storage(opened)
+        os.chdir(cwd)
+
+
+def _children(folder: Path, tracking_uri: str) -> list[tuple[int, dict[str, str]]]:
+    """The study's finished MLflow children: trial number and params (a number twice: a duplicate)."""
+    path = Path(tracking_uri[len("sqlite:///"):])
+    path = path if path.is_absolute() else folder / path
+    try:
+        with contextlib.closing(sqlite3.connect(path)) as db:
+            rows = db.execute(
+                "SELECT r.run_uuid, t.value FROM runs r JOIN tags t ON t.run_uuid = r.run_uuid AND t.key = 'trial' "
+                "JOIN tags s ON s.run_uuid = r.run_uuid AND s.key = 'study' AND s.value = ? "
+                "WHERE r.lifecycle_stage = 'active' AND r.status IN ('FINISHED', 'FAILED')", (STUDY,)).fetchall()
+            params = {}
+            for run, key, value in db.execute("SELECT run_uuid, key, value FROM params"):
+                params.setdefault(run, {})[key] = value
+            return [(int(number), params.get(run, {})) for run, number in rows]
+    except sqlite3.DatabaseError:
+        return []
+
+
+def children_match(folder: Path, storage: str, tracking_uri: str) -> bool:
+    """MLflow mirrors the study: one finished child per measured trial, at its number, with its config."""
+    children = _children(folder, tracking_uri)
+    return len(children) == len(dict(children)) and dict(children) == _measured(folder, storage)
+
+
 def _complete(folder: Path, storage: str) -> set[str]:
     """Configs of the study's COMPLETE trials (empty if it cannot be read)."""
+    return set(_complete_configs(folder, storage))
+
+
+def _complete_configs(folder: Path, storage: str) -> list[str]:
+    """Configs of the study's COMPLETE trials, one per trial (empty if it cannot be read)."""
     import optuna  # heavy (about 1 s): only when counting trials
 
     optuna.logging.set_verbosity(optuna.logging.ERROR)
@@ -55,10 +107,10 @@ def _complete(folder: Path, storage: str) -> set[str]:
     try:
         opened = open_storage(storage)
         study = optuna.load_study(study_name=GPU_STUDY, storage=opened)
-        return {json.dumps(t.params, sort_keys=True) for t in study.get_trials(deepcopy=False)
-                if t.state == optuna.trial.TrialState.COMPLETE}
+        return [json.dumps(t.params, sort_keys=True) for t in study.get_trials(deepcopy=False)
+                if t.state == optuna.trial.TrialState.COMPLETE]
     except Exception:  # unreadable counts as empty
-        return set()
+        return []
     finally:
         if opened is not None:
             close_storage(opened)
@@ -71,32 +123,35 @@ def _checkpoint(path: Path) -> None:
         db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
 
-def _advice_followed(stderr: str, folder: Path) -> bool:
-    """Do what a refusal's line says when it is a command to run: mv aside or flashtune repair."""
+def _advice_followed(stderr: str, folder: Path) -> subprocess.CompletedProcess[str] | None:
+    """Do what a refusal's line says when it is a command to run: mv aside or flashtune repair
+    (its run returned; a move returns an empty one)."""
     moved = re.search(r"\(mv (\S+) (\S+)\)(?! and run with another)", stderr)
     if moved:
         shutil.move(folder / moved.group(1), folder / moved.group(2))
-        return True
-    repair = re.search(r"`flashtune repair (\S+)`", stderr)
+        return subprocess.CompletedProcess(["mv"], 0, "", "")
+    repair = re.search(r"`flashtune (repair [^`]+)`", stderr)
     if repair:
-        _cli("repair", repair.group(1), cwd=folder)
-        return True
-    return False
+        return _cli(*shlex.split(repair.group(1)), cwd=folder)
+    return None
 
 
 def _outcome(folder: Path, storage: str, trials: int, before: set[str], run: Any,
              tracking_uri: str = "sqlite:///mlflow.db") -> dict[str, Any]:
     runs = [run]
-    if run.returncode != 0 and _advice_followed(run.stderr, folder):
-        runs.append(_tune(folder, storage, trials, tracking_uri))
+    followed = _advice_followed(run.stderr, folder) if run.returncode != 0 else None
+    if followed is not None:
+        runs += [followed, _tune(folder, storage, trials, tracking_uri)]
     after = _complete(folder, storage)
     return {
         "codes": [r.returncode for r in runs],
         "tracebacks": sum(r.stderr.count("Traceback") for r in runs),
         "first_error": next((line for r in runs for line in r.stderr.splitlines() if "error:" in line), ""),
+        "advice_said": (followed.stderr.strip().splitlines() or [""])[-1] if followed is not None else "",
         # The budget, or every config the recorded space holds (the strategy says it ran out).
         "resumed": runs[-1].returncode == 0 and (len(after) >= trials or "ran out of configs" in runs[-1].stdout),
         "lost": len(before - after),
+        "children_match": children_match(folder, storage, tracking_uri),
     }
 
 
@@ -146,6 +201,32 @@ def cut_runs(kind: str, offsets: int, trials: int, root: Path) -> list[dict[str,
     return results
 
 
+def three_process_runs(runs: int, trials: int, root: Path) -> list[dict[str, Any]]:
+    """Three ``tune`` processes started at once on one new SQLite study, ``runs`` times."""
+    results = []
+    for i in range(runs):
+        folder = root / f"three-{i}"
+        folder.mkdir()
+        command = [sys.executable, "-m", "flashtune.experiments.cli.main", "tune", "--strategy", "random", "--trials",
+                   str(trials), "--study-name", STUDY, "--storage", "sqlite:///optuna.db", "--tracking-uri",
+                   "sqlite:///mlflow.db", "--no-progress"]
+        env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "PYTHONUNBUFFERED": "1"}
+        procs = [subprocess.Popen(command, cwd=folder, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  text=True) for _ in range(3)]
+        errs = [proc.communicate(timeout=600)[1] for proc in procs]
+        configs = _complete_configs(folder, "sqlite:///optuna.db")
+        results.append({
+            "kind": "three-processes-sqlite", "codes": [proc.returncode for proc in procs],
+            "tracebacks": sum(err.count("Traceback") for err in errs),
+            "refused": sum("is being run right now by" in err for err in errs),
+            "complete": len(configs), "duplicates": len(configs) - len(set(configs)),
+            "resumed": len(configs) == trials, "lost": 0,
+            "children_match": children_match(folder, "sqlite:///optuna.db", "sqlite:///mlflow.db"),
+        })
+        print(json.dumps(results[-1]), flush=True)
+    return results
+
+
 def disk_full_runs(trials: int, root: Path) -> list[dict[str, Any]]:
     """The study's storage on a small tmpfs (MLflow beside it, on the disk) until it fills
     mid-study; the tmpfs grown, then the same command resumes."""
@@ -181,6 +262,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--trials", type=int, default=10, help="trials of the study before a cut (default: 10)")
     parser.add_argument("--kinds", default="journal,sqlite,mlflow,store",
                         help="files to cut, comma-separated ('' for the full disk only)")
+    parser.add_argument("--three", type=int, default=4,
+                        help="runs of three processes on one SQLite study (default: 4; 0: none)")
     parser.add_argument("--out", type=Path, default=None, help="write every run's outcome here (JSON)")
     args = parser.parse_args(argv)
     results: list[dict[str, Any]] = []
@@ -188,15 +271,19 @@ def main(argv: list[str] | None = None) -> int:
         root = Path(tmp)
         for kind in filter(None, args.kinds.split(",")):
             results += cut_runs(kind, args.offsets, args.trials, root)
+        if args.three:
+            results += three_process_runs(args.three, 30, root)
         results += disk_full_runs(120, root)
-    print(f"{'file':18s} {'runs':>4s} {'not resumed':>11s} {'trials lost':>11s} {'tracebacks':>10s}")
+    print(f"{'file':18s} {'runs':>4s} {'not resumed':>11s} {'trials lost':>11s} {'tracebacks':>10s} "
+          f"{'MLflow != trials':>16s}")
     for kind in dict.fromkeys(r["kind"] for r in results):
         rows = [r for r in results if r["kind"] == kind and "skipped" not in r]
         if not rows:
             print(f"{kind:18s} skipped")
             continue
         print(f"{kind:18s} {len(rows):4d} {sum(not r['resumed'] for r in rows):11d} {sum(r['lost'] for r in rows):11d} "
-              f"{sum(r['tracebacks'] + r.get('first_tracebacks', 0) for r in rows):10d}")
+              f"{sum(r['tracebacks'] + r.get('first_tracebacks', 0) for r in rows):10d} "
+              f"{sum(not r.get('children_match', True) for r in rows):16d}")
     if args.out:
         args.out.write_text(json.dumps(results, indent=1) + "\n")
     return 0

@@ -24,7 +24,13 @@ from flashtune.experiments.study import measurers, workers
 from flashtune.experiments.study.progress import ProgressBar
 from flashtune.experiments.study.runner import StudyInterrupted, StudyResult, check_study_name, run_study, studies_for
 from flashtune.experiments.study.signals import raise_interrupted
-from flashtune.experiments.study.storage import DEFAULT_STORAGE, close_storage, is_shared_storage, open_storage
+from flashtune.experiments.study.storage import (
+    DEFAULT_STORAGE,
+    DamagedDatabase,
+    close_storage,
+    is_shared_storage,
+    open_storage,
+)
 from flashtune.experiments.tracking import report
 from flashtune.experiments.tracking.tracker import DEFAULT_TRACKING_URI, check_tracking_uri, record_default, sqlite_path
 from flashtune.objectives.hardware import HardwareSpec, load_spec
@@ -405,7 +411,10 @@ def _check_stores(tracking_uri: str, storage_url: str) -> tuple[str, str]:
     _check_folder_exists("--tracking-uri", tracking_uri, sqlite_path(tracking_uri))
     _check_folder_exists("--storage", storage_url, sqlite_path(storage_url))
     check_tracking_uri(tracking_uri)
-    close_storage(open_storage(storage_url))
+    try:
+        close_storage(open_storage(storage_url))
+    except DamagedDatabase as exc:  # its repair reads the study's trials back from this MLflow store
+        raise ValueError(exc.advice(tracking_uri=tracking_uri)) from None
     return tracking_uri, storage_url
 
 

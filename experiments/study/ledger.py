@@ -42,6 +42,7 @@ import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from flashtune.experiments.study.signals import signals_deferred
@@ -264,21 +265,49 @@ class TrialStore:
         return self._next_number
 
     def _begin(self, config: Config) -> int:
-        optuna = self._optuna
+        template = self._template(config, self._optuna.trial.TrialState.RUNNING, None, {
+            NUMBER_ATTR: self._next_number,
+            CONFIG_ATTR: config.to_dict(),
+            OWNER_ATTR: {"host": socket.gethostname(), "pid": os.getpid()},
+        })
+        return self.storage.create_new_trial(self.study_id, template_trial=template)
+
+    def _template(self, config: Config, state: Any, values: list[float] | None, user_attrs: dict[str, Any]) -> Any:
         in_space = config in self.space
-        template = optuna.trial.create_trial(
-            state=optuna.trial.TrialState.RUNNING,
+        return self._optuna.trial.create_trial(
+            state=state,
+            values=values,
             # A config outside the declared space (never asked by our strategies) is kept in
             # the user attribute only: Optuna needs one distribution per param name.
             params=config.to_dict() if in_space else {},
             distributions=self.distributions if in_space else {},
-            user_attrs={
-                NUMBER_ATTR: self._next_number,
-                CONFIG_ATTR: config.to_dict(),
-                OWNER_ATTR: {"host": socket.gethostname(), "pid": os.getpid()},
-            },
+            user_attrs=user_attrs,
         )
-        return self.storage.create_new_trial(self.study_id, template_trial=template)
+
+    def add_recorded(self, trial: Trial, user_attrs: Mapping[str, Any] | None = None,
+                     started: datetime | None = None) -> None:
+        """Store a trial measured earlier, finished, as :meth:`measuring` would have stored it
+        (``flashtune repair`` rebuilding a study from what survived of it).
+
+        Args:
+            trial: the trial: its flashtune number, config, measurement and elapsed time.
+            user_attrs: more attributes it carried (its owner, ...); ours are set from ``trial``.
+            started: when it started (Optuna's ``datetime_start``), if known.
+        """
+        TrialState = self._optuna.trial.TrialState
+        value = cost_ms(trial.measurement)
+        finite = math.isfinite(value)
+        template = self._template(trial.config, TrialState.COMPLETE if finite else TrialState.FAIL,
+                                  [value] if finite else None, {
+                                      **(user_attrs or {}),
+                                      NUMBER_ATTR: trial.number,
+                                      CONFIG_ATTR: trial.config.to_dict(),
+                                      ELAPSED_ATTR: trial.elapsed_s,
+                                      MEASUREMENT_ATTR: trial.measurement.to_dict(),
+                                  })
+        if started is not None:
+            template.datetime_start = started
+        self.storage.create_new_trial(self.study_id, template_trial=template)
 
     def _finish(self, trial_id: int, measurement: Measurement) -> None:
         elapsed = self._elapsed_offset_s + (self._clock() - self._session_start)

@@ -86,3 +86,18 @@ def _read_holder(fd: int) -> str:
         return f"process {holder['pid']} on {holder['host']} ({holder['command']})"
     except (OSError, ValueError, KeyError, TypeError):
         return "another process (starting now)"
+
+
+def studies_locked_in(db: Path) -> list[str]:
+    """The studies whose lock files lie beside the SQLite database ``db``: every study that
+    ran in it (a lock file outlives its holder), as its holder recorded the name. A record
+    whose name does not hash to its file's key (edited, or torn by a kill) is not trusted."""
+    names = []
+    for path in sorted(Path(db).parent.glob(f"{Path(db).name}.*.lock")):
+        try:
+            name = json.loads(path.read_bytes() or b"{}").get("study")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if isinstance(name, str) and lock_path(Path(db), name) == path:
+            names.append(name)
+    return names

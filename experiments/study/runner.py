@@ -24,7 +24,7 @@ from flashtune.experiments.evaluation import priors as prior_tags
 from flashtune.experiments.study.ledger import SharedLedger, StoreLedger, TrialStore
 from flashtune.experiments.study.locks import study_lock
 from flashtune.experiments.study.signals import StudyInterrupted, signals_deferred
-from flashtune.experiments.study.storage import is_shared_storage, open_storage
+from flashtune.experiments.study.storage import DamagedDatabase, is_shared_storage, open_storage
 from flashtune.experiments.tracking.tracker import MlflowTracker, sqlite_path
 from flashtune.kernels.config import Config
 from flashtune.objectives.hardware import HardwareSpec
@@ -202,7 +202,10 @@ def _run_study(study: Study, evaluate: Callable[[Config], Measurement], storage_
                              **study.strategy_options)
     # Keyed by GPU model too: the same study name on two GPUs is two studies (as in MLflow,
     # where each GPU model has its own experiment), even in one shared storage.
-    storage = open_storage(storage_url, heartbeat_s=heartbeat_s if shared else None)
+    try:
+        storage = open_storage(storage_url, heartbeat_s=heartbeat_s if shared else None)
+    except DamagedDatabase as exc:  # the repair command, with what it needs to find the study's trials
+        raise ValueError(exc.advice(study.storage_name, tracking_uri)) from None
     store = TrialStore(storage, study.storage_name, study.identity(fingerprint), space)
     ledger: StoreLedger | SharedLedger
     if shared:

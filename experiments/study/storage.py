@@ -124,6 +124,23 @@ def open_storage(url: str, *, heartbeat_s: float | None = None) -> BaseStorage:
         raise ValueError(f"storage URL {url!r} cannot be opened: {type(exc).__name__}: {exc}") from None
 
 
+class DamagedDatabase(ValueError):
+    """A damaged SQLite study file, left as it is; the message names the repair command."""
+
+    def __init__(self, url: str, problem: str) -> None:
+        self.url, self.problem = url, problem
+        super().__init__(self.advice())
+
+    def advice(self, study: str | None = None, tracking_uri: str | None = None) -> str:
+        """The refusal, naming the study and the MLflow store the repair reads trials back from."""
+        from flashtune.experiments.study.sqlite_repair import repair_command
+
+        path = self.url[len("sqlite:///"):].split("?", 1)[0]
+        return (f"Optuna database {path} is damaged ({self.problem}): it is left as it is. Rebuild it with "
+                f"`{repair_command(self.url, study, tracking_uri)}` (keeps it aside; the study's trials come back "
+                "from what it still holds and from the study's MLflow runs), or restore it from a backup")
+
+
 def check_sqlite_file(url: str) -> None:
     """Refuse a damaged SQLite study file in one line, leaving it as it is.
 
@@ -131,7 +148,7 @@ def check_sqlite_file(url: str) -> None:
     misleading ``StorageInternalError`` at the first commit (issue 23).
 
     Raises:
-        ValueError: the file exists and SQLite's ``quick_check`` fails, naming what to do.
+        DamagedDatabase: the file exists and SQLite's ``quick_check`` fails, naming the repair.
     """
     if not url.startswith("sqlite:///"):
         return
@@ -144,10 +161,7 @@ def check_sqlite_file(url: str) -> None:
     except sqlite3.DatabaseError as exc:
         problem = [str(exc)]
     if problem != ["ok"]:
-        raise ValueError(
-            f"Optuna database {path} is damaged ({problem[0]}): it is left as it is. Restore it from a backup; "
-            f"to start over instead, move it aside (mv {path} {path}.damaged) and run with another --study-name "
-            "(the MLflow runs of its studies name trials the new database lacks)")
+        raise DamagedDatabase(url, problem[0])
 
 
 def postgres_driver(url: str) -> str:

@@ -19,3 +19,24 @@ def int_or_none(text: str | None) -> int | None:
         return int(text) if text is not None else None
     except ValueError:
         return None
+
+
+#: Child tag: the trial's ``Measurement.to_dict()`` as JSON (the compiler output left to the
+#: run's ``compiler_output.txt``), so ``flashtune repair`` rebuilds a trial that its Optuna
+#: database lost exactly as it was stored.
+MEASUREMENT_TAG = "measurement"
+#: MLflow's limit on a tag value (``mlflow.utils.validation.MAX_TAG_VAL_LENGTH``).
+_TAG_VALUE_MAX = 8000
+
+
+def measurement_tag(measurement: dict) -> str:
+    """The :data:`MEASUREMENT_TAG` value of a measurement dict: without the compiler output,
+    and its error clipped where the whole would not fit in a tag."""
+    import json
+
+    data = {**measurement, "compiler_output": ""}
+    text = json.dumps(data, sort_keys=True)
+    if len(text) > _TAG_VALUE_MAX:
+        data["error"] = str(data.get("error", ""))[:1000]
+        text = json.dumps(data, sort_keys=True)
+    return text

@@ -38,6 +38,7 @@ from flashtune.experiments.tracking.mlflow_db import prepare_sqlite_db
 from flashtune.experiments.tracking.shared import SharedTracking
 from flashtune.experiments.tracking.tags import (  # re-exported: the tracker's vocabulary
     DEFAULT_TAG,
+    MEASUREMENT_TAG,
     PARENT_TAG,
     ROLE_TAG,
     STATUS_TAG,
@@ -45,6 +46,7 @@ from flashtune.experiments.tracking.tags import (  # re-exported: the tracker's 
     TRIAL_TAG,
     WORKER_TAG,
     int_or_none,
+    measurement_tag,
 )
 from flashtune.experiments.tracking.ui_view import view_tag
 from flashtune.objectives.metrics import logged_metrics
@@ -451,6 +453,7 @@ class MlflowTracker(SharedTracking):
             "source": m.source,
             PARENT_TAG: self.parent_run_id,
             WORKER_TAG: f"{socket.gethostname()}:{os.getpid()}",
+            MEASUREMENT_TAG: measurement_tag(data),
         }
         if m.error:
             tags["error"] = m.error[:500]

@@ -61,7 +61,8 @@ def test_a_damaged_optuna_database_is_one_line_and_left_alone(replay_dir, stores
     cut = db.read_bytes()
     assert main(tune_args(stores, replay_dir, "--trials", "2")) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and f"Optuna database {db} is damaged" in err[0] and f"mv {db} {db}.damaged" in err[0]
+    assert len(err) == 1 and f"Optuna database {db} is damaged" in err[0]
+    assert f"`flashtune repair sqlite:///{db} --tracking-uri {stores['tracking_uri']}`" in err[0]
     assert db.read_bytes() == cut
 
 
