@@ -217,9 +217,13 @@ class PooledStrategy(Strategy):
         from the runner-up (BLOCK_M and num_warps move together), out of a one-step
         region's reach while the runner-up's neighbours keep the region full.
         """
+        return [self.pool.configs[i] for i in self.candidate_positions(steps, around)]
+
+    def candidate_positions(self, steps: int, around: int) -> np.ndarray:
+        """``candidates`` as positions into ``pool.configs`` (what a model scores in bulk)."""
         steps = steps + self._stalls if steps > 0 else 0
         best = sorted(self.observed, key=self.observed.get)[:around] if steps > 0 else []
-        return [self.pool.configs[i] for i in self.pool.open_near(best, steps)]
+        return self.pool.open_near(best, steps)
 
     def _repair(self, proposal: Config | None) -> Config:
         if proposal is None or proposal not in self.space:

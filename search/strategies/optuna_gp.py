@@ -99,5 +99,6 @@ class OptunaGP(OptunaStrategy):
         return _CandidateGPSampler(candidates=self._candidate_params, **common)
 
     def _candidate_params(self) -> list[dict[str, int]]:
-        configs = self.candidates(int(self.options["trust_steps"]), int(self.options["trust_best"]))
-        return [self._params(c) for c in configs]
+        positions = self.candidate_positions(int(self.options["trust_steps"]), int(self.options["trust_best"]))
+        names = self.space.names
+        return [dict(zip(names, row)) for row in self.pool.indices[positions].tolist()]
