@@ -57,11 +57,14 @@ class PooledStrategy(Strategy):
         restart_after: trials without a new best after which a restart design of
             ``restart_size`` configs is measured (0: never restart).
         restart_size: configs in each restart design (a Latin design of the open configs).
+        prior_patience: asks taken from the priors' order (after their best) in a row
+            without a new best, after which the priors' order is no longer followed in
+            this study (0: follow it while it agrees, however long it does not pay).
     """
 
     options_defaults: ClassVar[dict[str, Any]] = {
         "n_startup": 8, "start_center": True, "cover": True, "startup": "latin", "prior_trials": 3,
-        "restart_after": 12, "restart_size": 3,
+        "restart_after": 12, "restart_size": 3, "prior_patience": 4,
     }
 
     def __init__(self, space: SearchSpace, *, seed: int = 0, **options: Any) -> None:
@@ -70,12 +73,19 @@ class PooledStrategy(Strategy):
         check_int_option(self, "prior_trials", minimum=0)
         check_int_option(self, "restart_after", minimum=0)
         check_int_option(self, "restart_size", minimum=1)
+        check_int_option(self, "prior_patience", minimum=0)
         if self.options["startup"] not in STARTUP_DESIGNS:
             raise ValueError(f"{self.name}: startup must be one of {STARTUP_DESIGNS}, got {self.options['startup']!r}")
         self.rng = np.random.default_rng(seed)
         self.pool = CandidatePool(space)
         self.guide = PriorGuide(self.priors, self.pool.complete)
         self._guided_turn = False  # after the start, every other ask may follow the priors
+        # Guided asks not yet told, and guided asks told in a row without a new best: a
+        # source whose ranking agrees with this GPU overall can still put this GPU's best
+        # far down its list (a twin table whose objective differs: issue 21), and following
+        # it every other ask then spends half the budget on its near-ties.
+        self._guided: set[Config] = set()
+        self._guided_misses = 0
         self.observed: dict[Config, float] = {}
         # Built at the first ask: the lead (the priors' best, the center), then the start design.
         self._lead: list[Config] = []
@@ -101,8 +111,10 @@ class PooledStrategy(Strategy):
             # order while it holds up here (the design, then the model, take the rest):
             # steered by the priors, never handed over to them.
             self._guided_turn = not self._guided_turn
-            if self._guided_turn:
+            if self._guided_turn and self._priors_still_pay():
                 config = self.guide.next_open(self.pool.is_open)
+                if config is not None:
+                    self._guided.add(config)
         if config is None:
             config = self._pop_open(self._queue)
         if config is None:
@@ -121,7 +133,11 @@ class PooledStrategy(Strategy):
             return
         value = self.model_cost(measurement)
         self.guide.observe(config, cost_ms(measurement))
-        if cost_ms(measurement) < self._best:
+        improved = cost_ms(measurement) < self._best
+        if config in self._guided:
+            self._guided.discard(config)
+            self._guided_misses = 0 if improved else self._guided_misses + 1
+        if improved:
             self._best, self._since_best, self._stalls = cost_ms(measurement), 0, 0
         else:
             self._since_best += 1
@@ -137,6 +153,12 @@ class PooledStrategy(Strategy):
         return any(self.pool.is_open(c) for c in (*self._lead, *self._queue))
 
     # -- shared pieces ----------------------------------------------------------------
+
+    def _priors_still_pay(self) -> bool:
+        """Whether asks may still follow the priors' order: fewer than ``prior_patience``
+        guided asks in a row found nothing better."""
+        patience = int(self.options["prior_patience"])
+        return patience == 0 or self._guided_misses < patience
 
     def _pop_open(self, queue: list[Config]) -> Config | None:
         while queue:
