@@ -273,9 +273,11 @@ def format_table(report: dict[str, Any]) -> str:
                      + ", ".join(f"{n} {h:.2f}" for n, h in theirs))
     trivial = report.get("first_is_optimal") or []
     if trivial and report.get("priors") != "none":
-        lines.append(f"note: on {len(trivial)} of {len(workloads)} workloads every strategy's first evaluation is "
-                     f"within 2 % ({', '.join(_short(w) for w in trivial)}): the held-out priors placed the optimum "
-                     "first there, so the strategies are not being compared; see the cold run (--priors none)")
+        # First, before any figure: the table below does not compare strategies on these.
+        lines.insert(0, f"NOTE: on {len(trivial)} of {len(workloads)} workloads every strategy's first evaluation is "
+                        f"within 2 % ({', '.join(_short(w) for w in trivial)}): the held-out priors placed the "
+                        "optimum first there, so the strategies are not being compared; the cold run "
+                        "(--priors none) compares them")
     return "\n".join(lines)
 
 
