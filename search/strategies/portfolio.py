@@ -11,10 +11,14 @@ have to know in advance which landscape it is on:
   measuring it);
 - the first member runs its start design (center, covering design, Latin design) for
   all of them: the others plan their start after it and find it already measured;
-- after that, turns go by a bandit: Thompson sampling on each member's rate of new
-  bests (a success is an ask that beat the study's best), with every member kept at a
-  floor share of the turns, so one that is cold early still gets to try again and the
-  portfolio is never much worse than its best member.
+- after that, by default (``policy="lead"``) the first member asks every turn while the
+  study keeps finding new bests, and each other member gets one turn whenever the study
+  has gone ``patience`` asks without one: the lead's model is not diluted (on the
+  recorded spaces of other kernels the bandit's shared turns left the portfolio below
+  GP alone, issue 21), and priors reach the lead whole;
+- ``policy="bandit"``: Thompson sampling on each member's rate of new bests (a success
+  is an ask that beat the study's best), with every member kept at a floor share of the
+  turns, so one that is cold early still gets to try again.
 """
 
 from __future__ import annotations
