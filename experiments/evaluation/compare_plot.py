@@ -90,5 +90,7 @@ def _draw(ax, ls: Landscape, grouped, strategies: Sequence[str], colors) -> None
     ax.set_ylim(bottom=FLOOR_PCT * 0.8)
     ax.set_xlim(1, length)
     ax.set_xlabel("evaluations")
-    ax.set_ylabel(f"best so far above optimum (%; floor {FLOOR_PCT} %: at the optimum)")
+    ax.annotate(f"at the optimum (drawn at {FLOOR_PCT} %)", (1, FLOOR_PCT), xytext=(2, 1), textcoords="offset points",
+                fontsize=7, color="grey")
+    ax.set_ylabel("best so far above optimum (%)")
     ax.set_title(f"{ls.name} ({len(ls.feasible)} feasible)", fontsize=9)
