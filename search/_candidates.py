@@ -88,12 +88,12 @@ class CandidatePool:
         where = np.flatnonzero(self.open)
         return where, self.points[where]
 
-    def open_near(self, centres: Sequence[Config], steps: int) -> np.ndarray:
+    def open_near(self, centres: Sequence[Config], steps: int, *, or_all: bool = True) -> np.ndarray:
         """Positions of the open configs at most ``steps`` value steps from any of ``centres``.
 
         Steps are counted over all tunables together (one tunable one value up is one
         step), the neighbourhood a local search walks. All open configs if ``steps`` is 0
-        or none is that close (the neighbourhoods were searched out).
+        or none is that close (the neighbourhoods were searched out; ``or_all=False``: none).
         """
         where = np.flatnonzero(self.open)
         if steps <= 0 or not centres or len(where) == 0:
@@ -101,7 +101,7 @@ class CandidatePool:
         indices = self.indices[where]
         anchors = np.array([self.space.to_indices(c) for c in centres], dtype=float)
         near = (np.abs(indices[:, None, :] - anchors[None, :, :]).sum(axis=2) <= steps).any(axis=1)
-        return where[near] if near.any() else where
+        return where[near] if near.any() or not or_all else where
 
     def nearest_open(self, point: Sequence[float] | np.ndarray, rng: np.random.Generator) -> Config | None:
         """The open config closest to ``point`` (unit cube); ties broken at random.

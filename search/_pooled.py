@@ -241,11 +241,24 @@ class PooledStrategy(Strategy):
         """
         return [self.pool.configs[i] for i in self.candidate_positions(steps, around)]
 
-    def candidate_positions(self, steps: int, around: int) -> np.ndarray:
-        """``candidates`` as positions into ``pool.configs`` (what a model scores in bulk)."""
+    def candidate_positions(self, steps: int, around: int, least: int = 0) -> np.ndarray:
+        """``candidates`` as positions into ``pool.configs`` (what a model scores in bulk).
+
+        ``least``: widen the region a step at a time until it holds at least this many open
+        configs. In a space cut by restrictions (a gemm's tile sizes must divide each
+        other) most one-step neighbours are not admitted, and a region of a handful of
+        configs leaves the model no choice.
+        """
         steps = steps + self._stalls if steps > 0 else 0
         best = sorted(self.observed, key=self.observed.get)[:around] if steps > 0 else []
-        return self.pool.open_near(best, steps)
+        if not least:
+            return self.pool.open_near(best, steps)
+        widest = int(self.pool.indices.max(initial=0)) * len(self.space.names)  # every config within reach
+        near = self.pool.open_near(best, steps, or_all=False)
+        while 0 < steps < widest and len(near) < min(least, self.pool.n_open):
+            steps += 1
+            near = self.pool.open_near(best, steps, or_all=False)
+        return near if len(near) else self.pool.open_near(best, 0)
 
     def _repair(self, proposal: Config | None) -> Config:
         if proposal is None or proposal not in self.space:
