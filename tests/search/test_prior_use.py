@@ -234,3 +234,17 @@ def test_the_priors_order_is_left_after_guided_asks_stop_paying(patience: int) -
         assert len(guided) == patience  # none beat the priors' best, measured first
     else:
         assert len(guided) >= 12  # every other ask after the start, the whole study long
+
+
+def test_at_most_three_prior_trials_per_source() -> None:
+    """Six prior trials from one source are its near-ties; from two sources, each one's three best."""
+    space, priors, evaluate = _twin_priors_and_evaluate()
+    other = [dataclasses.replace(m, fingerprint="third-gpu", median_ms=1000.0 - m.median_ms) for m in priors]
+    for told, first in ((priors, 3), ([*priors, *other], 6)):
+        strategy = make_strategy("tpe", space, seed=0, prior_trials=6)
+        history = run(strategy, evaluate, max_trials=first + 1, priors=told)
+        book = PriorBook()
+        for m in told:
+            book.add(m)
+        assert [t.config for t in history.trials][:first] == book.ranked()[:first]
+        assert history.trials[first].config not in book.ranked()[:6]  # then the center, not a seventh prior
