@@ -34,10 +34,9 @@ class CandidatePool:
         self._position = {config: i for i, config in enumerate(self.configs)}
         spans = np.array([max(len(space.values(name)) - 1, 1) for name in space.names], dtype=float)
         self._spans = spans
-        # Shaped explicitly: with no feasible config, reshape(0, -1) cannot infer a width.
-        indices = np.array([space.to_indices(c) for c in self.configs], dtype=float).reshape(
-            len(self.configs), len(space.names))
-        self.points: np.ndarray = indices / spans
+        #: Each feasible config's value indices (``SearchSpace.to_indices``), one row each.
+        self.indices: np.ndarray = space.feasible_indices()
+        self.points: np.ndarray = self.indices / spans
         self.open: np.ndarray = np.ones(len(self.configs), dtype=bool)
 
     def __len__(self) -> int:
@@ -89,20 +88,20 @@ class CandidatePool:
         where = np.flatnonzero(self.open)
         return where, self.points[where]
 
-    def open_near(self, centres: Sequence[Config], steps: int) -> np.ndarray:
+    def open_near(self, centres: Sequence[Config], steps: int, *, or_all: bool = True) -> np.ndarray:
         """Positions of the open configs at most ``steps`` value steps from any of ``centres``.
 
         Steps are counted over all tunables together (one tunable one value up is one
         step), the neighbourhood a local search walks. All open configs if ``steps`` is 0
-        or none is that close (the neighbourhoods were searched out).
+        or none is that close (the neighbourhoods were searched out; ``or_all=False``: none).
         """
         where = np.flatnonzero(self.open)
         if steps <= 0 or not centres or len(where) == 0:
             return where
-        indices = np.rint(self.points[where] * self._spans)
+        indices = self.indices[where]
         anchors = np.array([self.space.to_indices(c) for c in centres], dtype=float)
         near = (np.abs(indices[:, None, :] - anchors[None, :, :]).sum(axis=2) <= steps).any(axis=1)
-        return where[near] if near.any() else where
+        return where[near] if near.any() or not or_all else where
 
     def nearest_open(self, point: Sequence[float] | np.ndarray, rng: np.random.Generator) -> Config | None:
         """The open config closest to ``point`` (unit cube); ties broken at random.
@@ -168,20 +167,33 @@ class CandidatePool:
             seen: configs measured or planned already; their values count as seen and
                 they are not picked.
         """
-        names = [n for n in self.space.names if len(self.space.values(n)) > 1]
-        wanted = {(n, v) for n in names for v in self.space.landmarks(n)}
+        names = self.space.names
+        # wanted[k, j]: value j of tunable k is a landmark not seen yet (as index arrays: a
+        # pass over 18,000 configs per pick costs milliseconds, not seconds).
+        width = max(len(self.space.values(n)) for n in names)
+        wanted = np.zeros((len(names), width), dtype=bool)
+        for k, name in enumerate(names):
+            values = self.space.values(name)
+            if len(values) > 1:
+                wanted[k, [values.index(v) for v in self.space.landmarks(name)]] = True
         taken = set(seen)
         for config in taken:
-            wanted -= {(n, config[n]) for n in names if n in config}
+            for k, name in enumerate(names):
+                if name in config and config[name] in self.space.values(name):
+                    wanted[k, self.space.values(name).index(config[name])] = False
+        blocked = np.array([self._position.get(c, -1) for c in taken], dtype=np.int64)
+        where = np.setdiff1d(np.flatnonzero(self.open), blocked)
+        rows = self.indices[where]
+        columns = np.arange(len(names))
         chosen: list[Config] = []
-        candidates = [c for c in self.open_configs() if c not in taken]
-        while wanted and candidates:
-            gains = np.array([sum((n, c[n]) in wanted for n in names) for c in candidates])
+        while wanted.any() and len(where):
+            gains = wanted[columns, rows].sum(axis=1)
             if gains.max() == 0:
                 break  # the rest are infeasible everywhere (e.g. the largest tile with the most stages)
-            pick = candidates.pop(int(rng.choice(np.flatnonzero(gains == gains.max()))))
-            wanted -= {(n, pick[n]) for n in names}
-            chosen.append(pick)
+            pick = int(rng.choice(np.flatnonzero(gains == gains.max())))
+            wanted[columns, rows[pick]] = False
+            chosen.append(self.configs[int(where[pick])])
+            where, rows = np.delete(where, pick), np.delete(rows, pick, axis=0)
         return chosen
 
     def latin_open(self, n: int, rng: np.random.Generator, *, exclude: Sequence[Config] = ()) -> list[Config]:
@@ -193,25 +205,27 @@ class CandidatePool:
         every value of every tunable is seen about equally often.
         """
         chosen: list[Config] = []
-        taken = set(exclude)
         if n <= 0:
             return chosen
+        available = self.open.copy()
+        for config in exclude:
+            i = self._position.get(config)
+            if i is not None:
+                available[i] = False
         columns = []
         for name in self.space.names:
             count = len(self.space.values(name))
             levels = np.resize(rng.permutation(count), n)  # each value once before any twice
             columns.append(rng.permutation(levels) / max(count - 1, 1))
         for point in np.array(columns).T:
-            where, points = self.open_points()
-            keep = np.array([self.configs[i] not in taken for i in where], dtype=bool)
-            if not keep.any():
+            where = np.flatnonzero(available)
+            if len(where) == 0:
                 break
-            where, points = where[keep], points[keep]
-            distance = np.sqrt(((points - point) ** 2).sum(axis=1))
+            distance = np.sqrt(((self.points[where] - point) ** 2).sum(axis=1))
             ties = np.flatnonzero(distance <= distance.min() + 1e-12)
-            config = self.configs[int(where[rng.choice(ties)])]
-            chosen.append(config)
-            taken.add(config)
+            pick = int(where[rng.choice(ties)])
+            chosen.append(self.configs[pick])
+            available[pick] = False
         return chosen
 
 

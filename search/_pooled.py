@@ -39,6 +39,13 @@ from flashtune.search.priors import PriorGuide
 from flashtune.search.space import SearchSpace
 from flashtune.search.strategy import Strategy, check_int_option, cost_ms
 
+#: At most this many of the priors' best configs per source are measured first, whatever
+#: ``prior_trials`` asks: sources take turns in the ranking, so six trials from six sources are
+#: each one's winner, while six from a single source are its near-ties, which a model placed
+#: after the first three measures better (issue 21: the portfolio's six took gemm 3090 -> 2080 Ti
+#: from 23 evaluations to 2 % with three to more than 50, median of 5 seeds).
+PRIOR_TRIALS_PER_SOURCE = 3
+
 #: Start designs after the first config: ``latin`` (every value of every tunable about
 #: equally often), ``spread`` (greedy maximin: corners first) or ``random``.
 STARTUP_DESIGNS = ("latin", "spread", "random")
@@ -53,15 +60,19 @@ class PooledStrategy(Strategy):
         cover: then measure a covering design: every choice of every unordered tunable
             and both ends of every ordered one (``CandidatePool.cover_open``).
         startup: the rest of the design, ``"latin"``, ``"spread"`` or ``"random"``.
-        prior_trials: how many of the priors' best configs to measure first.
+        prior_trials: how many of the priors' best configs to measure first (at most
+            ``PRIOR_TRIALS_PER_SOURCE`` per source of the priors).
         restart_after: trials without a new best after which a restart design of
             ``restart_size`` configs is measured (0: never restart).
         restart_size: configs in each restart design (a Latin design of the open configs).
+        prior_patience: asks taken from the priors' order (after their best) in a row
+            without a new best, after which the priors' order is no longer followed in
+            this study (0: follow it while it agrees, however long it does not pay).
     """
 
     options_defaults: ClassVar[dict[str, Any]] = {
         "n_startup": 8, "start_center": True, "cover": True, "startup": "latin", "prior_trials": 3,
-        "restart_after": 12, "restart_size": 3,
+        "restart_after": 12, "restart_size": 3, "prior_patience": 4,
     }
 
     def __init__(self, space: SearchSpace, *, seed: int = 0, **options: Any) -> None:
@@ -70,12 +81,19 @@ class PooledStrategy(Strategy):
         check_int_option(self, "prior_trials", minimum=0)
         check_int_option(self, "restart_after", minimum=0)
         check_int_option(self, "restart_size", minimum=1)
+        check_int_option(self, "prior_patience", minimum=0)
         if self.options["startup"] not in STARTUP_DESIGNS:
             raise ValueError(f"{self.name}: startup must be one of {STARTUP_DESIGNS}, got {self.options['startup']!r}")
         self.rng = np.random.default_rng(seed)
         self.pool = CandidatePool(space)
         self.guide = PriorGuide(self.priors, self.pool.complete)
         self._guided_turn = False  # after the start, every other ask may follow the priors
+        # Guided asks not yet told, and guided asks told in a row without a new best: a
+        # source whose ranking agrees with this GPU overall can still put this GPU's best
+        # far down its list (a twin table whose objective differs: issue 21), and following
+        # it every other ask then spends half the budget on its near-ties.
+        self._guided: set[Config] = set()
+        self._guided_misses = 0
         self.observed: dict[Config, float] = {}
         # Built at the first ask: the lead (the priors' best, the center), then the start design.
         self._lead: list[Config] = []
@@ -101,8 +119,10 @@ class PooledStrategy(Strategy):
             # order while it holds up here (the design, then the model, take the rest):
             # steered by the priors, never handed over to them.
             self._guided_turn = not self._guided_turn
-            if self._guided_turn:
+            if self._guided_turn and self._priors_still_pay():
                 config = self.guide.next_open(self.pool.is_open)
+                if config is not None:
+                    self._guided.add(config)
         if config is None:
             config = self._pop_open(self._queue)
         if config is None:
@@ -121,7 +141,11 @@ class PooledStrategy(Strategy):
             return
         value = self.model_cost(measurement)
         self.guide.observe(config, cost_ms(measurement))
-        if cost_ms(measurement) < self._best:
+        improved = cost_ms(measurement) < self._best
+        if config in self._guided:
+            self._guided.discard(config)
+            self._guided_misses = 0 if improved else self._guided_misses + 1
+        if improved:
             self._best, self._since_best, self._stalls = cost_ms(measurement), 0, 0
         else:
             self._since_best += 1
@@ -137,6 +161,12 @@ class PooledStrategy(Strategy):
         return any(self.pool.is_open(c) for c in (*self._lead, *self._queue))
 
     # -- shared pieces ----------------------------------------------------------------
+
+    def _priors_still_pay(self) -> bool:
+        """Whether asks may still follow the priors' order: fewer than ``prior_patience``
+        guided asks in a row found nothing better."""
+        patience = int(self.options["prior_patience"])
+        return patience == 0 or self._guided_misses < patience
 
     def _pop_open(self, queue: list[Config]) -> Config | None:
         while queue:
@@ -171,7 +201,7 @@ class PooledStrategy(Strategy):
     def _plan_start(self) -> tuple[list[Config], list[Config]]:
         """The lead (the priors' ``prior_trials`` best, then the center) and the start design."""
         ranked = [c for c in self.guide.ranking() if self.pool.is_open(c)]
-        first = ranked[: int(self.options["prior_trials"])]
+        first = ranked[: min(int(self.options["prior_trials"]), PRIOR_TRIALS_PER_SOURCE * self.priors.n_sources)]
         known = [self.pool.point(c) for c in [*self.observed, *first]]
         n_design = max(self.n_startup - len(self.observed) - len(first), 0)
         design: list[Config] = []
@@ -217,9 +247,26 @@ class PooledStrategy(Strategy):
         from the runner-up (BLOCK_M and num_warps move together), out of a one-step
         region's reach while the runner-up's neighbours keep the region full.
         """
+        return [self.pool.configs[i] for i in self.candidate_positions(steps, around)]
+
+    def candidate_positions(self, steps: int, around: int, least: int = 0) -> np.ndarray:
+        """``candidates`` as positions into ``pool.configs`` (what a model scores in bulk).
+
+        ``least``: widen the region a step at a time until it holds at least this many open
+        configs. In a space cut by restrictions (a gemm's tile sizes must divide each
+        other) most one-step neighbours are not admitted, and a region of a handful of
+        configs leaves the model no choice.
+        """
         steps = steps + self._stalls if steps > 0 else 0
         best = sorted(self.observed, key=self.observed.get)[:around] if steps > 0 else []
-        return [self.pool.configs[i] for i in self.pool.open_near(best, steps)]
+        if not least:
+            return self.pool.open_near(best, steps)
+        widest = int(self.pool.indices.max(initial=0)) * len(self.space.names)  # every config within reach
+        near = self.pool.open_near(best, steps, or_all=False)
+        while 0 < steps < widest and len(near) < min(least, self.pool.n_open):
+            steps += 1
+            near = self.pool.open_near(best, steps, or_all=False)
+        return near if len(near) else self.pool.open_near(best, 0)
 
     def _repair(self, proposal: Config | None) -> Config:
         if proposal is None or proposal not in self.space:

@@ -43,6 +43,11 @@ class PriorBook:
     def __len__(self) -> int:
         return sum(len(table) for table in self._by_source.values())
 
+    @property
+    def n_sources(self) -> int:
+        """How many sources (workload and hardware fingerprint) the priors come from."""
+        return len(self._by_source)
+
     def add(self, measurement: Measurement) -> None:
         """Keep a prior; failures are kept too (they say what not to try first)."""
         ok = measurement.ok and math.isfinite(measurement.median_ms) and measurement.median_ms > 0

@@ -19,6 +19,8 @@ import itertools
 import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
+import numpy as np
+
 from flashtune.kernels.config import Config, Value
 from flashtune.kernels.space import tunables_for
 from flashtune.objectives.feasibility import check
@@ -120,6 +122,10 @@ class SearchSpace:
                 raise ValueError(f"members: {dict(outside)} is not a config of the tunables {self._tunables}")
             self._member_set = frozenset(self._members)
         self._feasible_cache: dict[Config, bool] = {}
+        # The admitted configs, enumerated once: every strategy instance builds its pool from
+        # them (a portfolio's members, every seed of a replay comparison).
+        self._feasible: tuple[Config, ...] | None = None
+        self._feasible_indices: np.ndarray | None = None
 
     @classmethod
     def of_configs(cls, configs: Iterable[Config], constraint: Constraint | None = None) -> SearchSpace:
@@ -209,12 +215,32 @@ class SearchSpace:
             yield Config(dict(zip(names, values)))
 
     def feasible_configs(self) -> list[Config]:
-        """Every admitted config, in grid order.
+        """Every admitted config, in grid order (enumerated at the first call, then kept).
 
         Enumerated by backtracking over the parameters in declared order: a restriction
         expression is checked once every parameter it reads is set, and a partial config it
         rejects is never extended. With ``members`` only the members are looked at.
         """
+        if self._feasible is None:
+            self._feasible = tuple(self._enumerate_feasible())
+        return list(self._feasible)
+
+    def feasible_indices(self) -> np.ndarray:
+        """``to_indices`` of every admitted config, one row each in ``feasible_configs`` order
+        (computed once; read-only)."""
+        if self._feasible_indices is None:
+            configs = self.feasible_configs()
+            position = [{v: i for i, v in enumerate(self._tunables[n])} for n in self.names]
+            rows = []
+            for config in configs:
+                values = dict(config)  # one pass over the config, not a lookup per name
+                rows.append([pos[values[n]] for pos, n in zip(position, self.names)])
+            indices = np.array(rows, dtype=np.int64).reshape(len(configs), len(self.names))
+            indices.flags.writeable = False
+            self._feasible_indices = indices
+        return self._feasible_indices
+
+    def _enumerate_feasible(self) -> list[Config]:
         if self._members is not None:
             index = {name: {v: i for i, v in enumerate(vals)} for name, vals in self._tunables.items()}
             ordered = sorted(self._members, key=lambda c: tuple(index[n][c[n]] for n in self.names))

@@ -26,6 +26,7 @@ from flashtune.experiments.evaluation.compare import (
     format_table,
     init_worker,
     run_one,
+    same_run_peer,
 )
 from flashtune.experiments.evaluation.compare_plot import plot_curves
 from flashtune.experiments.evaluation.landscape import Landscape, build_landscape, group_by_workload, table_files
@@ -55,6 +56,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--out", type=Path, default=None,
                    help="folder for the curves (PNG), report.json and runs.jsonl (every run's trial costs)")
     p.add_argument("--json", type=Path, default=None, help="write the report as JSON to this file")
+    p.add_argument("--kernel-tuner", default="", metavar="STRATEGIES",
+                   help="comma-separated Kernel Tuner strategies to run in the same report, in its simulation "
+                        "mode on the Kernel Tuner cache files among --tables (needs kernel_tuner and --budget; "
+                        "default: none)")
+    p.add_argument("--kernel-tuner-seeds", type=int, default=5, help="seeds per Kernel Tuner strategy (default: 5)")
     p.set_defaults(func=run_compare)
 
 
@@ -63,6 +69,11 @@ def run_compare(args: argparse.Namespace) -> int:
         raise ValueError(f"--seeds must be >= 1, got {args.seeds}")
     if args.budget is not None and args.budget < 1:
         raise ValueError(f"--budget must be >= 1, got {args.budget}")
+    peer_strategies = [n.strip() for n in args.kernel_tuner.split(",") if n.strip()]
+    if peer_strategies and args.budget is None:
+        raise ValueError("--kernel-tuner needs --budget (Kernel Tuner's max_fevals)")
+    if args.kernel_tuner_seeds < 1:
+        raise ValueError(f"--kernel-tuner-seeds must be >= 1, got {args.kernel_tuner_seeds}")
     groups = _table_groups(args.tables)
     spec = load_spec(args.hardware)
     recorded = [build_landscape(group, spec) for group in groups]
@@ -82,6 +93,9 @@ def run_compare(args: argparse.Namespace) -> int:
         seeds=args.seeds, budget=args.budget if args.budget is not None else "feasible",
         priors=args.priors, evaluation=EVALUATION[args.priors], noise=args.noise, hardware=args.hardware, options=options,
     )
+    if peer_strategies:
+        report["kernel_tuner"] = same_run_peer(landscapes, report, peer_strategies, args.kernel_tuner_seeds,
+                                               args.budget)
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
         for path in plot_curves(landscapes, results, strategies, args.out):
@@ -189,4 +203,6 @@ def _command_line(args: argparse.Namespace, strategies: Sequence[str], landscape
         parts += ["--option", item]
     if args.hardware != "h200":
         parts += ["--hardware", args.hardware]
+    if args.kernel_tuner:
+        parts += ["--kernel-tuner", args.kernel_tuner, "--kernel-tuner-seeds", str(args.kernel_tuner_seeds)]
     return " ".join(shlex.quote(p) for p in parts)

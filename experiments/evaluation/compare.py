@@ -181,6 +181,33 @@ def aggregate(landscapes: Sequence[Landscape], results: Sequence[RunResult], str
     return report
 
 
+def same_run_peer(landscapes: Sequence[Landscape], report: dict[str, Any], strategies: Sequence[str], seeds: int,
+                  budget: int) -> dict[str, Any]:
+    """Kernel Tuner's own strategies on this report's Kernel Tuner cache files, beside ours on the same files.
+
+    Only cache files: Kernel Tuner's simulation mode replays its own cache format, not T4 (a
+    T4 space of the report is left out of both sides of this comparison). Ours on those
+    spaces (``ours_hit_rate_2pct``) is the mean over the same spaces of the share of runs
+    within 2 % in budget, as Kernel Tuner's is.
+    """
+    from flashtune.experiments.evaluation import kernel_tuner_peer
+
+    caches = {ls.name: ls.path for ls in landscapes if len(ls.paths) <= 1 and _is_cache(ls.path)}
+    peer = kernel_tuner_peer.run([caches[n] for n in caches], strategies, seeds, budget) if caches else {
+        "budget": budget, "seeds": seeds, "tolerance": TOLERANCES["evals_to_2pct"], "strategies": {}}
+    peer["spaces"] = list(caches)
+    peer["ours_hit_rate_2pct"] = {
+        name: float(np.mean([entry["workloads"][w]["evals_to_2pct"]["reached"] for w in caches])) if caches else None
+        for name, entry in report["strategies"].items()}
+    return peer
+
+
+def _is_cache(path: Any) -> bool:
+    from flashtune.objectives.kernel_tuner_files import is_kernel_tuner_file, read_json
+
+    return is_kernel_tuner_file(path) and "cache" in read_json(path)
+
+
 def first_is_optimal(report: dict[str, Any]) -> list[str]:
     """Workloads where every strategy's first evaluation is already within 2 % (median over
     seeds): there the priors, not the strategies, found the optimum, and nothing is compared."""
@@ -236,11 +263,21 @@ def format_table(report: dict[str, Any]) -> str:
     if all(h is not None for h in hits.values()):
         lines.append("hit rate (runs within 2 % of the optimum in budget): "
                      + ", ".join(f"{n} {h:.2f}" for n, h in sorted(hits.items(), key=lambda kv: -kv[1])))
+    peer = report.get("kernel_tuner")
+    if peer and peer["strategies"]:
+        ours = sorted(peer["ours_hit_rate_2pct"].items(), key=lambda kv: -kv[1])
+        theirs = sorted(((n, e["hit_rate_2pct"]) for n, e in peer["strategies"].items()), key=lambda kv: -kv[1])
+        lines.append(f"same run, on the {len(peer['spaces'])} Kernel Tuner cache file(s) only, hit rate within 2 % in "
+                     f"{peer['budget']}: ours " + ", ".join(f"{n} {h:.2f}" for n, h in ours)
+                     + f"; Kernel Tuner's ({peer['seeds']} seeds, simulation mode) "
+                     + ", ".join(f"{n} {h:.2f}" for n, h in theirs))
     trivial = report.get("first_is_optimal") or []
     if trivial and report.get("priors") != "none":
-        lines.append(f"note: on {len(trivial)} of {len(workloads)} workloads every strategy's first evaluation is "
-                     f"within 2 % ({', '.join(_short(w) for w in trivial)}): the held-out priors placed the optimum "
-                     "first there, so the strategies are not being compared; see the cold run (--priors none)")
+        # First, before any figure: the table below does not compare strategies on these.
+        lines.insert(0, f"NOTE: on {len(trivial)} of {len(workloads)} workloads every strategy's first evaluation is "
+                        f"within 2 % ({', '.join(_short(w) for w in trivial)}): the held-out priors placed the "
+                        "optimum first there, so the strategies are not being compared; the cold run "
+                        "(--priors none) compares them")
     return "\n".join(lines)
 
 

@@ -2,7 +2,10 @@
 
 One PNG per workload and one overview with every workload: for each strategy the median
 over seeds (line) and the 25-75 % band, against random search's exact expectation
-(dashed), with the 2 % and 5 % marks. Drawn with matplotlib's Agg backend (no display).
+(dashed), with the 2 % and 5 % marks and the score's budget, each labelled on the plot.
+The y axis is logarithmic with a floor (``FLOOR_PCT``): a strategy at the optimum sits on
+the floor, visibly, instead of vanishing below a symlog axis's zero. The overview has one
+legend for all its panels. Drawn with matplotlib's Agg backend (no display).
 """
 
 from __future__ import annotations
@@ -15,6 +18,9 @@ import numpy as np
 
 from flashtune.experiments.evaluation.compare import RunResult, relative_curves
 from flashtune.experiments.evaluation.landscape import Landscape
+
+#: Where a curve at the optimum is drawn (% above it): the log axis's floor.
+FLOOR_PCT = 0.1
 
 
 def plot_curves(landscapes: Sequence[Landscape], results: Sequence[RunResult], strategies: Sequence[str],
@@ -45,8 +51,9 @@ def plot_curves(landscapes: Sequence[Landscape], results: Sequence[RunResult], s
         paths.append(path)
     for j in range(len(landscapes), rows * columns):
         axes[j // columns][j % columns].set_visible(False)
-    axes[0][0].legend(fontsize=7, loc="upper right")
-    overview.tight_layout()
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    overview.legend(handles, labels, loc="lower center", ncol=min(len(labels), 8), fontsize=8, frameon=False)
+    overview.tight_layout(rect=(0, 0.06, 1, 1))
     path = out_dir / "curves.png"
     overview.savefig(path, dpi=90)
     plt.close(overview)
@@ -59,21 +66,31 @@ def _draw(ax, ls: Landscape, grouped, strategies: Sequence[str], colors) -> None
     budgets = [r.spec.budget for rs in grouped.values() for r in rs if r.spec.workload == ls.name]
     length = min(max(budgets), len(ls.random_curve)) if budgets else len(ls.random_curve)
     x = np.arange(1, length + 1)
-    ax.plot(x, (ls.random_curve[:length] / ls.optimum_ms - 1) * 100, "k--", lw=1.2, label="random (expected)")
+    def floored(pct: np.ndarray) -> np.ndarray:
+        return np.maximum(pct, FLOOR_PCT)
+
+    ax.plot(x, floored((ls.random_curve[:length] / ls.optimum_ms - 1) * 100), "k--", lw=1.2,
+            label="random (expected)")
     for name in strategies:
         runs = grouped.get((name, ls.name), [])
         if not runs:
             continue
-        curves = (relative_curves(ls, runs, length) - 1) * 100
+        curves = floored((relative_curves(ls, runs, length) - 1) * 100)
         p25, median, p75 = np.percentile(curves, [25, 50, 75], axis=0)
         ax.plot(x, median, color=colors[name], lw=1.5, label=name)
         ax.fill_between(x, p25, p75, color=colors[name], alpha=0.15, lw=0)
     for level in (2, 5):
         ax.axhline(level, color="grey", lw=0.6, ls=":")
-    ax.axvline(ls.score_budget, color="grey", lw=0.6, ls="-.")
-    ax.set_yscale("symlog", linthresh=1.0)
-    ax.set_ylim(bottom=0)
+        ax.annotate(f"{level} %", (1, level), xytext=(2, 1), textcoords="offset points", fontsize=7, color="grey")
+    if ls.score_budget <= length:
+        ax.axvline(ls.score_budget, color="grey", lw=0.6, ls="-.")
+        ax.annotate("score budget", (ls.score_budget, FLOOR_PCT), xytext=(2, 2), textcoords="offset points",
+                    fontsize=7, color="grey", rotation=90, va="bottom")
+    ax.set_yscale("log")
+    ax.set_ylim(bottom=FLOOR_PCT * 0.8)
     ax.set_xlim(1, length)
     ax.set_xlabel("evaluations")
+    ax.annotate(f"at the optimum (drawn at {FLOOR_PCT} %)", (1, FLOOR_PCT), xytext=(2, 1), textcoords="offset points",
+                fontsize=7, color="grey")
     ax.set_ylabel("best so far above optimum (%)")
     ax.set_title(f"{ls.name} ({len(ls.feasible)} feasible)", fontsize=9)

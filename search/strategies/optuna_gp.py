@@ -68,6 +68,8 @@ class OptunaGP(OptunaStrategy):
             (GPSampler's own optimiser over the box, then the pool's repair).
         trust_steps, trust_best: the candidates' trust region, as in ``skopt``; 0 steps
             scores every open config.
+        trust_least: the region widens a step at a time until it holds this many open
+            configs (0: never widened for its size).
     """
 
     name = "gp"
@@ -77,6 +79,7 @@ class OptunaGP(OptunaStrategy):
         "acquisition": "candidates",
         "trust_steps": 1,
         "trust_best": 3,
+        "trust_least": 0,
     }
 
     def __init__(self, space: SearchSpace, *, seed: int = 0, **options: Any) -> None:
@@ -86,6 +89,7 @@ class OptunaGP(OptunaStrategy):
         super().__init__(space, seed=seed, **options)
         check_int_option(self, "trust_steps", minimum=0)
         check_int_option(self, "trust_best", minimum=1)
+        check_int_option(self, "trust_least", minimum=0)
 
     def _make_sampler(self, seed: int) -> BaseSampler:
         common = {
@@ -99,5 +103,7 @@ class OptunaGP(OptunaStrategy):
         return _CandidateGPSampler(candidates=self._candidate_params, **common)
 
     def _candidate_params(self) -> list[dict[str, int]]:
-        configs = self.candidates(int(self.options["trust_steps"]), int(self.options["trust_best"]))
-        return [self._params(c) for c in configs]
+        positions = self.candidate_positions(int(self.options["trust_steps"]), int(self.options["trust_best"]),
+                                             int(self.options["trust_least"]))
+        names = self.space.names
+        return [dict(zip(names, row)) for row in self.pool.indices[positions].tolist()]

@@ -122,3 +122,22 @@ def test_ordered_and_unordered_tunables() -> None:
     assert space.is_ordered("a") and space.is_ordered("b")
     assert not space.is_ordered("mode") and not space.is_ordered("flag")
     assert space.landmarks("a") == (1, 4) and space.landmarks("mode") == ("x", "y")
+
+
+def test_a_trust_region_widens_until_it_holds_the_least_asked_for() -> None:
+    from flashtune.objectives.types import Measurement, Status
+    from flashtune.search import SearchSpace, make_strategy
+
+    # Even sums only: no one-step neighbour of an admitted config is admitted.
+    space = SearchSpace({"a": list(range(9)), "b": list(range(9))}, restrictions=["(a + b) % 2 == 0"])
+    gp = make_strategy("gp", space, seed=0, trust_least=12)
+    for a, b in ((4, 4), (2, 2), (6, 6)):
+        config = Config(a=a, b=b)
+        gp.tell(config, Measurement(config, None, Status.OK, median_ms=1.0 + a))
+    best = [Config(a=a, b=b) for a, b in ((4, 4), (2, 2), (6, 6))]
+    near = gp.candidate_positions(1, 3, 12)
+    assert len(gp.pool.open_near(best, 1, or_all=False)) == 0
+    steps = next(s for s in range(1, 9) if len(gp.pool.open_near(best, s, or_all=False)) >= 12)
+    assert steps > 1 and len(near) >= 12 and list(near) == list(gp.pool.open_near(best, steps))
+    assert len(near) < gp.pool.n_open  # widened as far as needed, not to the whole space
+    assert list(gp.candidate_positions(1, 3)) == list(gp.pool.open_near(best, 1))  # least 0: as before

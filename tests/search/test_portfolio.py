@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 from needles import WORKLOAD, bowl  # tests/search is on sys.path (no __init__.py)
 
@@ -13,7 +15,7 @@ MODEL_BASED = ["ga", "gp", "skopt", "tpe"]
 
 
 def test_every_member_is_told_every_measurement(needle_space, needle_evaluate) -> None:
-    portfolio = make_strategy("portfolio", needle_space, seed=0, members="tpe,ga,random")
+    portfolio = make_strategy("portfolio", needle_space, seed=0, members="tpe,ga,random", policy="bandit")
     history = run(portfolio, needle_evaluate, max_trials=24)
     measured = {t.config for t in history.trials}
     assert len(measured) == 24
@@ -42,7 +44,7 @@ def test_round_robin_takes_turns_after_the_start(needle_space, needle_evaluate) 
 
 
 def test_the_bandit_keeps_every_member_above_its_floor(needle_space, needle_evaluate) -> None:
-    portfolio = make_strategy("portfolio", needle_space, seed=2, members="tpe,ga,random", floor=0.6)
+    portfolio = make_strategy("portfolio", needle_space, seed=2, members="tpe,ga,random", policy="bandit", floor=0.6)
     run(portfolio, needle_evaluate, max_trials=60)
     assert portfolio.plays.sum() == 60 - portfolio.members[0].n_startup
     assert (portfolio.plays >= 0.6 / 3 * portfolio.plays.sum() - 1).all()
@@ -126,3 +128,32 @@ def test_the_trust_region_widens_with_each_restart() -> None:
     run(strategy, evaluate, max_trials=26, history=history)
     stalls = strategy._stalls  # the rule's own count
     assert stalls >= 3 and reach(strategy) == 1 + stalls
+
+
+def _flat_space_and_evaluate() -> tuple[SearchSpace, Callable[[Config], Measurement]]:
+    """Every config 1 ms: after the first trial nothing is a new best (the study stalls)."""
+    space = SearchSpace({"a": list(range(8)), "b": list(range(8))})
+    return space, lambda config: Measurement(config, None, Status.OK, median_ms=1.0)
+
+
+def test_the_lead_asks_until_the_study_stalls_then_each_other_member_once() -> None:
+    space, evaluate = _flat_space_and_evaluate()
+    portfolio = make_strategy("portfolio", space, seed=0, members="tpe,random", policy="lead", patience=3)
+    answered: list[list[int]] = []
+    run(portfolio, evaluate, max_trials=24, callbacks=[lambda trial, trials: answered.append(portfolio.turns.tolist())])
+    start = portfolio.members[0].n_startup
+    # After the start design the study has gone start - 1 trials without a new best: random's
+    # turn comes at once, then again every 3 asks (its own turn counts: it found nothing either).
+    random_turns = [n for n, (before, after) in enumerate(zip([[0, 0], *answered], answered), 1)
+                    if after[1] > before[1]]
+    assert random_turns == list(range(start + 1, 25, 3))
+    assert portfolio.turns.sum() == 24
+
+
+def test_the_lead_keeps_every_turn_while_it_finds_new_bests() -> None:
+    space = SearchSpace({"a": list(range(40))})
+    # Each new config is faster than every one before it: the study never stalls.
+    clock = iter(range(1000, 0, -1))
+    portfolio = make_strategy("portfolio", space, seed=0, members="tpe,random", policy="lead", patience=2)
+    run(portfolio, lambda config: Measurement(config, None, Status.OK, median_ms=float(next(clock))), max_trials=30)
+    assert portfolio.turns.tolist() == [30, 0]

@@ -197,3 +197,54 @@ def test_a_prior_told_as_a_trial_is_a_trial(needle_space, needle_measurements) -
     strategy.tell(ok[0].config, dataclasses.replace(ok[0], source="prior"))
     asked = [strategy.ask() for _ in range(5)]
     assert ok[0].config not in asked, "a told config is measured: asking it again would repeat a trial"
+
+
+def _twin_priors_and_evaluate() -> tuple:
+    """A 12 x 12 space whose priors rank it exactly as the target does (agreement 1.0), told
+    from another GPU: after the priors' best, each guided ask is a near-tie that cannot beat it."""
+    from flashtune.search import SearchSpace
+
+    space = SearchSpace({"a": list(range(12)), "b": list(range(12))})
+
+    def time_ms(config: Config) -> float:
+        return 1.0 + config["a"] + 0.5 * config["b"]
+
+    priors = [Measurement(Config(a=a, b=b), None, Status.OK, median_ms=2 * time_ms(Config(a=a, b=b)),
+                          source="prior", fingerprint="other-gpu") for a in range(12) for b in range(12)]
+    return space, priors, lambda config: Measurement(config, None, Status.OK, median_ms=time_ms(config))
+
+
+@pytest.mark.parametrize("patience", [0, 4])
+def test_the_priors_order_is_left_after_guided_asks_stop_paying(patience: int) -> None:
+    space, priors, evaluate = _twin_priors_and_evaluate()
+    strategy = make_strategy("tpe", space, seed=0, prior_patience=patience)
+    guided: list[Config] = []
+    next_open = strategy.guide.next_open
+
+    def recording(is_open):  # the guide itself, its answers noted
+        config = next_open(is_open)
+        if config is not None:
+            guided.append(config)
+        return config
+
+    strategy.guide.next_open = recording
+    run(strategy, evaluate, max_trials=40, priors=priors)
+    assert strategy.guide.trusted  # the priors agree here: only the patience rule stops them
+    if patience:
+        assert len(guided) == patience  # none beat the priors' best, measured first
+    else:
+        assert len(guided) >= 12  # every other ask after the start, the whole study long
+
+
+def test_at_most_three_prior_trials_per_source() -> None:
+    """Six prior trials from one source are its near-ties; from two sources, each one's three best."""
+    space, priors, evaluate = _twin_priors_and_evaluate()
+    other = [dataclasses.replace(m, fingerprint="third-gpu", median_ms=1000.0 - m.median_ms) for m in priors]
+    for told, first in ((priors, 3), ([*priors, *other], 6)):
+        strategy = make_strategy("tpe", space, seed=0, prior_trials=6)
+        history = run(strategy, evaluate, max_trials=first + 1, priors=told)
+        book = PriorBook()
+        for m in told:
+            book.add(m)
+        assert [t.config for t in history.trials][:first] == book.ranked()[:first]
+        assert history.trials[first].config not in book.ranked()[:6]  # then the center, not a seventh prior

@@ -94,3 +94,24 @@ def test_a_bad_cache_file_is_one_line_naming_file_and_problem(case, tmp_path, ca
     err = capsys.readouterr().err.strip()
     assert rc != 0
     assert len(err.splitlines()) == 1 and str(path) in err and problem in err
+
+
+def test_a_strategy_at_the_optimum_is_drawn_on_the_log_axis_floor() -> None:
+    """Curves at 0 % used to vanish below a symlog axis: they sit on a labelled floor now."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from flashtune.experiments.evaluation.compare import RunResult, RunSpec
+    from flashtune.experiments.evaluation.compare_plot import FLOOR_PCT, _draw
+
+    ls = build_landscape(PNPOLY, load_spec("h200"))
+    at_optimum = RunResult(RunSpec("lucky", (), ls.name, 0, 10), (ls.optimum_ms,) * 10, 0.0)
+    figure, ax = plt.subplots()
+    _draw(ax, ls, {("lucky", ls.name): [at_optimum]}, ["lucky"], {"lucky": "C0"})
+    line = next(line for line in ax.get_lines() if line.get_label() == "lucky")
+    assert ax.get_yscale() == "log" and list(line.get_ydata()) == [FLOOR_PCT] * 10
+    assert ax.get_ylim()[0] < FLOOR_PCT
+    assert {t.get_text() for t in ax.texts} >= {"2 %", "5 %"}
+    plt.close(figure)

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
 pytest.importorskip("kernel_tuner")
 
+from flashtune.experiments.cli.main import main
 from flashtune.experiments.evaluation.kernel_tuner_peer import evals_to_within, run
 from flashtune.objectives.kernel_tuner_files import load_kernel_tuner
 
@@ -30,3 +32,26 @@ def test_peer_report_has_a_hit_rate_per_strategy() -> None:
     entry = report["strategies"]["random_sample"]
     assert 0.0 <= entry["hit_rate_2pct"] <= 1.0
     assert len(entry["spaces"]["pnpoly_RTX_3090"]["evals_to_2pct"]) == 2
+
+
+def test_compare_reports_kernel_tuner_beside_ours_on_the_cache_files_only(tmp_path, capsys) -> None:
+    t4 = PNPOLY.with_name("pnpoly_RTX_3090_T4.json.gz")  # Kernel Tuner's simulation mode reads no T4
+    report_path = tmp_path / "report.json"
+    rc = main(["compare", "--tables", str(PNPOLY), str(t4), "--seeds", "2", "--budget", "8", "--strategies", "random",
+               "--priors", "none", "--jobs", "1", "--kernel-tuner", "random_sample", "--kernel-tuner-seeds", "2",
+               "--json", str(report_path)])
+    assert rc == 0
+    report = json.loads(report_path.read_text())
+    peer = report["kernel_tuner"]
+    assert peer["spaces"] == ["pnpoly_RTX_3090"]
+    assert peer["ours_hit_rate_2pct"]["random"] == report["strategies"]["random"]["workloads"]["pnpoly_RTX_3090"][
+        "evals_to_2pct"]["reached"]
+    assert len(peer["strategies"]["random_sample"]["spaces"]["pnpoly_RTX_3090"]["evals_to_2pct"]) == 2
+    assert "--kernel-tuner random_sample" in report["command"]
+    assert "Kernel Tuner's (2 seeds, simulation mode) random_sample" in capsys.readouterr().out
+
+
+def test_compare_asks_for_a_budget_before_running_kernel_tuner(capsys) -> None:
+    assert main(["compare", "--tables", str(PNPOLY), "--seeds", "1", "--strategies", "random",
+                 "--kernel-tuner", "random_sample"]) != 0
+    assert "--kernel-tuner needs --budget" in capsys.readouterr().err
