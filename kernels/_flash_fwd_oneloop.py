@@ -30,13 +30,7 @@ import triton
 import triton.language as tl
 
 from flashtune.kernels._flash_fwd import key_ranges, normalize, tile_coords
-
-#: The warp-specialized loop at 4 warps runs 12 warps of 168 registers (compiled for sm90,
-#: objectives/aot.py): the whole register file, one program an SM. At BLOCK_M 64 that
-#: leaves 64 query rows an SM where the unspecialized kernel runs 4 programs (124
-#: registers, 4 warps: 256 rows), which is why the specialized 64-row tiles ran at about
-#: half the lean kernel's speed (BENCHMARKS.md); tiles below this many rows run unspecialized.
-SPECIALIZED_MIN_BLOCK_M = 128
+from flashtune.kernels.space import SPECIALIZED_MIN_BLOCK_M
 
 
 def specializes(block_m: int, flat: bool) -> bool:

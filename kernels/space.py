@@ -76,6 +76,14 @@ GLUON_LOADS: tuple[str, ...] = _loads_served_by("gluon")
 #: (variants ``lean`` and ``oneloop``) and the Gluon kernel's.
 LEAN_LOADS: tuple[str, ...] = _loads_served_by("lean", "oneloop", "gluon")
 
+#: The warp-specialized loop at 4 warps runs 12 warps of 168 registers (compiled for sm90,
+#: objectives/aot.py): the whole register file, one program an SM. At BLOCK_M 64 that
+#: leaves 64 query rows an SM where the unspecialized kernel runs 4 programs (124
+#: registers, 4 warps: 256 rows), which is why the specialized 64-row tiles ran at about
+#: half the lean kernel's speed (BENCHMARKS.md); tiles below this many rows run unspecialized.
+#: (kernels/_flash_fwd_oneloop.py's ``specializes``; the resource model's rules read it too).
+SPECIALIZED_MIN_BLOCK_M = 128
+
 #: A config that compiles and fits every GPU flashtune knows at every head dim
 #: (about 50 KB of shared memory at head_dim 256); slow but safe.
 SAFE_DEFAULT = Config(BLOCK_M=64, BLOCK_N=32, num_warps=4, num_stages=2, loads="pointer", use_fp8=False,

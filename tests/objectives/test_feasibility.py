@@ -176,3 +176,14 @@ def test_fp8_warp_specialized_persistent_configs_are_a_known_failure():
     assert not verdict.feasible and "tensormap_create" in verdict.reason
     assert check(bad.replace(use_fp8=False), w, h200).feasible
     assert check(bad.replace(grid="tiles"), w, h200).feasible
+
+
+def test_the_one_loop_kernels_deeper_rings_at_128_rows_are_a_known_failure():
+    """Seen on the H200 (2026-12-02): non-finite outputs with 3 and 4 stages on 8192 keys."""
+    h200 = known_specs()["h200"]
+    w = Workload(1, 8, 8, 8192, 8192, 128, "bfloat16", False)
+    ring = Config(BLOCK_M=128, BLOCK_N=64, num_warps=4, num_stages=3, loads="lean_ws_oneloop")
+    verdict = check(ring, w, h200)
+    assert not verdict.feasible and "non-finite" in verdict.reason
+    assert check(ring.replace(num_stages=2), w, h200).feasible
+    assert check(ring.replace(BLOCK_M=64), w, h200).feasible  # unspecialized: not measured so, not refused
