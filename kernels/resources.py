@@ -16,6 +16,11 @@ tiles (fitted to the H200 decode sweep, experiments/data/h200_decode).
 Registers: the fp32 accumulator (BLOCK_M x HEAD_DIM), the fp32 score tile
 (BLOCK_M x BLOCK_N) and Q (BLOCK_M x HEAD_DIM, 16-bit) spread over the program's
 threads. Past 255 per thread the compiler spills, which is legal but slow.
+
+What a config launches (its variant, its switches, its compile options) is read from its
+plan (kernels/launch_plan.py), not from knob values again: the Gluon kernel's consumer
+groups are its ``NUM_GROUPS``, the lean overlap its ``OVERLAP``. Rules measured on one
+``loads`` value name that value in their messages.
 """
 
 from __future__ import annotations
