@@ -435,8 +435,8 @@ class BoundDecode:
         # the options name every constexpr, so a knob's new one is taken too).
         self.split_consts = tuple(self.split_options[n] for n in decode_split_kernel.arg_names
                                   if n in self.split_options)
-        names = decode_combine_kernel.arg_names
-        self.combine_consts = tuple(self.combine_options[n] for n in names[len(names) - 3:])
+        self.combine_consts = tuple(self.combine_options[n] for n in decode_combine_kernel.arg_names
+                                    if n in self.combine_options)
         out_strides = (q_heads * q_len * head_dim, q_len * head_dim, head_dim)
         # The split kernel's arguments in split_arguments' order, the fixed runs built once:
         # q's strides; out's strides and the head counts (between v's strides and kv_cap);

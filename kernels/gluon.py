@@ -5,6 +5,11 @@ A :class:`GluonVariant` is the kernel's part of a config: the program's query ro
 ``"gluon_pingpong"``: two, each ``BLOCK_M // 2`` rows, free-running; ``"gluon_pingpong_ordered"``:
 two whose GEMMs take turns), the key block, the warps of a
 consumer group and the depth of the K/V ring.
+
+The config's part comes from its plan (kernels/launch_plan.py): what the launcher derives
+from the fields (``M_TILE``, ``LONGEST_FIRST``, the ring's ``NUM_STAGES``) it computes, and
+every other constexpr of the plan the kernel declares, and every other compile option, it
+passes as the plan has it, so a knob declared since reaches the kernel with no edit here.
 """
 
 from __future__ import annotations
@@ -43,6 +48,12 @@ class GluonVariant:
     #: Two groups' GEMMs take turns (FA3's warp-scheduler barrier); without it they run free.
     ordered: bool = False
     longest_first: bool = False
+    #: Constexprs of the config the fields above do not name that the kernel declares (knobs
+    #: declared since, in kernels/knobs.py), passed to it as they are.
+    extra: tuple[tuple[str, Value], ...] = ()
+    #: Compile options of the config beyond ``num_warps`` and ``num_stages`` (``maxnreg``, ...),
+    #: passed to Triton as they are.
+    options: tuple[tuple[str, Value], ...] = ()
 
     def __post_init__(self) -> None:
         if self.groups not in (1, 2):
@@ -64,16 +75,28 @@ class GluonVariant:
         return " ".join(parts + (["longest"] if self.longest_first else []))
 
 
+#: The plan's constexprs (``launch_plan``) the Gluon variant takes, as GluonVariant fields.
+_GLUON_FIELDS = {"BLOCK_M": "BLOCK_M", "BLOCK_N": "BLOCK_N", "NUM_GROUPS": "groups", "ORDERED": "ordered",
+                 "BH_MAJOR": "longest_first"}
+#: The plan's compile options the fields name (the ring's depth is the kernel's NUM_STAGES:
+#: Gluon pipelines by hand).
+_GLUON_OPTIONS = ("num_warps", "num_stages")
+#: Every argument the kernel declares: of the plan's other constexprs it takes those (the
+#: plan's FP8 and PERSISTENT are refused before launch: resources.known_failure).
+_DECLARED = frozenset(gluon_attention_kernel.arg_names)
+
+
 def gluon_variant_for(config: Mapping[str, Value]) -> GluonVariant:
     """The Gluon kernel's variant for a config whose plan (``launch_plan``) picks it."""
     plan = launch_plan(config)
     if plan.variant != "gluon":
         raise ValueError(f"config {dict(config)}: variant {plan.variant!r} is not the Gluon kernel's")
-    consts = plan.constexprs
-    return GluonVariant(BLOCK_M=int(consts["BLOCK_M"]), BLOCK_N=int(consts["BLOCK_N"]),
-                        num_warps=int(plan.options["num_warps"]), num_stages=int(plan.options["num_stages"]),
-                        groups=int(consts["NUM_GROUPS"]), ordered=bool(consts["ORDERED"]),
-                        longest_first=bool(consts["BH_MAJOR"]))
+    fields = {field: plan.constexprs[name] for name, field in _GLUON_FIELDS.items()}
+    extra = tuple((name, value) for name, value in plan.constexprs.items()
+                  if name not in _GLUON_FIELDS and name in _DECLARED)
+    options = tuple((name, value) for name, value in plan.options.items() if name not in _GLUON_OPTIONS)
+    return GluonVariant(**fields, num_warps=int(plan.options["num_warps"]), num_stages=int(plan.options["num_stages"]),
+                        extra=extra, options=options)
 
 
 def flat(t: torch.Tensor) -> bool:
@@ -91,6 +114,18 @@ def _flat_descriptor(t: torch.Tensor, block: list[int]) -> Any:
     element = {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16}[t.dtype]
     layout = gl.NVMMASharedLayout.get_default_for(block, element)
     return TensorDescriptor(t, [batch * heads * length, head_dim], [head_dim, 1], block, layout)
+
+
+def launch_options(variant: GluonVariant, *, head_dim: int, causal: bool, q_len: int, kv_len: int) -> dict[str, Any]:
+    """The kernel's constexprs and compile options for ``variant`` and a call's shape (one place:
+    the launch, and the tests that read what a config would launch with on a CPU)."""
+    return dict(
+        HEAD_DIM=head_dim, M_TILE=variant.m_tile, BLOCK_N=variant.BLOCK_N, NUM_STAGES=variant.num_stages,
+        NUM_GROUPS=variant.groups, ORDERED=variant.ordered, IS_CAUSAL=causal,
+        LONGEST_FIRST=causal and variant.longest_first, MASK=causal or kv_len % variant.BLOCK_N != 0,
+        EMPTY_ROWS=causal and q_len > kv_len, EVEN_M=q_len % variant.BLOCK_M == 0, CONSUMER_REGS=CONSUMER_REGS,
+        PRODUCER_REGS=PRODUCER_REGS, num_warps=variant.num_warps, **dict(variant.extra), **dict(variant.options),
+    )
 
 
 def launch_gluon(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, *, causal: bool,
@@ -124,13 +159,7 @@ def launch_gluon(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.T
     kd, vd = _flat_descriptor(k, [bn, head_dim]), _flat_descriptor(v, [bn, head_dim])
     grid = (triton.cdiv(q_len, variant.BLOCK_M), batch * q_heads)
     args = (qd, kd, vd, od, out, q_heads, kv_heads, q_len, kv_len, scale * LOG2_E)
-    options = dict(
-        HEAD_DIM=head_dim, M_TILE=m_tile, BLOCK_N=bn, NUM_STAGES=variant.num_stages, NUM_GROUPS=variant.groups, ORDERED=variant.ordered,
-        IS_CAUSAL=causal, LONGEST_FIRST=causal and variant.longest_first,
-        MASK=causal or kv_len % bn != 0, EMPTY_ROWS=causal and q_len > kv_len,
-        EVEN_M=q_len % variant.BLOCK_M == 0, CONSUMER_REGS=CONSUMER_REGS, PRODUCER_REGS=PRODUCER_REGS,
-        num_warps=variant.num_warps,
-    )
+    options = launch_options(variant, head_dim=head_dim, causal=causal, q_len=q_len, kv_len=kv_len)
     if warmup:
         return gluon_attention_kernel.warmup(*args, grid=grid, **options)
     return gluon_attention_kernel[grid](*args, **options)

@@ -18,9 +18,8 @@ from flashtune.kernels._flash_fwd_lean import lean_attention_kernel
 from flashtune.kernels._flash_fwd_oneloop import one_loop_attention_kernel, specializes
 from flashtune.kernels.config import Value
 from flashtune.kernels.launch_plan import launch_plan
-from flashtune.kernels.launch_support import device_sm_count, use_descriptor_scratch
+from flashtune.kernels.launch_support import LOG2_E, device_sm_count, use_descriptor_scratch
 
-LOG2_E = 1.4426950408889634
 DESC_MODES = ("head", "flat", "rank4")
 #: The descriptor layout the op's lean path uses where the inputs allow it (flat needs
 #: (batch, heads, len) contiguous, made once on the host) ...
@@ -62,6 +61,9 @@ class LeanVariant:
     #: kernels/knobs.py), passed to the kernel as they are: its JIT function refuses one it
     #: does not declare.
     extra: tuple[tuple[str, Value], ...] = ()
+    #: Compile options of the config beyond ``num_warps`` and ``num_stages`` (a knob declared
+    #: since: ``maxnreg``, ...), passed to Triton as they are.
+    options: tuple[tuple[str, Value], ...] = ()
 
     def __post_init__(self) -> None:
         if self.desc not in DESC_MODES:
@@ -88,6 +90,8 @@ class LeanVariant:
 #: The config's constexprs (``launch_plan``) each lean variant takes, as LeanVariant fields.
 _LEAN_FIELDS = {"BLOCK_M": "BLOCK_M", "BLOCK_N": "BLOCK_N", "WARP_SPECIALIZE": "warp_specialize",
                 "OVERLAP": "overlap", "PERSISTENT": "persistent", "BH_MAJOR": "bh_major"}
+#: The plan's compile options LeanVariant names as fields (the label shows them).
+_LEAN_OPTIONS = ("num_warps", "num_stages")
 #: The variants of ``launch_plan`` this launcher runs, and whether each is the one-loop kernel.
 LEAN_VARIANTS = {"lean": False, "oneloop": True}
 
@@ -111,8 +115,10 @@ def variant_for(config: Mapping[str, Value], *tensors: torch.Tensor) -> LeanVari
     if desc == "flat" and not all(flat_compatible(t) for t in tensors):
         desc = FALLBACK_DESC
     switches = {field: plan.constexprs[name] for name, field in _LEAN_FIELDS.items() if name in plan.constexprs}
-    return LeanVariant(**switches, **plan.options, desc=desc, host_desc=desc != "head", q_desc=True,
-                       one_loop=LEAN_VARIANTS[plan.variant], extra=extra)
+    named = {name: plan.options[name] for name in _LEAN_OPTIONS}
+    options = tuple((name, value) for name, value in plan.options.items() if name not in _LEAN_OPTIONS)
+    return LeanVariant(**switches, **named, desc=desc, host_desc=desc != "head", q_desc=True,
+                       one_loop=LEAN_VARIANTS[plan.variant], extra=extra, options=options)
 
 
 def flat_compatible(t: torch.Tensor) -> bool:
@@ -201,6 +207,7 @@ def launch_lean(
         SCALE_EARLY=variant.scale_early, LAZY_RESCALE=variant.lazy_rescale, OVERLAP=variant.overlap,
         WARP_SPECIALIZE=variant.warp_specialize, FP8=fp8, PERSISTENT=variant.persistent,
         BH_MAJOR=variant.bh_major, num_warps=variant.num_warps, num_stages=variant.num_stages, **dict(variant.extra),
+        **dict(variant.options),
     )
     if warmup:
         return lean_attention_kernel.warmup(*args, grid=grid, **options)
@@ -226,7 +233,8 @@ def _launch_one_loop(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: tor
                    WARP_SPECIALIZE=variant.warp_specialize and specializes(variant.BLOCK_M, flat), FP8=fp8, BH_MAJOR=variant.bh_major,
                    FLAT=flat, EVEN_M=q_len % variant.BLOCK_M == 0,
                    MASK=bool(causal) or kv_len % variant.BLOCK_N != 0, EMPTY_ROWS=bool(causal) and q_len > kv_len,
-                   num_warps=variant.num_warps, num_stages=variant.num_stages, **dict(variant.extra))
+                   num_warps=variant.num_warps, num_stages=variant.num_stages, **dict(variant.extra),
+                   **dict(variant.options))
     if warmup:
         return one_loop_attention_kernel.warmup(*args, grid=grid, **options)
     return one_loop_attention_kernel[grid](*args, **options)

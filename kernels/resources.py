@@ -16,6 +16,11 @@ tiles (fitted to the H200 decode sweep, experiments/data/h200_decode).
 Registers: the fp32 accumulator (BLOCK_M x HEAD_DIM), the fp32 score tile
 (BLOCK_M x BLOCK_N) and Q (BLOCK_M x HEAD_DIM, 16-bit) spread over the program's
 threads. Past 255 per thread the compiler spills, which is legal but slow.
+
+What a config launches (its variant, its switches, its compile options) is read from its
+plan (kernels/launch_plan.py), not from knob values again: the Gluon kernel's consumer
+groups are its ``NUM_GROUPS``, the lean overlap its ``OVERLAP``. Rules measured on one
+``loads`` value name that value in their messages.
 """
 
 from __future__ import annotations
@@ -23,14 +28,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from flashtune.kernels.config import Value
-from flashtune.kernels.space import (
-    DECODE_MIN_BLOCK_H,
-    GLUON_LOADS,
-    LEAN_LOADS,
-    SPECIALIZED_MIN_BLOCK_M,
-    kernel_of,
-    setting,
-)
+from flashtune.kernels.launch_plan import LaunchPlan, launch_plan
+from flashtune.kernels.space import DECODE_MIN_BLOCK_H, SPECIALIZED_MIN_BLOCK_M, kernel_of, setting
+
+#: The plan's variants that read Q, K, V and O through host-made descriptors (the lean
+#: launcher's and the Gluon kernel's).
+_HOST_DESCRIPTOR_VARIANTS = ("lean", "oneloop", "gluon")
 
 MAX_REGISTERS_PER_THREAD = 255
 # Registers beyond the tiles: indices, pointers, softmax state, loop bookkeeping.
@@ -60,26 +63,28 @@ def shared_memory_bytes(
 
     ``block_h``: the decode kernel's query-tile rows for the workload (ignored by prefill).
     """
-    if setting(config, "use_fp8"):
+    plan = launch_plan(config)
+    if _fp8(plan):
         dtype_bytes = 1
-    block_m, block_n = query_rows(config, block_h), int(config["BLOCK_N"])
-    stages = max(int(config["num_stages"]), 1)
-    if setting(config, "loads") == "tma_ws" and int(config["num_warps"]) == 4 and not uses_wgmma(config, compute_capability):
+    block_m, block_n = query_rows(config, block_h), int(plan.constexprs["BLOCK_N"])
+    stages = max(int(plan.options["num_stages"]), 1)
+    warps = int(plan.options["num_warps"])
+    if _tma_ws(plan) and warps == 4 and not uses_wgmma(config, compute_capability):
         # Measured on the H200 (Triton 3.6): this loop is not pipelined, its shared memory is
         # the one-stage figure whatever num_stages says.
         stages = 1
     kv_tile = 2 * block_n * head_dim * dtype_bytes
     q_tile = block_m * head_dim * dtype_bytes
     extra = 0
-    if setting(config, "loads") in LEAN_LOADS:
+    if plan.variant in _HOST_DESCRIPTOR_VARIANTS:
         # Measured on the H200 (bench_prefill, 2026-12-01): the lean kernel's persistent
         # loop stages O for its descriptor store in a buffer of its own (tiles reuse the
         # pipeline's), and lean_overlap keeps one more K tile in flight.
-        if setting(config, "grid") == "persistent":
+        if plan.constexprs["PERSISTENT"]:
             extra += block_m * head_dim * dtype_bytes
-        if setting(config, "loads") == "lean_overlap":
+        if plan.constexprs.get("OVERLAP", False):
             extra += block_n * head_dim * dtype_bytes
-    if (setting(config, "loads") == "lean_ws_oneloop" and int(config["num_warps"]) == 4
+    if (plan.variant == "oneloop" and plan.constexprs["WARP_SPECIALIZE"] and warps == 4
             and uses_wgmma(config, compute_capability, block_h)):
         # Compiled for sm90 (objectives/aot.py, Triton 3.6, 2026-12-01: bf16 and fp8, head
         # dims 64-256, BLOCK_M 64-256, 1-5 stages; exact on each): the warp-specialized loop
@@ -87,7 +92,7 @@ def shared_memory_bytes(
         # whatever the dtype, and its mbarriers (392-536 bytes seen; 1 KB counted). At 8
         # warps, and at BLOCK_M 32 (no wgmma), the plain figure held or over-predicted.
         extra += max(block_m, 128) * head_dim * 2 + 1024
-    if setting(config, "loads") in GLUON_LOADS:
+    if plan.variant == "gluon":
         # Compiled for sm90 (objectives/aot.py, Triton 3.6, 2026-12-02: head dims 64-256, one
         # and two consumer groups, 1-4 stages): exactly Q (every group's rows, reused for the
         # output's TMA store) plus num_stages K and V buffers, plus 252-360 bytes of mbarriers
@@ -105,19 +110,20 @@ def shared_memory_bytes(
 def registers_per_thread(config: Mapping[str, Value], *, head_dim: int, dtype_bytes: int = 2,
                          block_h: int = DECODE_MIN_BLOCK_H) -> int:
     """Predicted 32-bit registers per thread (before the compiler's cap)."""
-    if setting(config, "use_fp8"):
+    plan = launch_plan(config)
+    if _fp8(plan):
         dtype_bytes = 1
-    block_m, block_n = query_rows(config, block_h), int(config["BLOCK_N"])
-    threads = 32 * int(config["num_warps"])
-    if setting(config, "loads") in GLUON_LOADS and setting(config, "loads") != "gluon_ws":
-        # Each of two consumer warpgroups holds half the rows; the producer's warp holds 24.
-        block_m //= 2
+    block_m, block_n = query_rows(config, block_h), int(plan.constexprs["BLOCK_N"])
+    threads = 32 * int(plan.options["num_warps"])
+    if plan.variant == "gluon":
+        # Each consumer warpgroup holds its share of the rows; the producer's warp holds 24.
+        block_m //= int(plan.constexprs["NUM_GROUPS"])
     acc = block_m * head_dim  # fp32
     scores = block_m * block_n  # fp32
-    if setting(config, "loads") == "lean_overlap":
+    if plan.constexprs.get("OVERLAP", False):
         scores *= 2  # the next block's scores are live during this block's softmax
     q = block_m * head_dim * dtype_bytes // 4
-    if setting(config, "loads") in GLUON_LOADS:
+    if plan.variant == "gluon":
         # Q stays in shared memory (the QK^T's A operand); P is held in 16 bits as the PV
         # product's A operand beside the fp32 scores.
         q = block_m * block_n * dtype_bytes // 4
@@ -140,17 +146,18 @@ def known_failure(config: Mapping[str, Value], compute_capability: tuple[int, in
     Measured, not guessed: each rule names where its failure was recorded (or, for a
     combination a kernel does not implement, why).
     """
-    if setting(config, "loads") == "tma_ws" and int(config["num_warps"]) == 4 and uses_wgmma(config, compute_capability):
+    plan = launch_plan(config)
+    if _tma_ws(plan) and int(plan.options["num_warps"]) == 4 and uses_wgmma(config, compute_capability):
         # Every such config of the H200 sweep at commit 411ddd8 (Triton 3.6.0, 2026-12-01):
         # 90 a workload, all 7 suite workloads; BLOCK_M 32 (no wgmma) compiled.
         return ("Triton 3.6's warp-specialization pass fails on the tma_ws kernel at 4 warps with "
                 "BLOCK_M >= 64 (RuntimeError: PassManager::run failed, every such config on the H200)")
-    if setting(config, "loads") == "lean_ws_oneloop" and setting(config, "grid") == "persistent":
+    if plan.variant == "oneloop" and plan.constexprs["PERSISTENT"]:
         # Not implemented (kernels/_flash_fwd_oneloop.py launches one program a tile; whether
         # a loop over tiles around its key loop still warp-specializes was not tried).
         return "loads='lean_ws_oneloop' runs one program a tile: it has no persistent grid"
-    if (setting(config, "loads") == "lean_ws_oneloop" and int(config["BLOCK_M"]) >= SPECIALIZED_MIN_BLOCK_M
-            and int(config["num_stages"]) >= 3):
+    if (plan.variant == "oneloop" and int(plan.constexprs["BLOCK_M"]) >= SPECIALIZED_MIN_BLOCK_M
+            and int(plan.options["num_stages"]) >= 3):
         # The H200, Triton 3.6.0, 2026-12-02 (docs/gpu/merged-2026-12-02b.sh,
         # tests/gpu/test_oneloop_gpu.py::test_deeper_rings_on_long_keys): non-finite outputs at
         # 128x64 with 3 and 4 stages (bf16 and fp8) and 128x128 with 3 (fp8) on 8192 keys,
@@ -158,11 +165,11 @@ def known_failure(config: Mapping[str, Value], compute_capability: tuple[int, in
         # were not run with deeper rings).
         return ("loads='lean_ws_oneloop' with a K/V ring of 3 or more stages gives non-finite outputs on the "
                 "H200 (Triton 3.6's warp-specialized loop, 128-row tiles): 1 or 2 stages only")
-    if setting(config, "loads") in GLUON_LOADS:
+    if plan.variant == "gluon":
         failure = _gluon_failure(config, compute_capability)
         if failure:
             return failure
-    if setting(config, "loads") == "tma_ws" and setting(config, "grid") == "persistent" and setting(config, "use_fp8"):
+    if _tma_ws(plan) and plan.constexprs["PERSISTENT"] and _fp8(plan):
         # Seen once, on the H200 (Triton 3.6.0, 2026-12-01, tests/gpu/test_kernel_gpu.py's
         # odd-length sample: BLOCK_M 32, BLOCK_N 64, 4 warps, 5 stages): the fp8 V^T descriptor
         # made per tile inside the persistent loop stops the pipeliner; the bf16 grown sweep
@@ -174,24 +181,35 @@ def known_failure(config: Mapping[str, Value], compute_capability: tuple[int, in
 
 def _gluon_failure(config: Mapping[str, Value], compute_capability: tuple[int, int]) -> str:
     """Why a config of the Gluon kernel (``loads`` gluon_*) cannot run ('' when it can)."""
-    loads = setting(config, "loads")
+    loads, plan = setting(config, "loads"), launch_plan(config)
     if compute_capability[0] != 9:
         # Written with Hopper's warpgroup MMA (wgmma), which no other generation has.
         return f"loads={loads!r} is written for Hopper's wgmma: needs compute capability 9.x"
-    if setting(config, "use_fp8"):
+    if _fp8(plan):
         return f"loads={loads!r} has no fp8 path yet (kernels/_flash_fwd_gluon.py: fp16 and bf16)"
-    if setting(config, "grid") == "persistent":
+    if plan.constexprs["PERSISTENT"]:
         return f"loads={loads!r} runs one program a tile: it has no persistent grid"
-    groups = 1 if loads == "gluon_ws" else 2
-    rows = int(config["BLOCK_M"]) // groups
-    if rows < 16 * int(config["num_warps"]):
+    groups = int(plan.constexprs["NUM_GROUPS"])
+    rows = int(plan.constexprs["BLOCK_M"]) // groups
+    if rows < 16 * int(plan.options["num_warps"]):
         # A warpgroup MMA spreads its rows 16 a warp (kernels/gluon.py refuses the variant).
         return (f"loads={loads!r}: a consumer group of {config['num_warps']} warps needs at least "
                 f"{16 * int(config['num_warps'])} rows, BLOCK_M={config['BLOCK_M']} gives it {rows}")
-    if groups == 2 and int(config["num_warps"]) == 8:
+    if groups == 2 and int(plan.options["num_warps"]) == 8:
         # Compiled for sm90 (objectives/aot.py, 2026-12-02): 256x128 at D128 got 96 registers a
         # thread and 462 spilled words; two 8-warp consumer groups and the producer leave about
         # 100 registers a thread, too few for any tile.
         return (f"loads={loads!r} with two 8-warp consumer groups leaves about 100 registers a thread "
                 "(462 spills at 256x128, D128, compiled for sm90)")
     return ""
+
+
+def _fp8(plan: LaunchPlan) -> bool:
+    """Whether the kernel reads e4m3 inputs (the decode kernel has no fp8 path)."""
+    return bool(plan.constexprs.get("FP8", False))
+
+
+def _tma_ws(plan: LaunchPlan) -> bool:
+    """Whether the forward kernel runs its warp-specialized TMA loop (``loads="tma_ws"``),
+    the one the measured rules of that loop are about."""
+    return plan.variant == "forward" and bool(plan.constexprs["WARP_SPECIALIZE"])

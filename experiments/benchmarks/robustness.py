@@ -46,25 +46,31 @@ def _tune(folder: Path, storage: str, trials: int, tracking_uri: str = "sqlite:/
                 "--tracking-uri", tracking_uri, "--no-progress", cwd=folder)
 
 
-def _measured(folder: Path, storage: str) -> dict[int, dict[str, str]]:
-    """The study's trials that hold a measurement (COMPLETE or FAIL), by the trial number
-    MLflow names them by, with their configs as MLflow params read them ({} if unreadable)."""
-    import optuna
+def _study_trials(folder: Path, storage: str) -> list[Any]:
+    """The GPU study's trials, read with ``folder`` as the working directory (a relative
+    SQLite URL names a file there); empty if the study cannot be read."""
+    import optuna  # heavy (about 1 s): only when counting trials
 
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
     cwd = os.getcwd()
     os.chdir(folder)
     opened = None
     try:
         opened = open_storage(storage)
-        study = optuna.load_study(study_name=GPU_STUDY, storage=opened)
-        return {t.user_attrs.get(NUMBER_ATTR, t.number): {k: str(v) for k, v in t.user_attrs[CONFIG_ATTR].items()}
-                for t in study.get_trials(deepcopy=False) if MEASUREMENT_ATTR in t.user_attrs}
-    except Exception:  # unreadable counts as none
-        return {}
+        return optuna.load_study(study_name=GPU_STUDY, storage=opened).get_trials(deepcopy=False)
+    except Exception:  # unreadable counts as empty
+        return []
     finally:
         if opened is not None:
             close_storage(opened)
         os.chdir(cwd)
+
+
+def _measured(folder: Path, storage: str) -> dict[int, dict[str, str]]:
+    """The study's trials that hold a measurement (COMPLETE or FAIL), by the trial number
+    MLflow names them by, with their configs as MLflow params read them ({} if unreadable)."""
+    return {t.user_attrs.get(NUMBER_ATTR, t.number): {k: str(v) for k, v in t.user_attrs[CONFIG_ATTR].items()}
+            for t in _study_trials(folder, storage) if MEASUREMENT_ATTR in t.user_attrs}
 
 
 def _children(folder: Path, tracking_uri: str) -> list[tuple[int, dict[str, str]]]:
@@ -98,23 +104,10 @@ def _complete(folder: Path, storage: str) -> set[str]:
 
 def _complete_configs(folder: Path, storage: str) -> list[str]:
     """Configs of the study's COMPLETE trials, one per trial (empty if it cannot be read)."""
-    import optuna  # heavy (about 1 s): only when counting trials
+    import optuna
 
-    optuna.logging.set_verbosity(optuna.logging.ERROR)
-    cwd = os.getcwd()
-    os.chdir(folder)
-    opened = None
-    try:
-        opened = open_storage(storage)
-        study = optuna.load_study(study_name=GPU_STUDY, storage=opened)
-        return [json.dumps(t.params, sort_keys=True) for t in study.get_trials(deepcopy=False)
-                if t.state == optuna.trial.TrialState.COMPLETE]
-    except Exception:  # unreadable counts as empty
-        return []
-    finally:
-        if opened is not None:
-            close_storage(opened)
-        os.chdir(cwd)
+    return [json.dumps(t.params, sort_keys=True) for t in _study_trials(folder, storage)
+            if t.state == optuna.trial.TrialState.COMPLETE]
 
 
 def _checkpoint(path: Path) -> None:

@@ -116,3 +116,35 @@ def test_compiles_for_sm90_without_spills_within_the_modelled_shared_memory() ->
         # each); setmaxnreg moves the producer's to the consumers.
         assert registers == 168 and spills == 0, (workload, knobs, registers, spills)
         assert predicted - 512 <= shared <= predicted, (workload, shared, predicted)
+
+
+# What the launcher passed the kernel before it took the plan's constexprs by name (the
+# hand-built dict of kernels/gluon.py at 1864018), for a config of each schedule.
+_LAUNCHED_BEFORE = [
+    (dict(PINGPONG), dict(head_dim=128, causal=True, q_len=1000, kv_len=1000),
+     dict(HEAD_DIM=128, M_TILE=64, BLOCK_N=128, NUM_STAGES=2, NUM_GROUPS=2, ORDERED=False, IS_CAUSAL=True,
+          LONGEST_FIRST=False, MASK=True, EMPTY_ROWS=False, EVEN_M=False, CONSUMER_REGS=240, PRODUCER_REGS=24,
+          num_warps=4)),
+    (dict(BLOCK_M=256, BLOCK_N=64, num_warps=8, num_stages=3, loads="gluon_ws", tile_order="longest_first"),
+     dict(head_dim=64, causal=False, q_len=512, kv_len=333),
+     dict(HEAD_DIM=64, M_TILE=256, BLOCK_N=64, NUM_STAGES=3, NUM_GROUPS=1, ORDERED=False, IS_CAUSAL=False,
+          LONGEST_FIRST=False, MASK=True, EMPTY_ROWS=False, EVEN_M=True, CONSUMER_REGS=240, PRODUCER_REGS=24,
+          num_warps=8)),
+    (dict(BLOCK_M=128, BLOCK_N=64, num_warps=4, num_stages=2, loads="gluon_pingpong_ordered",
+          tile_order="longest_first"),
+     dict(head_dim=256, causal=True, q_len=256, kv_len=128),
+     dict(HEAD_DIM=256, M_TILE=64, BLOCK_N=64, NUM_STAGES=2, NUM_GROUPS=2, ORDERED=True, IS_CAUSAL=True,
+          LONGEST_FIRST=True, MASK=True, EMPTY_ROWS=True, EVEN_M=True, CONSUMER_REGS=240, PRODUCER_REGS=24,
+          num_warps=4)),
+]
+
+
+@pytest.mark.parametrize("config,call,before", _LAUNCHED_BEFORE)
+def test_the_launcher_passes_what_it_passed_before_and_only_what_the_kernel_declares(config, call, before):
+    from flashtune.kernels._flash_fwd_gluon import gluon_attention_kernel
+    from flashtune.kernels.gluon import gluon_variant_for, launch_options
+
+    options = launch_options(gluon_variant_for(validate_config(config)), **call)
+    assert options == before
+    # Of the plan's constexprs the kernel does not declare (BLOCK_M, FP8, PERSISTENT, BH_MAJOR) none leaks in.
+    assert set(options) <= set(gluon_attention_kernel.arg_names)

@@ -42,10 +42,12 @@ def _tensors(flat: bool) -> tuple[torch.Tensor, ...]:
 
 
 def _fields(variant: Any) -> dict[str, Any]:
-    # ``extra`` (constexprs of knobs declared since) joined LeanVariant after the fixture: empty, it is what was.
+    # ``extra`` (constexprs of knobs declared since) and ``options`` (compile options beyond
+    # num_warps/num_stages) joined LeanVariant after the fixture: empty, they are what was.
     fields = dataclasses.asdict(variant)
-    if not fields.get("extra", True):
-        del fields["extra"]
+    for name in ("extra", "options"):
+        if not fields.get(name, True):
+            del fields[name]
     return fields
 
 

@@ -161,6 +161,10 @@ def test_a_bound_decode_builds_the_jit_launch_arguments_and_keys_each_specializa
     q = torch.randn(2, 4, 1, 32, dtype=torch.bfloat16)
     bound = BoundDecode(q, torch.empty(2, 2, 8, 32), causal=True, scale=0.125, config=config, has_seqlens=True,
                         has_kv_start=False)
+    # The compiled kernels take their constexprs in declared order, read by name: the combine
+    # kernel's HEAD_DIM, BLOCK_D, BLOCK_S (its num_warps is a compile option, not an argument).
+    assert bound.combine_consts == (32, 32, 128)
+    assert len(bound.split_consts) == len([n for n in bound.split_options if n not in ("num_warps", "num_stages")])
     lengths = torch.full((2,), 5, dtype=torch.int32)
     buffer = torch.randn(2, 2, 70, 32, dtype=torch.bfloat16)
     flat = torch.randn(2 * 2 * 33 * 32 + 1, dtype=torch.bfloat16)
