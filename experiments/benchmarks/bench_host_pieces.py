@@ -158,9 +158,10 @@ def measure(trees: dict[str, dict[str, types.ModuleType]], calls: int, rounds: i
         except Exception as exc:  # transformers missing or changed: reported, not fatal
             print(f"transformers sdpa fn: not timed ({exc})", file=sys.stderr)
             peer = None
-        for _ in range(rounds):
+        for round_ in range(rounds):
             for piece in pieces:
-                for label, fns in per_tree.items():
+                # Trees in turn, the order reversed every other round (no position bias).
+                for label, fns in (list(per_tree.items()) if round_ % 2 else list(per_tree.items())[::-1]):
                     samples.setdefault((piece, label), []).append(_time(fns[piece], calls))
             if peer is not None:
                 samples.setdefault(("transformers sdpa fn (before SDPA)", "peer"), []).append(_time(peer, calls))
