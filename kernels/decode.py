@@ -387,6 +387,10 @@ def decode_default_for(*, batch: int, q_heads: int, kv_heads: int, q_len: int, k
 
 #: Set to 0 to launch every prepared decode call through Triton's jit dispatcher.
 ENV_BIND = "FLASHTUNE_BIND_LAUNCH"
+#: Set to 0 to hand bound launches the tensors rather than their device addresses (the
+#: launcher then checks each pointer: ``BoundDecode.arguments``), read when a call is bound;
+#: for measuring the difference in one run (docs/gpu/t19.sh).
+ENV_ADDRESSES = "FLASHTUNE_LAUNCH_ADDRESSES"
 
 
 def _int_class(x: int) -> tuple[bool, bool, bool]:
@@ -411,7 +415,7 @@ class BoundDecode:
 
     __slots__ = ("config", "grid", "combine_grid", "split_options", "combine_options", "split_consts",
                  "combine_consts", "fused", "splits", "device_index", "kernels", "combine_kernel",
-                 "causal", "scale", "tma", "stride_q", "middle", "tail", "combine_tail")
+                 "causal", "scale", "tma", "stride_q", "middle", "tail", "combine_tail", "addresses")
 
     def __init__(self, q: torch.Tensor, k: torch.Tensor, *, causal: bool, scale: float, config: Config,
                  has_seqlens: bool, has_kv_start: bool) -> None:
@@ -449,6 +453,7 @@ class BoundDecode:
                              else torch.cuda.current_device() if q.device.type == "cuda" else -1)
         self.kernels: dict[tuple[Any, ...], Any] = {}
         self.combine_kernel: Any = None
+        self.addresses = os.environ.get(ENV_ADDRESSES, "1").lower() not in ("0", "false", "no")
 
     def arguments(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
                   cache_seqlens: torch.Tensor | None, kv_start: torch.Tensor | None,
@@ -501,7 +506,7 @@ class BoundDecode:
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
                  cache_seqlens: torch.Tensor | None, kv_start: torch.Tensor | None,
                  workspace: DecodeWorkspace | None) -> None:
-        args, key = self.arguments(q, k, v, out, cache_seqlens, kv_start, workspace, addresses=True)
+        args, key = self.arguments(q, k, v, out, cache_seqlens, kv_start, workspace, addresses=self.addresses)
         if self.tma:
             use_descriptor_scratch()
         kernel = self.kernels.get(key)

@@ -7,7 +7,8 @@
 # 2. host us per eager decode call (bench_host_time --calls 1000: the op, op + key ranges, the
 #    transformers function with ranges and without a mask, transformers' own sdpa function,
 #    SDPA cuDNN/flash, all in the same run).
-# Back in $OUT: t19.log, gpu_tests.xml, host_time.json.
+# 3. the same with FLASHTUNE_LAUNCH_ADDRESSES=0 first (tensors to the bound launch: before/after, one run).
+# Back in $OUT: t19.log, gpu_tests.xml, host_time_tensors.json, host_time.json.
 set -o pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -22,5 +23,9 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu --format=cs
 export FLASHTUNE_STORE="$OUT/empty_store.json"
 timeout -k 5 50 python3 -m pytest -m gpu tests/gpu/test_serving_gpu.py -q -p no:cacheprovider \
   --junitxml "$OUT/gpu_tests.xml" 2>&1 | tail -6
-timeout -k 5 40 python3 -m flashtune.experiments.benchmarks.bench_host_time --calls 1000 \
-  --json "$OUT/host_time.json" 2>&1 | grep -v Warning | tail -12
+# The same, with the bound launches handed tensors (the launcher's per-pointer data_ptr() and
+# cuPointerGetAttribute, as before this branch): the address cut's before/after in one run.
+FLASHTUNE_LAUNCH_ADDRESSES=0 timeout -k 5 30 python3 -m flashtune.experiments.benchmarks.bench_host_time \
+  --calls 1000 --json "$OUT/host_time_tensors.json" 2>&1 | grep -v Warning | tail -9
+timeout -k 5 30 python3 -m flashtune.experiments.benchmarks.bench_host_time --calls 1000 \
+  --json "$OUT/host_time.json" 2>&1 | grep -v Warning | tail -9
