@@ -505,18 +505,20 @@ class BoundDecode:
 
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
                  cache_seqlens: torch.Tensor | None, kv_start: torch.Tensor | None,
-                 workspace: DecodeWorkspace | None) -> None:
+                 workspace: DecodeWorkspace | None, stream: int | None = None) -> None:
+        """Launch into ``out``; ``stream``: the raw handle of the current CUDA stream when the
+        caller already read it (None: read here)."""
         args, key = self.arguments(q, k, v, out, cache_seqlens, kv_start, workspace, addresses=self.addresses)
         if self.tma:
             use_descriptor_scratch()
         kernel = self.kernels.get(key)
         hooked = _hooked(knobs.runtime.launch_enter_hook) or _hooked(knobs.runtime.launch_exit_hook)
-        stream = None
         if kernel is None or hooked:
             args = self.arguments(q, k, v, out, cache_seqlens, kv_start, workspace)[0]  # the jit dispatcher's
             self.kernels[key] = decode_split_kernel[self.grid](*args, **self.split_options)
         else:
-            stream = torch._C._cuda_getCurrentRawStream(self.device_index)  # once a call: both launches use it
+            if stream is None:
+                stream = torch._C._cuda_getCurrentRawStream(self.device_index)  # once a call: both launches use it
             kernel.run(*self.grid, stream, kernel.function, kernel.packed_metadata, None, None, None,
                        *args, *self.split_consts)
         if self.splits > 1 and not self.fused:

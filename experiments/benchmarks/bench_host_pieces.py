@@ -72,7 +72,7 @@ def dry_bound(decode: types.ModuleType) -> type:
     class DryBound(decode.BoundDecode):  # type: ignore[name-defined, misc]
         __slots__ = ()
 
-        def __call__(self, q, k, v, out, cache_seqlens, kv_start, workspace):  # noqa: ANN001, ANN204
+        def __call__(self, q, k, v, out, cache_seqlens, kv_start, workspace, stream=None):  # noqa: ANN001, ANN204
             args, key = self.arguments(q, k, v, out, cache_seqlens, kv_start, workspace, **extra)
             if self.tma:
                 decode.use_descriptor_scratch()

@@ -152,7 +152,9 @@ class PreparedDecode:
             check_descriptor_alignment(q, k, v)  # raises naming the argument
         out = q.new_empty(self.out_shape)  # q's dtype and device are the key's; fewer arguments to parse
         if self.bound is not None:
-            self.bound(q, k, v, out, cache_seqlens, kv_start, self._workspace(q) if self.splits > 1 else None)
+            stream = _current_stream(self.device)  # once a call: the workspace's and both launches'
+            self.bound(q, k, v, out, cache_seqlens, kv_start, self._workspace(q, stream) if self.splits > 1 else None,
+                       stream)
             return out
         launch_decode(q, k, v, out, causal=self.causal, scale=self.scale, config=self.config,
                       cache_seqlens=cache_seqlens, kv_start=kv_start, workspace=self._workspace(q) if self.splits > 1 else None)
@@ -169,10 +171,11 @@ class PreparedDecode:
         self.checked = (cache_seqlens, kv_start)
         return True
 
-    def _workspace(self, q: torch.Tensor) -> DecodeWorkspace:
+    def _workspace(self, q: torch.Tensor, stream: int | None = None) -> DecodeWorkspace:
         if TRANSIENT.get():
             return DecodeWorkspace.for_query(q, self.splits)  # nothing kept (kernels.decode.TRANSIENT)
-        stream = _current_stream(self.device)
+        if stream is None:
+            stream = _current_stream(self.device)
         workspace = self.workspaces.get(stream)
         if workspace is None:
             if len(self.workspaces) >= MAX_WORKSPACES:
