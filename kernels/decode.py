@@ -387,6 +387,10 @@ def decode_default_for(*, batch: int, q_heads: int, kv_heads: int, q_len: int, k
 
 #: Set to 0 to launch every prepared decode call through Triton's jit dispatcher.
 ENV_BIND = "FLASHTUNE_BIND_LAUNCH"
+#: Set to 0 to hand bound launches the tensors rather than their device addresses (the
+#: launcher then checks each pointer: ``BoundDecode.arguments``), read when a call is bound;
+#: for measuring the difference in one run (docs/gpu/t19.sh).
+ENV_ADDRESSES = "FLASHTUNE_LAUNCH_ADDRESSES"
 
 
 def _int_class(x: int) -> tuple[bool, bool, bool]:
@@ -411,7 +415,7 @@ class BoundDecode:
 
     __slots__ = ("config", "grid", "combine_grid", "split_options", "combine_options", "split_consts",
                  "combine_consts", "fused", "splits", "device_index", "kernels", "combine_kernel",
-                 "causal", "scale", "tma", "stride_q", "middle", "tail", "combine_tail")
+                 "causal", "scale", "tma", "stride_q", "middle", "tail", "combine_tail", "addresses")
 
     def __init__(self, q: torch.Tensor, k: torch.Tensor, *, causal: bool, scale: float, config: Config,
                  has_seqlens: bool, has_kv_start: bool) -> None:
@@ -449,12 +453,21 @@ class BoundDecode:
                              else torch.cuda.current_device() if q.device.type == "cuda" else -1)
         self.kernels: dict[tuple[Any, ...], Any] = {}
         self.combine_kernel: Any = None
+        self.addresses = os.environ.get(ENV_ADDRESSES, "1").lower() not in ("0", "false", "no")
 
     def arguments(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
                   cache_seqlens: torch.Tensor | None, kv_start: torch.Tensor | None,
-                  workspace: DecodeWorkspace | None) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+                  workspace: DecodeWorkspace | None, *, addresses: bool = False) -> tuple[tuple[Any, ...], Any]:
         """(the split kernel's positional arguments, the specialization key of this call):
-        the host work of a call before its launch (no CUDA call, so timed on a CPU too)."""
+        the host work of a call before its launch (no CUDA call, so timed on a CPU too).
+
+        ``addresses``: the nine pointer arguments as their device addresses (ints) rather
+        than the tensors. The compiled kernel's launcher takes an int as the address itself;
+        a tensor costs it a ``data_ptr()`` call and a driver query (``cuPointerGetAttribute``,
+        whose only job is to reject host memory) per pointer, on every launch. Every tensor
+        here is on q's CUDA device (the call key holds q, k and v's devices, the prepared
+        call checks the per-sequence tensors', ``out`` and the workspace are allocated
+        there). The jit dispatcher needs the tensors (it specializes on their type)."""
         if workspace is not None:
             part_o, part_lse, counters = workspace.partial_out, workspace.partial_lse, workspace.counters
         else:
@@ -464,45 +477,61 @@ class BoundDecode:
         starts = kv_start if kv_start is not None else seqlens
         sk, sv = k.stride(), v.stride()
         kv_cap = k.shape[2]
-        args = (q, k, v, out, part_o, part_lse, seqlens, counters, starts, *self.stride_q, sk[0], sk[1], sk[2],
-                sv[0], sv[1], sv[2], *self.middle, kv_cap, *self.tail)
-        ints = (kv_cap, sk[0], sk[1], sk[2], sv[0], sv[1], sv[2])
-        pointers = (q.data_ptr(), k.data_ptr(), v.data_ptr(), seqlens.data_ptr(), starts.data_ptr())
-        if 1 in ints or max(ints) >= 2**31 or (pointers[0] | pointers[1] | pointers[2] | pointers[3] | pointers[4]) & 15:
-            # The exact classes (Triton's: == 1, % 16, 64-bit; each pointer's 16-byte alignment).
-            key: tuple[Any, ...] = (*map(_int_class, ints), *(p % 16 for p in pointers))
+        pq, pk, pv, ps, pst = q.data_ptr(), k.data_ptr(), v.data_ptr(), seqlens.data_ptr(), starts.data_ptr()
+        if addresses:
+            pointers: tuple[Any, ...] = (pq, pk, pv, out.data_ptr(), part_o.data_ptr(), part_lse.data_ptr(), ps,
+                                         counters.data_ptr(), pst)
         else:
-            # The common case, in fewer operations: no integer is 1 or 64-bit and every
-            # pointer is 16-byte aligned, so divisibility by 16 alone is each one's class.
+            pointers = (q, k, v, out, part_o, part_lse, seqlens, counters, starts)
+        args = (*pointers, *self.stride_q, sk[0], sk[1], sk[2], sv[0], sv[1], sv[2], *self.middle, kv_cap, *self.tail)
+        strides = sk[0] | sk[1] | sk[2] | sv[0] | sv[1] | sv[2]
+        if not (strides | pq | pk | pv | ps | pst) & 15 and kv_cap != 1 and (strides | kv_cap) < 2**31:
+            # The commonest case in a few integer operations: every stride divisible by 16,
+            # every pointer 16-byte aligned, nothing 64-bit (an OR of values below 2**31 is
+            # below it), kv_cap not 1: only kv_cap's divisibility by 16 is left to tell apart.
+            # A bool, so it never equals the tuples below (whose classes differ from it).
+            key: Any = not kv_cap & 15
+            return args, key
+        ints = (kv_cap, sk[0], sk[1], sk[2], sv[0], sv[1], sv[2])
+        if 1 in ints or max(ints) >= 2**31 or (pq | pk | pv | ps | pst) & 15:
+            # The exact classes (Triton's: == 1, % 16, 64-bit; each pointer's 16-byte alignment).
+            key = (*map(_int_class, ints), *(p % 16 for p in (pq, pk, pv, ps, pst)))
+        else:
+            # No integer is 1 or 64-bit and every pointer is 16-byte aligned, so divisibility
+            # by 16 alone is each one's class.
             key = (not kv_cap & 15, not sk[0] & 15, not sk[1] & 15, not sk[2] & 15, not sv[0] & 15,
                    not sv[1] & 15, not sv[2] & 15)
         return args, key
 
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
                  cache_seqlens: torch.Tensor | None, kv_start: torch.Tensor | None,
-                 workspace: DecodeWorkspace | None) -> None:
-        args, key = self.arguments(q, k, v, out, cache_seqlens, kv_start, workspace)
+                 workspace: DecodeWorkspace | None, stream: int | None = None) -> None:
+        """Launch into ``out``; ``stream``: the raw handle of the current CUDA stream when the
+        caller already read it (None: read here)."""
+        args, key = self.arguments(q, k, v, out, cache_seqlens, kv_start, workspace, addresses=self.addresses)
         if self.tma:
             use_descriptor_scratch()
         kernel = self.kernels.get(key)
         hooked = _hooked(knobs.runtime.launch_enter_hook) or _hooked(knobs.runtime.launch_exit_hook)
-        stream = None
         if kernel is None or hooked:
+            args = self.arguments(q, k, v, out, cache_seqlens, kv_start, workspace)[0]  # the jit dispatcher's
             self.kernels[key] = decode_split_kernel[self.grid](*args, **self.split_options)
         else:
-            stream = torch._C._cuda_getCurrentRawStream(self.device_index)  # once a call: both launches use it
+            if stream is None:
+                stream = torch._C._cuda_getCurrentRawStream(self.device_index)  # once a call: both launches use it
             kernel.run(*self.grid, stream, kernel.function, kernel.packed_metadata, None, None, None,
                        *args, *self.split_consts)
         if self.splits > 1 and not self.fused:
-            cargs = (out, args[4], args[5], *self.combine_tail)
             combine = self.combine_kernel
             if combine is None or hooked:
+                cargs = (out, *self.arguments(q, k, v, out, cache_seqlens, kv_start, workspace)[0][4:6],
+                         *self.combine_tail)
                 self.combine_kernel = decode_combine_kernel[self.combine_grid](*cargs, **self.combine_options)
             else:
                 if stream is None:
                     stream = torch._C._cuda_getCurrentRawStream(self.device_index)
                 combine.run(*self.combine_grid, stream, combine.function, combine.packed_metadata, None, None, None,
-                            *cargs, *self.combine_consts)
+                            args[3], args[4], args[5], *self.combine_tail, *self.combine_consts)
 
 
 def _hooked(hook: Any) -> bool:

@@ -396,7 +396,8 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal
         TypeError, ValueError: bad inputs, naming the argument (never for a bad store:
             that is one warning and the fallback).
     """
-    return get_dispatcher()(q, k, v, causal=causal, scale=scale, cache_seqlens=cache_seqlens, kv_start=kv_start)
+    dispatcher = _DEFAULT if _DEFAULT is not None else get_dispatcher()  # a decode step's host time
+    return dispatcher(q, k, v, causal=causal, scale=scale, cache_seqlens=cache_seqlens, kv_start=kv_start)
 
 
 def explain(q: torch.Tensor, k: torch.Tensor, *, causal: bool = False) -> Resolution:

@@ -53,6 +53,8 @@ _RESERVED = ("flash", "flex_attention", "sdpa", "eager", "/")
 
 # kwargs whose presence changes the attention's result in ways the kernel cannot do.
 _UNSUPPORTED_KWARGS = ("softcap", "s_aux", "sinks")
+#: Every kwarg that can change the result (the above, and returned weights).
+_RESULT_KWARGS = frozenset((*_UNSUPPORTED_KWARGS, "output_attentions"))
 _LOGGED: set[str] = set()
 _LOG = logging.getLogger("flashtune.attention")
 
@@ -205,11 +207,12 @@ def _fallback_reason(query: torch.Tensor, key: torch.Tensor, attention_mask: Any
         return "a dense attention mask (holes in the padding, a sliding window or a custom mask)"
     if dropout:
         return "dropout"
-    if kwargs.get("output_attentions"):
-        return "output_attentions"
-    for name in _UNSUPPORTED_KWARGS:
-        if kwargs.get(name) is not None:
-            return name
+    if not _RESULT_KWARGS.isdisjoint(kwargs):  # one set operation for the usual kwargs (position ids, caches)
+        if kwargs.get("output_attentions"):
+            return "output_attentions"
+        for name in _UNSUPPORTED_KWARGS:
+            if kwargs.get(name) is not None:
+                return name
     # Each shape read once: a decoding step runs this for every layer (host time).
     shape_q, shape_k = query.shape, key.shape
     if shape_q[-1] not in SUPPORTED_HEAD_DIMS or query.dtype not in SUPPORTED_DTYPES:

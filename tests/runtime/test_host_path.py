@@ -180,6 +180,10 @@ def test_a_bound_decode_builds_the_jit_launch_arguments_and_keys_each_specializa
                                    stride_o=out.stride()[:3], q_heads=4, kv_heads=2, q_len=1, kv_cap=k.shape[2],
                                    num_splits=4, scale=0.125)
         assert args == expected
+        # The bound launch's form: the pointers as device addresses, the same key.
+        addressed, same_key = bound.arguments(q, k, k, out, lengths, None, None, addresses=True)
+        assert same_key == key and type(same_key) is type(key)
+        assert addressed[:9] == tuple(t.data_ptr() for t in args[:9]) and addressed[9:] == args[9:]
         ints = (k.shape[2], *k.stride()[:3], *k.stride()[:3])
         pointers = (q, k, k, lengths, lengths)
         keys.append(key)
@@ -200,3 +204,27 @@ def test_a_static_cache_step_that_fills_the_cache_still_gets_ranges():
     partial = hf_attention.key_range_mask(2, q_length=1, kv_length=12, q_offset=torch.tensor(9),
                                           attention_mask=full[:, :10])
     assert partial.tolist() == [[[[0]], [[0]]], [[[10]], [[10]]]]
+
+
+def test_per_sequence_forms_are_checked_once_per_object_and_a_new_bad_one_still_raises(tmp_path):
+    # The prepared decode call checks a (cache_seqlens, kv_start) pair's form on its first use
+    # only (every layer of a forward pass passes the same pair); any other object is checked,
+    # so a bad tensor after good ones still gets the launcher's error naming it.
+    dispatcher = Dispatcher(tmp_path / "none.json")
+    q, k, v = _inputs(3)
+    ends, starts = torch.tensor([16, 9], dtype=torch.int32), torch.tensor([0, 3], dtype=torch.int32)
+    first = dispatcher(q, k, v, causal=True, cache_seqlens=ends, kv_start=starts)
+    (prepared,) = dispatcher._calls.values()
+    again = dispatcher(q, k, v, causal=True, cache_seqlens=ends, kv_start=starts)
+    assert prepared.checked[0] is ends and prepared.checked[1] is starts
+    torch.testing.assert_close(again, first)
+    torch.testing.assert_close(first.transpose(1, 2), _reference(q, k, v, [0, 3], [16, 9]), atol=1e-4, rtol=1e-4)
+    with pytest.raises(ValueError, match="cache_seqlens"):
+        dispatcher(q, k, v, causal=True, cache_seqlens=torch.tensor([16, 9, 4], dtype=torch.int32), kv_start=starts)
+    with pytest.raises(ValueError, match="kv_start"):
+        dispatcher(q, k, v, causal=True, cache_seqlens=ends, kv_start=torch.zeros(2, 1, dtype=torch.int32))
+    assert prepared.checked[0] is ends  # a rejected pair is not remembered
+    moved = torch.tensor([12, 16], dtype=torch.int32)  # a new good object: checked, then served
+    out = dispatcher(q, k, v, causal=True, cache_seqlens=moved, kv_start=starts)
+    assert prepared.checked[0] is moved
+    torch.testing.assert_close(out.transpose(1, 2), _reference(q, k, v, [0, 3], [12, 16]), atol=1e-4, rtol=1e-4)
