@@ -32,7 +32,14 @@ from typing import Any
 
 import torch
 
-from flashtune.experiments.benchmarks.bench_host_time import HEAD_DIM, KV_HEADS, Q_HEADS, SHAPES, _CausalLayer, decode_inputs
+from flashtune.experiments.benchmarks.bench_host_time import (
+    HEAD_DIM,
+    KV_HEADS,
+    Q_HEADS,
+    SHAPES,
+    _CausalLayer,
+    decode_inputs,
+)
 from flashtune.kernels.decode import decode_default_for
 
 #: The H200's SM count: the default config (split count, combine) the GPU would run.
@@ -72,7 +79,7 @@ def dry_bound(decode: types.ModuleType) -> type:
     class DryBound(decode.BoundDecode):  # type: ignore[name-defined, misc]
         __slots__ = ()
 
-        def __call__(self, q, k, v, out, cache_seqlens, kv_start, workspace, stream=None):  # noqa: ANN001, ANN204
+        def __call__(self, q, k, v, out, cache_seqlens, kv_start, workspace, stream=None):
             args, key = self.arguments(q, k, v, out, cache_seqlens, kv_start, workspace, **extra)
             if self.tma:
                 decode.use_descriptor_scratch()
