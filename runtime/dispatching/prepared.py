@@ -19,6 +19,8 @@ every call would synchronise with the GPU and break CUDA-graph capture.
 
 from __future__ import annotations
 
+import weakref
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -38,6 +40,16 @@ from flashtune.kernels.launch_support import use_descriptor_scratch
 
 #: Split workspaces one prepared decode call keeps (one per CUDA stream it ran on).
 MAX_WORKSPACES = 8
+
+
+def _no_object() -> None:
+    """A weak reference's stand-in that answers None (no tensor checked yet, or None passed)."""
+    return None
+
+
+def _weak(obj: Any) -> Callable[[], Any]:
+    """A weak reference to a tensor, or a callable answering None for None."""
+    return _no_object if obj is None else weakref.ref(obj)
 
 
 class PreparedCall:
@@ -122,9 +134,12 @@ class PreparedDecode:
         # against 4.4 us a call).
         self.out_shape, self.out_dtype, self.device = tuple(q.shape), q.dtype, q.device
         self.seq_shape = torch.Size((self.batch,))  # a per-sequence tensor's, compared on its first call
-        #: The (cache_seqlens, kv_start) objects whose form was last checked: every layer of a
-        #: forward pass passes the same ones (transformers' mask, hf_attention's views).
-        self.checked: tuple[Any, Any] = (None, None)
+        #: Weak references to the (cache_seqlens, kv_start) objects whose form was last
+        #: checked: every layer of a forward pass passes the same ones (transformers' mask,
+        #: hf_attention's views). Weak: a strong one would keep a tensor of a CUDA graph's
+        #: pool alive past its replay, which CUDA-graph trees refuse ("tensor(s) in the
+        #: cudagraph pool not tracked as outputs", the H200, 2026-12-02).
+        self.checked: tuple[Any, Any] = (_no_object, _no_object)
         self.causal, self.scale, self.config = causal, resolve_scale(scale, q.shape[3]), config
         self.with_seqlens, self.with_kv_start = with_seqlens, with_kv_start
         plan = launch_plan(config)
@@ -144,8 +159,8 @@ class PreparedDecode:
                 or k.stride()[3] != 1 or v.stride()[3] != 1):
             return None
         checked = self.checked  # compared by identity: == on tensors compares values
-        if (self.with_seqlens or self.with_kv_start) and (checked[0] is not cache_seqlens
-                                                         or checked[1] is not kv_start):
+        if (self.with_seqlens or self.with_kv_start) and (checked[0]() is not cache_seqlens
+                                                         or checked[1]() is not kv_start):
             if not self._ranges_ok(cache_seqlens, kv_start):
                 return None  # the launcher names what is wrong (the values are clamped by the kernel)
         if self.tma:
@@ -164,11 +179,11 @@ class PreparedDecode:
         """Whether the per-sequence tensors have the kernels' form; remembered per pair of
         objects (a tensor object's dtype, shape, device and layout do not change in normal
         use, ``resize_``/``set_`` aside), so a forward pass checks them at its first layer.
-        The pair is kept alive by the reference, so its ids cannot be reused meanwhile."""
+        A dead object's weak reference answers None, never a newer object at its address."""
         if ((self.with_seqlens and not _per_sequence_ok(cache_seqlens, self.seq_shape, self.device))
                 or (self.with_kv_start and not _per_sequence_ok(kv_start, self.seq_shape, self.device))):
             return False
-        self.checked = (cache_seqlens, kv_start)
+        self.checked = (_weak(cache_seqlens), _weak(kv_start))
         return True
 
     def _workspace(self, q: torch.Tensor, stream: int | None = None) -> DecodeWorkspace:

@@ -216,15 +216,34 @@ def test_per_sequence_forms_are_checked_once_per_object_and_a_new_bad_one_still_
     first = dispatcher(q, k, v, causal=True, cache_seqlens=ends, kv_start=starts)
     (prepared,) = dispatcher._calls.values()
     again = dispatcher(q, k, v, causal=True, cache_seqlens=ends, kv_start=starts)
-    assert prepared.checked[0] is ends and prepared.checked[1] is starts
+    assert prepared.checked[0]() is ends and prepared.checked[1]() is starts
     torch.testing.assert_close(again, first)
     torch.testing.assert_close(first.transpose(1, 2), _reference(q, k, v, [0, 3], [16, 9]), atol=1e-4, rtol=1e-4)
     with pytest.raises(ValueError, match="cache_seqlens"):
         dispatcher(q, k, v, causal=True, cache_seqlens=torch.tensor([16, 9, 4], dtype=torch.int32), kv_start=starts)
     with pytest.raises(ValueError, match="kv_start"):
         dispatcher(q, k, v, causal=True, cache_seqlens=ends, kv_start=torch.zeros(2, 1, dtype=torch.int32))
-    assert prepared.checked[0] is ends  # a rejected pair is not remembered
+    assert prepared.checked[0]() is ends  # a rejected pair is not remembered
     moved = torch.tensor([12, 16], dtype=torch.int32)  # a new good object: checked, then served
     out = dispatcher(q, k, v, causal=True, cache_seqlens=moved, kv_start=starts)
-    assert prepared.checked[0] is moved
+    assert prepared.checked[0]() is moved
     torch.testing.assert_close(out.transpose(1, 2), _reference(q, k, v, [0, 3], [12, 16]), atol=1e-4, rtol=1e-4)
+
+
+def test_the_checked_pair_is_not_kept_alive(tmp_path):
+    # A strong reference kept a tensor of a CUDA graph's pool alive past its replay, which
+    # CUDA-graph trees refuse (test_compiled_step_with_key_ranges_is_captured_and_replays_new_lengths
+    # on the H200, 2026-12-02): the memo holds weak references.
+    import gc
+    import weakref
+
+    dispatcher = Dispatcher(tmp_path / "none.json")
+    q, k, v = _inputs(3)
+    ends, starts = torch.tensor([16, 9], dtype=torch.int32), torch.tensor([0, 3], dtype=torch.int32)
+    dispatcher(q, k, v, causal=True, cache_seqlens=ends, kv_start=starts)
+    watched = weakref.ref(ends)
+    del ends
+    gc.collect()
+    assert watched() is None
+    (prepared,) = dispatcher._calls.values()
+    assert prepared.checked[0]() is None  # a dead object: the next pair is checked anew
