@@ -118,7 +118,7 @@ class Portfolio(Strategy):
             i, chosen = self._choose()
             try:
                 config = self.members[i].ask()
-            except Exception as error:  # noqa: BLE001 - a member that fails hands over, as a value
+            except Exception as error:  # a member that fails hands over, as a value
                 # A member's model can fail where the others do not (a GP fit on a space it
                 # cannot model, a library error): the study goes on with the next member,
                 # and the error is kept where a report can show it.
