@@ -11,11 +11,15 @@ have to know in advance which landscape it is on:
   measuring it);
 - the first member runs its start design (center, covering design, Latin design) for
   all of them: the others plan their start after it and find it already measured;
-- after that, by default (``policy="lead"``) the first member asks every turn while the
-  study keeps finding new bests, and each other member gets one turn whenever the study
-  has gone ``patience`` asks without one: the lead's model is not diluted (on the
-  recorded spaces of other kernels the bandit's shared turns left the portfolio below
-  GP alone, issue 21), and priors reach the lead whole;
+- after that, by default (``policy="fallback"``) the first member asks every turn, and
+  the others ask only when it fails (its ask raises: a model it cannot fit, a library
+  error) or has nothing left to ask: on the recorded spaces of other kernels no way of
+  sharing turns measured was better than GP alone within 50 evaluations (issue 21: with
+  the lead on its own seed, the shared turns of ``"lead"`` cost a seed in ten on
+  convolution and gained none; the bandit's cost more), so the default is GP, seed for
+  seed, with the others as its safety net;
+- ``policy="lead"``: the first member asks while the study keeps finding new bests, and
+  each other member gets one turn whenever the study has gone ``patience`` asks without one;
 - ``policy="bandit"``: Thompson sampling on each member's rate of new bests (a success
   is an ask that beat the study's best), with every member kept at a floor share of the
   turns, so one that is cold early still gets to try again.
@@ -23,6 +27,7 @@ have to know in advance which landscape it is on:
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 from typing import Any, ClassVar
 
@@ -33,7 +38,9 @@ from flashtune.objectives.types import Measurement
 from flashtune.search.space import SearchSpace
 from flashtune.search.strategy import Strategy, check_int_option, cost_ms
 
-POLICIES = ("lead", "bandit", "round_robin")
+POLICIES = ("fallback", "lead", "bandit", "round_robin")
+
+logger = logging.getLogger(__name__)
 
 
 class Portfolio(Strategy):
@@ -41,7 +48,8 @@ class Portfolio(Strategy):
 
     Options:
         members: comma-separated registered strategy names (each once, not "portfolio").
-        policy: ``"lead"`` (the first member asks, the others take one turn each when the
+        policy: ``"fallback"`` (the first member asks; the others only once it fails or
+            runs out), ``"lead"`` (the first member asks, the others take one turn each when the
             study has gone ``patience`` asks without a new best), ``"bandit"`` (Thompson
             sampling on new bests, with a floor share) or ``"round_robin"`` (turns in order).
         patience: under ``"lead"``, asks without a new best of the study before the lead
@@ -57,7 +65,7 @@ class Portfolio(Strategy):
 
     name = "portfolio"
     options_defaults: ClassVar[dict[str, Any]] = {
-        "members": "gp,tpe", "policy": "lead", "patience": 6, "floor": 0.5, "prior_trials": 6,
+        "members": "gp,tpe", "policy": "fallback", "patience": 6, "floor": 0.5, "prior_trials": 6,
     }
 
     def __init__(self, space: SearchSpace, *, seed: int = 0, **options: Any) -> None:
@@ -78,19 +86,25 @@ class Portfolio(Strategy):
         if not 0.0 <= floor <= 1.0:
             raise ValueError(f"{self.name}: option floor must be in [0, 1], got {floor!r}")
         self.rng = np.random.default_rng(seed)
-        # Each member gets its own seed drawn from the portfolio's: one seed drives everything.
+        # The first member runs on the portfolio's own seed, so that until another member
+        # takes a turn the portfolio asks exactly what that member alone would (issue 21:
+        # with a drawn seed the GP-led default and GP alone were two different samples of
+        # GP, and ten seeds a file could not tell the policy's effect from the draw); the
+        # others get seeds drawn from the portfolio's: one seed drives everything.
+        seeds = [seed, *(int(self.rng.integers(2**31 - 1)) for _ in names[1:])]
         self.members: list[Strategy] = [
-            make_strategy(n, space, seed=int(self.rng.integers(2**31 - 1)),
+            make_strategy(n, space, seed=member_seed,
                           **({"prior_trials": self.options["prior_trials"]}
                              if "prior_trials" in option_defaults(n) else {}))
-            for n in names]
+            for n, member_seed in zip(names, seeds)]
         self.turns = np.zeros(len(names), dtype=int)  # asks answered by each member
         # What the policy judges: asks it handed out (the shared start design is nobody's
         # choice) and, of those, new bests of the study.
         self.plays = np.zeros(len(names), dtype=int)
         self.wins = np.zeros(len(names), dtype=int)
         self._asked_by: dict[Config, tuple[int, bool]] = {}
-        self._exhausted: set[int] = set()
+        self._exhausted: set[int] = set()  # members with nothing left to ask, or whose ask raised
+        self.failures: dict[str, str] = {}  # member name -> the error that set it aside
         self._best = float("inf")
         self._since_best = 0  # asks told since the study's best last improved (policy "lead")
         self._handoffs: list[int] = []  # members owed a turn by the lead (policy "lead")
@@ -102,7 +116,17 @@ class Portfolio(Strategy):
     def ask(self) -> Config | None:
         while len(self._exhausted) < len(self.members):
             i, chosen = self._choose()
-            config = self.members[i].ask()
+            try:
+                config = self.members[i].ask()
+            except Exception as error:  # a member that fails hands over, as a value
+                # A member's model can fail where the others do not (a GP fit on a space it
+                # cannot model, a library error): the study goes on with the next member,
+                # and the error is kept where a report can show it.
+                self.failures[self.members[i].name] = f"{type(error).__name__}: {error}"
+                logger.warning("portfolio: member %s failed (%s); the others go on",
+                               self.members[i].name, self.failures[self.members[i].name])
+                self._exhausted.add(i)
+                continue
             if config is None:
                 self._exhausted.add(i)
                 continue
@@ -121,7 +145,8 @@ class Portfolio(Strategy):
 
     def tell(self, config: Config, measurement: Measurement) -> None:
         for member in self.members:
-            member.tell(config, measurement)
+            if member.name not in self.failures:
+                member.tell(config, measurement)
         asker, chosen = self._asked_by.pop(config, (None, False))
         value = cost_ms(measurement)
         if chosen and value < self._best:
@@ -139,6 +164,8 @@ class Portfolio(Strategy):
         lead = open_members[0]
         if getattr(self.members[lead], "in_start_design", False):
             return lead, False  # the shared start design: one member plans it, all learn from it
+        if self.options["policy"] == "fallback":
+            return lead, True  # the others ask only once the lead has failed or run out
         if self.options["policy"] == "lead":
             return self._lead_or_handoff(open_members), True
         plays = self.plays[open_members]

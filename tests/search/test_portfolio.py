@@ -157,3 +157,73 @@ def test_the_lead_keeps_every_turn_while_it_finds_new_bests() -> None:
     portfolio = make_strategy("portfolio", space, seed=0, members="tpe,random", policy="lead", patience=2)
     run(portfolio, lambda config: Measurement(config, None, Status.OK, median_ms=float(next(clock))), max_trials=30)
     assert portfolio.turns.tolist() == [30, 0]
+
+
+def _asks(strategy, evaluate: Callable[[Config], Measurement], trials: int) -> list[Config]:
+    return [t.config for t in run(strategy, evaluate, max_trials=trials).trials]
+
+
+def _ever_faster() -> Callable[[Config], Measurement]:
+    """Each new config faster than every one before it: the study never stalls."""
+    clock = iter(range(1000, 0, -1))
+    return lambda config: Measurement(config, None, Status.OK, median_ms=float(next(clock)))
+
+
+@pytest.mark.parametrize("policy", ["lead", "fallback"])
+def test_the_lead_member_runs_on_the_portfolios_own_seed(policy: str) -> None:
+    # Issue 21: the GP-led default drew its GP a seed of its own, so it and GP alone were two
+    # different samples of GP and ten seeds a file could not tell the policy from the draw.
+    # While the lead keeps every turn, the portfolio asks exactly what the lead alone asks.
+    space = SearchSpace({"a": list(range(12)), "b": list(range(6))})
+    for seed in (3, 11):
+        alone = _asks(make_strategy("tpe", space, seed=seed), _ever_faster(), 20)
+        portfolio = make_strategy("portfolio", space, seed=seed, members="tpe,random", policy=policy, patience=2)
+        assert _asks(portfolio, _ever_faster(), 20) == alone
+        assert portfolio.turns.tolist() == [20, 0]
+
+
+def test_under_fallback_the_others_never_ask_while_the_lead_can() -> None:
+    # A flat study stalls at once: "lead" would hand random a turn every few asks.
+    space, evaluate = _flat_space_and_evaluate()
+    portfolio = make_strategy("portfolio", space, seed=0, members="tpe,random", policy="fallback", patience=1)
+    alone = _asks(make_strategy("tpe", space, seed=0), evaluate, 30)
+    assert _asks(portfolio, evaluate, 30) == alone
+    assert portfolio.turns.tolist() == [30, 0]
+
+
+def test_a_member_that_fails_hands_over_to_the_next() -> None:
+    from flashtune.search.registry import register
+    from flashtune.search.strategy import Strategy
+
+    @register
+    class FailsAfterFive(Strategy):
+        """A user's strategy whose model breaks on its sixth ask (as a GP fit can)."""
+
+        name = "fails_after_five_test"
+
+        def __init__(self, space: SearchSpace, *, seed: int = 0, **options: object) -> None:
+            super().__init__(space, seed=seed, **options)
+            self._inner = make_strategy("random", space, seed=seed)
+            self.asked = 0
+
+        def ask(self) -> Config | None:
+            self.asked += 1
+            if self.asked > 5:
+                raise RuntimeError("the model cannot be fitted")
+            return self._inner.ask()
+
+        def tell(self, config: Config, measurement: Measurement) -> None:
+            self._inner.tell(config, measurement)
+
+    space = SearchSpace({"a": list(range(10)), "b": list(range(4))})
+    portfolio = make_strategy("portfolio", space, seed=0, members="fails_after_five_test,random", policy="fallback")
+    configs = _asks(portfolio, _ever_faster(), 25)
+    assert len(configs) == len(set(configs)) == 25
+    assert portfolio.turns.tolist() == [5, 20]
+    assert portfolio.failures == {"fails_after_five_test": "RuntimeError: the model cannot be fitted"}
+
+
+def test_an_unknown_policy_is_one_clear_error() -> None:
+    space = SearchSpace({"a": list(range(4))})
+    with pytest.raises(ValueError, match="policy must be one of .*fallback"):
+        make_strategy("portfolio", space, policy="gp_first")
