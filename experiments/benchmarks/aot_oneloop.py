@@ -15,6 +15,12 @@ from __future__ import annotations
 import argparse
 import json
 
+from flashtune.kernels.space import validate_config
+from flashtune.objectives.aot import compiling_for, resource_usage
+from flashtune.objectives.hardware import load_spec
+from flashtune.objectives.precompile import compile_config
+from flashtune.objectives.types import Workload
+
 #: (workload, knobs over 4 warps) of the suite's tiles, both loop forms, and fp8.
 CASES: tuple[tuple[str, dict], ...] = (
     ("4,32,4096,128,causal", dict(BLOCK_M=128, BLOCK_N=128, num_stages=2)),
@@ -34,11 +40,6 @@ CASES: tuple[tuple[str, dict], ...] = (
 
 def compile_case(workload_text: str, knobs: dict) -> dict:
     """Compile one config for the H200's target and read what it uses."""
-    from flashtune.kernels.space import validate_config
-    from flashtune.objectives.aot import compiling_for, resource_usage
-    from flashtune.objectives.hardware import load_spec
-    from flashtune.objectives.precompile import compile_config
-    from flashtune.objectives.types import Workload
 
     hardware = load_spec("h200")
     config = validate_config({"loads": "lean_ws_oneloop", "num_warps": 4, **knobs})

@@ -31,6 +31,7 @@ from flashtune.kernels.config import Config
 from flashtune.kernels.reference import reference_attention, relative_error
 from flashtune.kernels.space import validate_config
 from flashtune.objectives.bench import FP8_TOLERANCE, make_inputs
+from flashtune.objectives.precompile import CompilePool
 from flashtune.objectives.types import Workload
 
 #: issue 20's fp8 target, TFLOP/s kernel-only within the accuracy gate.
@@ -74,8 +75,6 @@ def case_configs(table: str, *, top_fp8: int, also: Sequence[Config] = ()) -> tu
 def precompile(cases: Sequence[tuple[Workload, str]], *, top_fp8: int, also: Sequence[Config]) -> None:
     """Compile every case's configs ahead in a pool of processes (Triton compiles one kernel
     at a time in this one); a config that does not compile fails again when timed, by name."""
-    from flashtune.objectives.precompile import CompilePool
-
     pool = CompilePool()
     jobs = [(c, w) for w, table in cases for group in case_configs(table, top_fp8=top_fp8, also=also) for c in group]
     for c, w in jobs:

@@ -35,10 +35,11 @@ from typing import Any
 import numpy as np
 
 from flashtune.experiments import DATA_DIR
-from flashtune.experiments.evaluation import scoring
+from flashtune.experiments.evaluation import kernel_tuner_peer, scoring
 from flashtune.experiments.evaluation.landscape import Landscape, build_landscape
 from flashtune.experiments.evaluation.replay_batch import quiet_worker
 from flashtune.objectives.hardware import load_spec
+from flashtune.objectives.kernel_tuner_files import is_kernel_tuner_file, read_json
 from flashtune.objectives.replay import ReplayObjective
 from flashtune.objectives.types import Measurement
 from flashtune.search import make_strategy, run
@@ -190,8 +191,6 @@ def same_run_peer(landscapes: Sequence[Landscape], report: dict[str, Any], strat
     spaces (``ours_hit_rate_2pct``) is the mean over the same spaces of the share of runs
     within 2 % in budget, as Kernel Tuner's is.
     """
-    from flashtune.experiments.evaluation import kernel_tuner_peer
-
     caches = {ls.name: ls.path for ls in landscapes if len(ls.paths) <= 1 and _is_cache(ls.path)}
     peer = kernel_tuner_peer.run([caches[n] for n in caches], strategies, seeds, budget) if caches else {
         "budget": budget, "seeds": seeds, "tolerance": TOLERANCES["evals_to_2pct"], "strategies": {}}
@@ -203,8 +202,6 @@ def same_run_peer(landscapes: Sequence[Landscape], report: dict[str, Any], strat
 
 
 def _is_cache(path: Any) -> bool:
-    from flashtune.objectives.kernel_tuner_files import is_kernel_tuner_file, read_json
-
     return is_kernel_tuner_file(path) and "cache" in read_json(path)
 
 

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from flashtune.experiments import DATA_DIR
+from flashtune.experiments.cli.tune import DEFAULT_STRATEGY
 from flashtune.experiments.evaluation.compare import PRIOR_MODES
 from flashtune.experiments.evaluation.landscape import Landscape, build_landscape, group_by_workload, table_files
 from flashtune.experiments.study.measurers import open_replay
@@ -158,8 +159,6 @@ def format_report(outcomes: Sequence[WorkloadOutcome], *, strategy: str, seeds: 
 
 
 def main(argv: list[str] | None = None) -> int:
-    from flashtune.experiments.cli.tune import DEFAULT_STRATEGY
-
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tables", nargs="+", type=Path, default=list(DEFAULT_TABLES),
                         help="tables or folders (tables of one workload are merged; default: h200_grown, h200_lean, "
