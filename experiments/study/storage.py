@@ -53,6 +53,15 @@ def is_shared_storage(url: str) -> bool:
     return not url.startswith("sqlite:")
 
 
+def journal_path(url: str) -> str | None:
+    """The file of a ``journal:PATH`` storage URL (``journal:///abs`` and ``journal:rel`` both
+    work); None for another kind of storage, "" for a journal URL without a path."""
+    if not url.startswith("journal:"):
+        return None
+    path = url[len("journal:"):]
+    return path[2:] if path.startswith("//") else path
+
+
 def close_storage(storage: BaseStorage) -> None:
     """Give an RDB storage's pooled connections back to the server now, not at garbage
     collection: PostgreSQL has a fixed number of connection slots shared by every worker."""
@@ -80,8 +89,7 @@ def open_storage(url: str, *, heartbeat_s: float | None = None) -> BaseStorage:
     if not isinstance(url, str) or not url.strip():
         raise ValueError(f"storage URL must be a non-empty string, got {url!r}")
     if url.startswith("journal:"):
-        path = url[len("journal:"):]
-        path = path[2:] if path.startswith("//") else path  # journal:///abs and journal:rel both work
+        path = journal_path(url)
         if not path:
             raise ValueError(f"storage URL {url!r}: journal storage needs a file path, e.g. journal:optuna.log")
         from flashtune.experiments.study.journal import SafeJournalBackend  # imports optuna: only for a journal
