@@ -164,12 +164,22 @@ def check_sqlite_file(url: str) -> None:
     if path in ("", ":memory:") or not os.path.isfile(path) or os.path.getsize(path) == 0:
         return
     try:
-        with contextlib.closing(sqlite3.connect(f"file:{path}?mode=rw", uri=True)) as db:
+        # Read-only: a read-write connection, closed last, folds the ``-wal`` into the file,
+        # which on a damaged file writes what may be all that is left over it (the repair
+        # reads both as they are). A read-only one reads the log and writes nothing.
+        with contextlib.closing(sqlite3.connect(f"{_sqlite_file_uri(path)}?mode=ro", uri=True)) as db:
             problem = [str(row[0]).splitlines()[0] for row in db.execute("PRAGMA quick_check")]
     except sqlite3.DatabaseError as exc:
         problem = [str(exc)]
     if problem != ["ok"]:
         raise DamagedDatabase(url, problem[0])
+
+
+def _sqlite_file_uri(path: str) -> str:
+    """``file:`` URI of ``path`` (``?`` and ``#`` in a name would start the URI's query)."""
+    from urllib.parse import quote
+
+    return "file:" + quote(os.path.abspath(path))
 
 
 def postgres_driver(url: str) -> str:
