@@ -166,8 +166,12 @@ def check_sqlite_file(url: str) -> None:
     try:
         # Read-only: a read-write connection, closed last, folds the ``-wal`` into the file,
         # which on a damaged file writes what may be all that is left over it (the repair
-        # reads both as they are). A read-only one reads the log and writes nothing.
-        with contextlib.closing(sqlite3.connect(f"{_sqlite_file_uri(path)}?mode=ro", uri=True)) as db:
+        # reads both as they are). A read-only one reads the log and writes nothing to the
+        # file. Without a ``-wal`` (no connection is open: a WAL database keeps one while
+        # any is) it is read as immutable, so that not even an empty ``-wal`` and ``-shm``
+        # are left beside it, where the repair would keep them as the damaged file's.
+        query = "mode=ro" if os.path.exists(f"{path}-wal") else "mode=ro&immutable=1"
+        with contextlib.closing(sqlite3.connect(f"{_sqlite_file_uri(path)}?{query}", uri=True)) as db:
             problem = [str(row[0]).splitlines()[0] for row in db.execute("PRAGMA quick_check")]
     except sqlite3.DatabaseError as exc:
         problem = [str(exc)]
