@@ -30,14 +30,12 @@ from __future__ import annotations
 import dataclasses
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-from flashtune.experiments.study.journal import journal_lock
+from flashtune.experiments.study.ledger import RELEASED_ATTR, TrialStore
+from flashtune.experiments.study.sqlite_repair import mlflow_children, mlflow_study
 from flashtune.experiments.study.storage import CONFIG_ATTR, ELAPSED_ATTR, MEASUREMENT_ATTR
+from flashtune.experiments.tracking.tags import TRIAL_TAG
 from flashtune.kernels.config import Config
-
-if TYPE_CHECKING:
-    from flashtune.experiments.study.ledger import TrialStore
 
 _log = logging.getLogger(__name__)
 
@@ -76,9 +74,7 @@ def restore_from_mlflow(store: TrialStore, journal: str, tracking_uri: str) -> R
     """
     import optuna
 
-    from flashtune.experiments.study.ledger import RELEASED_ATTR
-    from flashtune.experiments.study.sqlite_repair import mlflow_children, mlflow_study
-    from flashtune.experiments.tracking.tags import TRIAL_TAG
+    from flashtune.experiments.study.journal import journal_lock  # imports optuna (about 1 s): only for a journal
 
     client, parent = mlflow_study(tracking_uri, store.study_name, store.identity)
     if parent is None:
