@@ -8,7 +8,9 @@ SQLite Optuna database, the MLflow database, the tuned-config store), a study of
 there and the same command (``tune`` with a larger budget; ``export`` for the store) runs
 again. Counted per run: the exit code, tracebacks on stderr, whether the study reached its
 budget (after doing what the error line said, when it said something), and the complete
-trials the cut file still held whole that the resumed study lacks. A full disk: the
+trials the resumed study lacks, counted against the whole study before the cut for the
+journal and SQLite (strict: the records a cut took count too) and against what the cut
+file still held whole for MLflow and the store. A full disk: the
 journal and SQLite studies on a small tmpfs, grown after the failure (needs root).
 """
 
@@ -171,13 +173,9 @@ def cut_runs(kind: str, offsets: int, trials: int, root: Path) -> list[dict[str,
         shutil.copytree(base, folder)
         data = (folder / target).read_bytes()[:at]
         (folder / target).write_bytes(data)
-        if kind == "journal":
-            whole = root / f"{kind}-{i}-prefix"
-            whole.mkdir()
-            (whole / "study.log").write_bytes(data[:data.rfind(b"\n") + 1])
-            before = _complete(whole, storage)
-        elif kind == "sqlite":
-            before = _complete(base, storage)  # a cut database loses pages: count against the whole study
+        if kind in ("journal", "sqlite"):
+            # Strict: against the whole study before the cut (what the cut took counts too).
+            before = _complete(base, storage)
         else:
             before = _complete(folder, storage)
         if kind == "store":

@@ -34,9 +34,9 @@ def run_repair(args: argparse.Namespace) -> int:
         if args.study or args.tracking_uri:
             raise ValueError("repair journal:PATH: --study and --tracking-uri apply to sqlite:/// studies only")
         from flashtune.experiments.study.journal import repair  # imports optuna (about 1 s): not for --help
+        from flashtune.experiments.study.storage import journal_path  # with the repair's own: not for --help
 
-        path = args.target[len("journal:"):]
-        path = path[2:] if path.startswith("//") else path
+        path = journal_path(args.target)
         print(repair(path).summary(path), file=sys.stderr)
         return 0
     if args.target.startswith("sqlite:///"):

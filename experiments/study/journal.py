@@ -24,6 +24,7 @@ import fcntl
 import json
 import logging
 import os
+import threading
 from collections.abc import Generator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -53,15 +54,38 @@ def repair_command(path: str | os.PathLike[str]) -> str:
     return f"flashtune repair journal:{path}"
 
 
+#: Journal locks this process holds: lock file -> [fd, depth]. Re-entrant: the restore from
+#: MLflow (``journal_restore``) appends while it holds the lock, and a second ``flock`` on
+#: another descriptor of the same file would wait for this process forever.
+_held: dict[str, list[int]] = {}
+#: One thread of this process in a journal's lock at a time (the kernel's lock is the process's).
+_threads = threading.RLock()
+
+
 @contextmanager
 def journal_lock(path: str | os.PathLike[str]) -> Iterator[None]:
-    """Hold the journal's lock (``flock`` on ``PATH.flock``); released by the kernel if we die."""
-    fd = os.open(f"{path}{LOCK_SUFFIX}", os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)  # closing releases the flock
+    """Hold the journal's lock (``flock`` on ``PATH.flock``); released by the kernel if we die.
+
+    Re-entrant within the process (nested holds share one descriptor)."""
+    key = os.path.abspath(f"{path}{LOCK_SUFFIX}")
+    with _threads:
+        entry = _held.get(key)
+        if entry is None:
+            fd = os.open(key, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            except BaseException:
+                os.close(fd)
+                raise
+            entry = _held[key] = [fd, 0]
+        entry[1] += 1
+        try:
+            yield
+        finally:
+            entry[1] -= 1
+            if entry[1] == 0:
+                del _held[key]
+                os.close(entry[0])  # closing releases the flock
 
 
 def cut_partial_tail(path: str | os.PathLike[str]) -> int | None:

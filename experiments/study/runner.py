@@ -21,10 +21,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from flashtune.experiments.evaluation import priors as prior_tags
+from flashtune.experiments.study.journal_restore import restore_from_mlflow
 from flashtune.experiments.study.ledger import SharedLedger, StoreLedger, TrialStore
 from flashtune.experiments.study.locks import study_lock
 from flashtune.experiments.study.signals import StudyInterrupted, signals_deferred
-from flashtune.experiments.study.storage import DamagedDatabase, is_shared_storage, open_storage
+from flashtune.experiments.study.storage import DamagedDatabase, is_shared_storage, journal_path, open_storage
 from flashtune.experiments.tracking.tracker import MlflowTracker, sqlite_path
 from flashtune.kernels.config import Config
 from flashtune.objectives.hardware import HardwareSpec
@@ -208,6 +209,10 @@ def _run_study(study: Study, evaluate: Callable[[Config], Measurement], storage_
         raise ValueError(exc.advice(study.storage_name, tracking_uri)) from None
     store = TrialStore(storage, study.storage_name, study.identity(fingerprint), space)
     ledger: StoreLedger | SharedLedger
+    journal = journal_path(storage_url)
+    if journal:
+        # Before any trial is asked or reaped: what a cut of the journal lost, MLflow holds.
+        restore_from_mlflow(store, journal, tracking_uri)
     if shared:
         ledger = SharedLedger(store)
         ledger.reap(own_too=True)  # dead workers' claims; live ones belong to workers running now

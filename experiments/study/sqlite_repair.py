@@ -270,8 +270,20 @@ def _trial_from_attrs(attrs: Mapping[str, Any]) -> Trial | None:
 # -- 2. the study's MLflow children ----------------------------------------------------------------
 
 
-def _mlflow_study(tracking_uri: str, name: str, identity: Mapping[str, Any] | None) -> tuple[Any, Any]:
-    """The MLflow client and the parent run of Optuna study ``name`` (None when there is none)."""
+@dataclass(frozen=True)
+class Child:
+    """A finished (or, when none finished, half-written) MLflow child run of a study: the
+    trial it holds and its run id."""
+
+    trial: Trial
+    run_id: str
+
+
+def mlflow_study(tracking_uri: str, name: str, identity: Mapping[str, Any] | None) -> tuple[Any, Any]:
+    """The MLflow client and the parent run of Optuna study ``name`` (None when there is none).
+
+    Shared by the SQLite repair and the journal's restore (``journal_restore``): one reading
+    of a study's MLflow runs."""
     from flashtune.experiments.tracking.tags import ROLE_TAG, STUDY_TAG
     from flashtune.experiments.tracking.tracker import mlflow_client, sqlite_path
 
@@ -312,8 +324,13 @@ def _identity_from_parent(parent: Any) -> dict[str, Any]:
     }
 
 
-def _mlflow_trials(client: Any, parent: Any, tracking_uri: str) -> dict[int, Trial]:
-    """The trials the study's children hold, by trial number."""
+def mlflow_children(client: Any, parent: Any, tracking_uri: str, *, finished_only: bool = False) -> dict[int, Child]:
+    """The trials the study's children hold, by trial number (with the child's run id).
+
+    Args:
+        finished_only: leave out RUNNING children (a kill mid-write); the repair counts one
+            when no finished child holds its number, a restore beside live workers never does.
+    """
     from flashtune.experiments.evaluation.prior_mlflow import RUN_ID_KEY, trial_measurements_of_run
     from flashtune.experiments.tracking.tags import MEASUREMENT_TAG, PARENT_TAG, ROLE_TAG, TRIAL_TAG, int_or_none
 
@@ -326,11 +343,13 @@ def _mlflow_trials(client: Any, parent: Any, tracking_uri: str) -> dict[int, Tri
         if not token:
             break
     rebuilt: dict[str, Measurement] | None = None  # children without the measurement tag (older ones)
-    trials: dict[int, Trial] = {}
+    trials: dict[int, Child] = {}
     # Finished children first: a RUNNING one (a kill mid-write) counts only when none finished.
     for child in sorted(children, key=lambda run: run.info.status not in ("FINISHED", "FAILED")):
         number = int_or_none(child.data.tags.get(TRIAL_TAG))
         if number is None or number < 0 or number in trials:
+            continue
+        if finished_only and child.info.status not in ("FINISHED", "FAILED"):
             continue
         measurement = None
         try:
@@ -347,7 +366,7 @@ def _mlflow_trials(client: Any, parent: Any, tracking_uri: str) -> dict[int, Tri
         if measurement is None:
             continue
         elapsed = child.data.metrics.get("elapsed_s", 0.0)
-        trials[number] = Trial(number, measurement.config, measurement, float(elapsed))
+        trials[number] = Child(Trial(number, measurement.config, measurement, float(elapsed)), child.info.run_id)
     return trials
 
 
@@ -369,7 +388,7 @@ def _build(fresh: Path, found: Mapping[str, _Study], tracking_uri: str, named: s
     try:
         for name in sorted(found):
             study = found[name]
-            client, parent = _mlflow_study(tracking_uri, name, study.identity)
+            client, parent = mlflow_study(tracking_uri, name, study.identity)
             identity = study.identity
             if identity is None and parent is not None:
                 identity = _identity_from_parent(parent)
@@ -378,7 +397,8 @@ def _build(fresh: Path, found: Mapping[str, _Study], tracking_uri: str, named: s
                     continue  # named by a lock file only: it never got as far as a trial
                 raise ValueError(f"study {name!r}: neither the file nor MLflow ({tracking_uri}) holds it; "
                                  "check --study and --tracking-uri (the one the study used)")
-            from_mlflow = _mlflow_trials(client, parent, tracking_uri) if parent is not None else {}
+            from_mlflow = {n: c.trial for n, c in mlflow_children(client, parent, tracking_uri).items()
+                           } if parent is not None else {}
             workload = Workload.from_dict(identity["workload"])
             store = TrialStore(storage, name, identity, SearchSpace(tunables_for(workload)))
             for key, value in study.attrs.items():

@@ -53,6 +53,15 @@ def is_shared_storage(url: str) -> bool:
     return not url.startswith("sqlite:")
 
 
+def journal_path(url: str) -> str | None:
+    """The file of a ``journal:PATH`` storage URL (``journal:///abs`` and ``journal:rel`` both
+    work); None for another kind of storage, "" for a journal URL without a path."""
+    if not url.startswith("journal:"):
+        return None
+    path = url[len("journal:"):]
+    return path[2:] if path.startswith("//") else path
+
+
 def close_storage(storage: BaseStorage) -> None:
     """Give an RDB storage's pooled connections back to the server now, not at garbage
     collection: PostgreSQL has a fixed number of connection slots shared by every worker."""
@@ -80,8 +89,7 @@ def open_storage(url: str, *, heartbeat_s: float | None = None) -> BaseStorage:
     if not isinstance(url, str) or not url.strip():
         raise ValueError(f"storage URL must be a non-empty string, got {url!r}")
     if url.startswith("journal:"):
-        path = url[len("journal:"):]
-        path = path[2:] if path.startswith("//") else path  # journal:///abs and journal:rel both work
+        path = journal_path(url)
         if not path:
             raise ValueError(f"storage URL {url!r}: journal storage needs a file path, e.g. journal:optuna.log")
         from flashtune.experiments.study.journal import SafeJournalBackend  # imports optuna: only for a journal
@@ -156,12 +164,26 @@ def check_sqlite_file(url: str) -> None:
     if path in ("", ":memory:") or not os.path.isfile(path) or os.path.getsize(path) == 0:
         return
     try:
-        with contextlib.closing(sqlite3.connect(f"file:{path}?mode=rw", uri=True)) as db:
+        # Read-only: a read-write connection, closed last, folds the ``-wal`` into the file,
+        # which on a damaged file writes what may be all that is left over it (the repair
+        # reads both as they are). A read-only one reads the log and writes nothing to the
+        # file. Without a ``-wal`` (no connection is open: a WAL database keeps one while
+        # any is) it is read as immutable, so that not even an empty ``-wal`` and ``-shm``
+        # are left beside it, where the repair would keep them as the damaged file's.
+        query = "mode=ro" if os.path.exists(f"{path}-wal") else "mode=ro&immutable=1"
+        with contextlib.closing(sqlite3.connect(f"{_sqlite_file_uri(path)}?{query}", uri=True)) as db:
             problem = [str(row[0]).splitlines()[0] for row in db.execute("PRAGMA quick_check")]
     except sqlite3.DatabaseError as exc:
         problem = [str(exc)]
     if problem != ["ok"]:
         raise DamagedDatabase(url, problem[0])
+
+
+def _sqlite_file_uri(path: str) -> str:
+    """``file:`` URI of ``path`` (``?`` and ``#`` in a name would start the URI's query)."""
+    from urllib.parse import quote
+
+    return "file:" + quote(os.path.abspath(path))
 
 
 def postgres_driver(url: str) -> str:

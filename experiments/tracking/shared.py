@@ -18,6 +18,7 @@ what it reads back after its own write:
 
 from __future__ import annotations
 
+import logging
 import socket
 import time
 from collections.abc import Mapping, Sequence
@@ -26,6 +27,8 @@ from typing import Any
 from flashtune.experiments.localhost import process_alive
 from flashtune.experiments.tracking.tags import PARENT_TAG, ROLE_TAG, STUDY_TAG, TRIAL_TAG, WORKER_TAG, int_or_none
 from flashtune.search.loop import Trial
+
+_log = logging.getLogger(__name__)
 
 #: Seconds a new parent waits for racing workers' parents to be visible before choosing.
 SETTLE_S = 1.0
@@ -73,6 +76,17 @@ class SharedTracking:
                 by_number.setdefault(number, []).append(run)  # a live worker is writing it
         for trial in trials:
             runs = by_number.get(trial.number, [])
+            contradicting = [r for r in runs if r.info.status in ("FINISHED", "FAILED") and not _holds(r, trial)]
+            if contradicting:
+                # A journal cut before the restore from MLflow existed gave this number to another
+                # config: named, and replaced by the trial's own child (MLflow's soft delete).
+                _log.warning("study %r: MLflow run(s) %s hold trial %d with %s, but the study stored trial %d "
+                             "with %s: deleted (MLflow keeps them restorable) and the trial's own child written",
+                             self.study_name, ", ".join(r.info.run_id for r in contradicting), trial.number,
+                             dict(contradicting[0].data.params), trial.number, dict(trial.config.items()))
+                for run in contradicting:
+                    client.delete_run(run.info.run_id)
+                runs = [r for r in runs if r not in contradicting]
             if not runs:
                 self._children[trial.number] = self._write_child(trial)
                 self._shared_dedupe_child(trial.number)
@@ -106,6 +120,11 @@ class SharedTracking:
             filter_string=f"tags.{ROLE_TAG} = 'study' AND tags.{STUDY_TAG} = '{self.study_name}'",
             max_results=100,
         )
+
+
+def _holds(run: Any, trial: Trial) -> bool:
+    """Whether the child ``run`` holds ``trial``'s config (its params, as MLflow stores them)."""
+    return all(run.data.params.get(k) == str(v) for k, v in trial.config.items())
 
 
 def _earliest(parents: Sequence[Any]) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import signal
 import sqlite3
@@ -47,7 +48,9 @@ def made(replay_dir, empty_mlflow_db, tmp_path_factory) -> tuple[Path, dict[int,
     shutil.copyfile(empty_mlflow_db, base / "mlflow.db")
     uris = _uris(base)
     assert main(tune_args(uris, replay_dir, "--trials", "6", "--study-name", "cut", "--strategy", "random")) == 0
-    with sqlite3.connect(base / "optuna.db") as db:
+    # Closed, not only committed: an open connection leaves a -wal and -shm that every copy
+    # would carry (the user's side files, kept aside by the repair with the damaged file).
+    with contextlib.closing(sqlite3.connect(base / "optuna.db")) as db:
         db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     return base, _trials(uris["storage"])
 
@@ -75,7 +78,9 @@ def _cut_repair_resume(base: Path, folder: Path, fraction: float, replay_dir, ca
     assert main(command.split()[1:]) == 0
     said = capsys.readouterr().err.strip().splitlines()
     assert len(said) == 1, said
-    aside = [p for p in folder.iterdir() if p.name.startswith("optuna.db.damaged-")]
+    # The copy carries the -wal and -shm of the in-process study's open connection: kept with it.
+    aside = [p for p in folder.iterdir() if p.name.startswith("optuna.db.damaged-")
+             and not p.name.endswith(("-wal", "-shm"))]
     assert len(aside) == 1 and aside[0].read_bytes() == cut  # kept, never deleted
     assert main(args) == 0, capsys.readouterr().err
     capsys.readouterr()
