@@ -40,7 +40,7 @@ def run_repair(args: argparse.Namespace) -> int:
         print(repair(path).summary(path), file=sys.stderr)
         return 0
     if args.target.startswith("sqlite:///"):
-        from flashtune.experiments.study import sqlite_repair
+        from flashtune.experiments.study import sqlite_repair  # imports optuna and mlflow: not for --help
 
         done = sqlite_repair.repair(args.target, args.tracking_uri or DEFAULT_TRACKING_URI, args.study)
         print(done.summary(), file=sys.stderr)

@@ -30,7 +30,6 @@ import json
 import logging
 import math
 import os
-import shlex
 import shutil
 import sqlite3
 import tempfile
@@ -41,6 +40,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from flashtune.experiments.evaluation.prior_mlflow import RUN_ID_KEY, parse_workload, trial_measurements_of_run
+from flashtune.experiments.study.ledger import TrialStore
 from flashtune.experiments.study.locks import studies_locked_in, study_lock
 from flashtune.experiments.study.signals import signals_deferred
 from flashtune.experiments.study.storage import (
@@ -52,10 +53,22 @@ from flashtune.experiments.study.storage import (
     check_sqlite_file,
     close_storage,
     open_storage,
+    repair_command,
 )
+from flashtune.experiments.tracking.tags import (
+    MEASUREMENT_TAG,
+    PARENT_TAG,
+    ROLE_TAG,
+    STUDY_TAG,
+    TRIAL_TAG,
+    int_or_none,
+)
+from flashtune.experiments.tracking.tracker import mlflow_client, sqlite_path
 from flashtune.kernels.config import Config
+from flashtune.kernels.space import tunables_for
 from flashtune.objectives.types import Measurement, Workload
 from flashtune.search.loop import Trial
+from flashtune.search.space import SearchSpace
 
 _log = logging.getLogger(__name__)
 
@@ -63,16 +76,6 @@ _log = logging.getLogger(__name__)
 DAMAGED_SUFFIX = ".damaged-"
 #: Side files SQLite keeps beside a database (they belong to the damaged file).
 _SIDE_FILES = ("-wal", "-shm", "-journal")
-
-
-def repair_command(url: str, study: str | None = None, tracking_uri: str | None = None) -> str:
-    """The command that rebuilds the SQLite study database of ``url``."""
-    words = ["flashtune", "repair", url]
-    if study:
-        words += ["--study", study]
-    if tracking_uri:
-        words += ["--tracking-uri", tracking_uri]
-    return shlex.join(words)
 
 
 @dataclass(frozen=True)
@@ -284,8 +287,6 @@ def mlflow_study(tracking_uri: str, name: str, identity: Mapping[str, Any] | Non
 
     Shared by the SQLite repair and the journal's restore (``journal_restore``): one reading
     of a study's MLflow runs."""
-    from flashtune.experiments.tracking.tags import ROLE_TAG, STUDY_TAG
-    from flashtune.experiments.tracking.tracker import mlflow_client, sqlite_path
 
     db = sqlite_path(tracking_uri)
     if db is not None and not db.is_file():
@@ -310,7 +311,6 @@ def mlflow_study(tracking_uri: str, name: str, identity: Mapping[str, Any] | Non
 
 def _identity_from_parent(parent: Any) -> dict[str, Any]:
     """A study's identity (``runner.Study.identity``) from its MLflow parent's params and tags."""
-    from flashtune.experiments.evaluation.prior_mlflow import parse_workload
 
     params, tags = parent.data.params, parent.data.tags
     return {
@@ -331,8 +331,6 @@ def mlflow_children(client: Any, parent: Any, tracking_uri: str, *, finished_onl
         finished_only: leave out RUNNING children (a kill mid-write); the repair counts one
             when no finished child holds its number, a restore beside live workers never does.
     """
-    from flashtune.experiments.evaluation.prior_mlflow import RUN_ID_KEY, trial_measurements_of_run
-    from flashtune.experiments.tracking.tags import MEASUREMENT_TAG, PARENT_TAG, ROLE_TAG, TRIAL_TAG, int_or_none
 
     children, token = [], None
     while True:
@@ -379,9 +377,6 @@ def _build(fresh: Path, found: Mapping[str, _Study], tracking_uri: str, named: s
     Raises:
         ValueError: a study named by the user is known to neither source.
     """
-    from flashtune.experiments.study.ledger import TrialStore
-    from flashtune.kernels.space import tunables_for
-    from flashtune.search.space import SearchSpace
 
     done = []
     storage = open_storage(f"sqlite:///{fresh}")

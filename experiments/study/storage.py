@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import shlex
 import sqlite3
 import time
 import warnings
@@ -132,6 +133,17 @@ def open_storage(url: str, *, heartbeat_s: float | None = None) -> BaseStorage:
         raise ValueError(f"storage URL {url!r} cannot be opened: {type(exc).__name__}: {exc}") from None
 
 
+def repair_command(url: str, study: str | None = None, tracking_uri: str | None = None) -> str:
+    """The command that rebuilds the SQLite study database of ``url``."""
+    words = ["flashtune", "repair", url]
+    if study:
+        words += ["--study", study]
+    if tracking_uri:
+        words += ["--tracking-uri", tracking_uri]
+    return shlex.join(words)
+
+
+
 class DamagedDatabase(ValueError):
     """A damaged SQLite study file, left as it is; the message names the repair command."""
 
@@ -141,8 +153,6 @@ class DamagedDatabase(ValueError):
 
     def advice(self, study: str | None = None, tracking_uri: str | None = None) -> str:
         """The refusal, naming the study and the MLflow store the repair reads trials back from."""
-        from flashtune.experiments.study.sqlite_repair import repair_command
-
         path = self.url[len("sqlite:///"):].split("?", 1)[0]
         return (f"Optuna database {path} is damaged ({self.problem}): it is left as it is. Rebuild it with "
                 f"`{repair_command(self.url, study, tracking_uri)}` (keeps it aside; the study's trials come back "
