@@ -8,13 +8,9 @@ Its numerics are GPU-only (the interpreter runs no Gluon): tests/gpu/test_gluon_
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-
 import pytest
 import torch
+from sm90_compile import compiled_for_sm90
 
 from flashtune.kernels import flash_attention
 from flashtune.kernels.resources import known_failure, registers_per_thread, shared_memory_bytes
@@ -87,28 +83,9 @@ CASES = [
     ("4,32,4096,128", {**PINGPONG, "loads": "gluon_pingpong_ordered"}),
 ]
 
-_CHILD = """
-import json, sys
-from flashtune.kernels.space import validate_config
-from flashtune.objectives.aot import compiled_resources
-from flashtune.objectives.hardware import load_spec
-from flashtune.objectives.types import Workload
-out = []
-for workload, knobs in json.load(sys.stdin):
-    r = compiled_resources(validate_config(knobs), Workload.parse(workload), load_spec("h200"))
-    out.append([r.registers, r.spills, r.shared_bytes])
-print(json.dumps(out))
-"""
-
-
 @pytest.mark.slow
 def test_compiles_for_sm90_without_spills_within_the_modelled_shared_memory() -> None:
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["CUDA_VISIBLE_DEVICES"] = ""
-    done = subprocess.run([sys.executable, "-c", _CHILD], input=json.dumps(CASES), capture_output=True, text=True,
-                          env=env, timeout=900)
-    assert done.returncode == 0, done.stderr[-2000:]
-    got = json.loads(done.stdout.strip().splitlines()[-1])
+    got = compiled_for_sm90(CASES, timeout=900)
     for (workload, knobs), (registers, spills, shared) in zip(CASES, got):
         w = Workload.parse(workload)
         predicted = shared_memory_bytes(validate_config(knobs), head_dim=w.head_dim)

@@ -15,6 +15,7 @@ import subprocess
 import sys
 
 import pytest
+from sm90_compile import compiled_for_sm90
 
 from flashtune.kernels.resources import shared_memory_bytes
 from flashtune.kernels.space import validate_config
@@ -29,29 +30,10 @@ CASES = [
     ("2,8/2,1000,128,causal", dict(BLOCK_M=128, BLOCK_N=128, num_warps=4, num_stages=2), False),  # ragged, GQA
 ]
 
-_CHILD = """
-import json, sys
-from flashtune.kernels.space import validate_config
-from flashtune.objectives.aot import compiled_resources
-from flashtune.objectives.hardware import load_spec
-from flashtune.objectives.types import Workload
-out = []
-for workload, knobs in json.load(sys.stdin):
-    r = compiled_resources(validate_config(knobs), Workload.parse(workload), load_spec("h200"))
-    out.append([r.registers, r.spills, r.shared_bytes])
-print(json.dumps(out))
-"""
-
-
 @pytest.mark.slow
 def test_warp_specialized_at_4_warps_without_spills_and_the_model_covers_its_shared_memory() -> None:
     cases = [(w, {**knobs, "loads": "lean_ws_oneloop"}) for w, knobs, _ in CASES]
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["CUDA_VISIBLE_DEVICES"] = ""
-    done = subprocess.run([sys.executable, "-c", _CHILD], input=json.dumps(cases), capture_output=True, text=True,
-                          env=env, timeout=600)
-    assert done.returncode == 0, done.stderr[-2000:]
-    got = json.loads(done.stdout.strip().splitlines()[-1])
+    got = compiled_for_sm90(cases, timeout=600)
     for (workload, knobs), (registers, spills, shared), (_, _, exact) in zip(cases, got, CASES):
         w = Workload.parse(workload)
         config = validate_config(knobs)
