@@ -36,6 +36,7 @@ from flashtune.experiments.tracking.tracker import DEFAULT_TRACKING_URI, check_t
 from flashtune.objectives.hardware import HardwareSpec, load_spec
 from flashtune.objectives.types import SUITE, Measurement, Status, Workload
 from flashtune.runtime.dispatching.baselines import fallback_config
+from flashtune.runtime.dispatching.resolve import uses_fp8
 from flashtune.runtime.storage.store import ENV_STORE, default_store_path
 from flashtune.search import make_strategy, option_value, strategy_names
 from flashtune.search.space import SearchSpace
@@ -253,7 +254,7 @@ def outcome_text(result: Any, default: Measurement, peers: list[PeerTime] | None
     lines += [
         f"Optuna study:   {study.storage_name!r} in {storage_url}",
         f"MLflow run:     {result.parent_run_id} (experiment {result.experiment_id}) in {tracking_uri}",
-        *_next_commands([result.parent_run_id], tracking_uri),
+        *_next_commands([result.parent_run_id], tracking_uri, only_fp8=_only_fp8_succeeded([result])),
     ]
     return "\n".join(lines)
 
@@ -290,7 +291,7 @@ def overview_text(results: Sequence[Any], defaults: Sequence[Measurement], peers
         f"Optuna studies: {', '.join(repr(r.study.storage_name) for r in results)} in {storage_url}",
         f"MLflow runs:    {', '.join(r.parent_run_id for r in results)} (experiment {', '.join(experiments)}) "
         f"in {tracking_uri}",
-        *_next_commands([r.parent_run_id for r in results], tracking_uri),
+        *_next_commands([r.parent_run_id for r in results], tracking_uri, only_fp8=_only_fp8_succeeded(results)),
     ]
     return "\n".join(lines)
 
@@ -304,13 +305,24 @@ def _speedup_text(best: Any, default: Measurement) -> str:
             "(`flashtune export` exports the default for this workload)")
 
 
-def _next_commands(run_ids: Sequence[str], tracking_uri: str) -> list[str]:
+def _only_fp8_succeeded(results: Sequence[Any]) -> bool:
+    """Whether the studies' successful trials are all fp8 configs (and there is one): export
+    leaves fp8 out unless told ``--include-fp8``, so the printed command must say it."""
+    ok = [t for r in results for t in r.trials if t.measurement.status is Status.OK]
+    return bool(ok) and all(uses_fp8(t.config) for t in ok)
+
+
+def _next_commands(run_ids: Sequence[str], tracking_uri: str, *, only_fp8: bool = False) -> list[str]:
     """The export command (into the store the runtime serves) and the UI command."""
     tracking_flag = "" if tracking_uri == DEFAULT_TRACKING_URI else f" --tracking-uri {shlex.quote(tracking_uri)}"
     sources = " ".join(f"mlflow:{run_id}" for run_id in run_ids)
     store = shlex.quote(str(default_store_path()))
+    fp8_flag = " --include-fp8" if only_fp8 else ""
+    fp8_note = ["                (every config that ran correctly is fp8: it trades precision for speed, "
+                "so export takes it only with --include-fp8)"] if only_fp8 else []
     return [
-        f"export it:      flashtune export {sources} --to {store}{tracking_flag}",
+        f"export it:      flashtune export {sources} --to {store}{tracking_flag}{fp8_flag}",
+        *fp8_note,
         f"                (the store flashtune.runtime serves: ${ENV_STORE}, else ~/.cache/flashtune/configs.json)",
         f"open the UI:    flashtune ui{tracking_flag}",
     ]

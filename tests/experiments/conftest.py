@@ -7,6 +7,7 @@ landscapes from tests/search/needles.py) and the study tests (``replay_dir``,
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import shutil
 import sqlite3
@@ -72,7 +73,9 @@ def empty_mlflow_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
     path = tmp_path_factory.mktemp("template") / "mlflow.db"
     mlflow_client(f"sqlite:///{path}").search_experiments(max_results=1)
-    with sqlite3.connect(path) as connection:  # fold the write-ahead log into the file before copying it
+    # Fold the write-ahead log into the file before copying it (closing(): sqlite3's own
+    # context manager commits but leaves the connection open).
+    with contextlib.closing(sqlite3.connect(path)) as connection:
         connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     return path
 

@@ -142,3 +142,34 @@ def test_study_messages_name_flashtune_study(tmp_path, stores, capsys, monkeypat
           stores["storage"], "--replay-dir", str(tmp_path), "--no-progress", "--workload", "1,8,64,64"])
     err = capsys.readouterr().err
     assert "flashtune study:" in err and "flashtune tune:" not in err, err
+
+
+def test_when_only_fp8_configs_ran_the_export_hint_says_include_fp8_and_works(replay_dir, stores, tmp_path,
+                                                                             monkeypatch, capsys) -> None:
+    from flashtune.objectives.replay import write_table
+    from flashtune.objectives.types import Measurement, Status
+    from flashtune.runtime.dispatching.resolve import uses_fp8
+    from flashtune.runtime.storage.store import read_snapshot
+
+    # Every bf16 config of the table failed: what ran correctly is fp8 only, which export
+    # leaves out unless told --include-fp8 (the hint used to print the command without it).
+    rows = load_table(replay_dir / f"{WORKLOAD.name}.jsonl")
+    assert any(uses_fp8(m.config) and m.ok for m in rows)
+    only_fp8 = [m if uses_fp8(m.config) else Measurement.failure(m.config, m.workload, Status.COMPILE_ERROR,
+                                                                  "made to fail", hardware=m.hardware,
+                                                                  fingerprint=m.fingerprint)
+                for m in rows]
+    folder = tmp_path / "tables"
+    folder.mkdir()
+    write_table(folder / f"{WORKLOAD.name}.jsonl", only_fp8)
+    store = tmp_path / "configs.json"
+    monkeypatch.setenv("FLASHTUNE_STORE", str(store))
+    assert main(tune_args(stores, folder, "--study-name", "fp8", "--trials", "6", "--strategy", "random")) == 0
+    out = capsys.readouterr().out
+    assert "best config:    {" in out and "'use_fp8': True" in out.split("best config:", 1)[1].splitlines()[0]
+    export = next(line for line in out.splitlines() if line.startswith("export it:")).split(":", 1)[1]
+    assert export.rstrip().endswith("--include-fp8")
+    assert "every config that ran correctly is fp8" in out
+    assert main(shlex.split(export)[1:]) == 0
+    (entry,) = read_snapshot(store).entries()
+    assert uses_fp8(entry.config)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import sqlite3
 import subprocess
@@ -55,7 +56,8 @@ def test_a_damaged_optuna_database_is_one_line_and_left_alone(replay_dir, stores
     for x in range(30):
         study.add_trial(optuna.trial.create_trial(params={"x": float(x)}, distributions={
             "x": optuna.distributions.FloatDistribution(0, 100)}, value=float(x)))
-    with sqlite3.connect(db) as connection:
+    # closing(): sqlite3's own context manager commits but leaves the connection open.
+    with contextlib.closing(sqlite3.connect(db)) as connection:
         connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     db.write_bytes(db.read_bytes()[:db.stat().st_size // 2])
     cut = db.read_bytes()
