@@ -153,7 +153,7 @@ def key_range_mask(batch_size: int, q_length: int | None = None, kv_length: int 
         continued = _continued_ranges(attention_mask, batch_size, q_length, kv_length, q_offset)
         if continued is not None:
             return continued
-        _start_chain(None)  # a chain starts only at a mask checked below and found without holes
+    _start_chain(None)  # a chain starts only at a mask checked below and found without holes
     if end == kv_length and (attention_mask is None or _all_real(attention_mask, kv_length)):
         return None  # every key real, no empty slot: the plain causal kernel
     ranges, holes, full = key_ranges(attention_mask, batch_size=batch_size, q_length=q_length, kv_length=kv_length,
@@ -167,8 +167,8 @@ def key_range_mask(batch_size: int, q_length: int | None = None, kv_length: int 
                          **kwargs)
     if no_padding and end == kv_length and known_end is not None:
         return None
-    if known_end is None:
-        _start_chain(attention_mask, batch_size, kv_length, ranges)
+    # A static cache's prefill (an int offset) or decode step: its decode steps may continue it.
+    _start_chain(attention_mask, batch_size, kv_length, ranges)
     # A static cache (a tensor offset) keeps the ranges even on the step that fills it: generate hands this mask to the compiled step, and a None on the last step alone
     # compiled and CUDA-graphed a second step (H200, 2026-12-02: two recordings a generate).
     return ranges

@@ -259,7 +259,8 @@ def test_a_static_cache_decode_step_continuing_a_checked_mask_runs_few_ops_and_r
     monkeypatch.setattr(hf_attention, "_STATIC_CHAIN", None)
     mask = torch.ones(2, 9, dtype=torch.bool)
     mask[1, :3] = False  # left padding
-    prefill = hf_attention.key_range_mask(2, q_length=9, kv_length=12, q_offset=torch.tensor(0), attention_mask=mask)
+    # The prefill (generate passes its offset as an int) is built and checked in full.
+    prefill = hf_attention.key_range_mask(2, q_length=9, kv_length=12, q_offset=0, attention_mask=mask)
     assert prefill.tolist() == [[[[0]], [[3]]], [[[9]], [[9]]]]
     for step in range(2):  # two decode steps, each mask one real token longer
         mask = torch.cat([mask, torch.ones(2, 1, dtype=torch.bool)], dim=1)
