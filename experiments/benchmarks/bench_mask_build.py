@@ -3,7 +3,7 @@
 
 Three builds of the same step (batch b, a cache of ``--capacity`` slots, ``--filled`` of them
 filled, the last sequence left-padded): our builder continuing the last checked mask (the
-chain: first keys kept, the end moved), our full build (ranges and the holes check, a host
+chain: no holes check, the first keys and the end), our full build (ranges and the holes check, a host
 read: one ``.tolist()``, which no aten op shows), and transformers' ``sdpa_mask`` (what
 SDPA's static step gets). Per build: aten ops (views included; the others launch kernels on a
 GPU) and aten host reads (``_local_scalar_dense``), and CPU us (median of 7 x 200).
@@ -51,11 +51,8 @@ def builds(batch: int, capacity: int, filled: int) -> dict[str, Callable[[], Any
     def step() -> Any:
         return hf_attention.key_range_mask(batch, q_length=1, kv_length=capacity, q_offset=offset, attention_mask=grown)
 
-    first = torch.zeros(batch, dtype=torch.int32)
-    first[batch - 1] = filled // 16
-
     def chained() -> Any:  # the chain as the previous step left it (no op of its own)
-        hf_attention._STATIC_CHAIN = (batch, filled, capacity, mask.device, first)
+        hf_attention._start_chain(mask, batch, capacity)
         return step()
 
     def full() -> Any:

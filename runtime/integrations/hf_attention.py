@@ -33,6 +33,7 @@ transformers is imported only inside :func:`register` and the mask builder.
 from __future__ import annotations
 
 import logging
+import threading
 from typing import Any
 
 import torch
@@ -168,25 +169,23 @@ def key_range_mask(batch_size: int, q_length: int | None = None, kv_length: int 
     if no_padding and end == kv_length and known_end is not None:
         return None
     # A static cache's prefill (an int offset) or decode step: its decode steps may continue it.
-    _start_chain(attention_mask, batch_size, kv_length, ranges)
+    _start_chain(attention_mask, batch_size, kv_length)
     # A static cache (a tensor offset) keeps the ranges even on the step that fills it: generate hands this mask to the compiled step, and a None on the last step alone
     # compiled and CUDA-graphed a second step (H200, 2026-12-02: two recordings a generate).
     return ranges
 
 
-#: The static-cache mask last checked for holes (eagerly), grown by each decode step since:
-#: (batch, mask length, kv_length, device, each sequence's first real key). One tuple,
-#: replaced whole (threads read a consistent one).
-_STATIC_CHAIN: tuple[int, int, int, torch.device, torch.Tensor] | None = None
+#: Per thread, the static-cache mask last checked for holes (eagerly), grown by each decode
+#: step since: (batch, mask length, kv_length, device). Per thread: two generate loops in two
+#: threads never continue each other's chain.
+_CHAIN = threading.local()
 
 
-def _start_chain(attention_mask: torch.Tensor | None, batch_size: int = 0, kv_length: int = 0,
-                 ranges: torch.Tensor | None = None) -> None:
+def _start_chain(attention_mask: torch.Tensor | None, batch_size: int = 0, kv_length: int = 0) -> None:
     """Remember a static-cache mask that was read and has no holes (see :func:`_continued_ranges`);
     None forgets the last one."""
-    global _STATIC_CHAIN
-    _STATIC_CHAIN = None if attention_mask is None or ranges is None else (
-        batch_size, attention_mask.shape[1], kv_length, attention_mask.device, ranges[0, :, 0, 0])
+    _CHAIN.state = None if attention_mask is None else (
+        batch_size, attention_mask.shape[1], kv_length, attention_mask.device)
 
 
 def _continued_ranges(attention_mask: torch.Tensor, batch_size: int, q_length: int, kv_length: int,
@@ -198,19 +197,20 @@ def _continued_ranges(attention_mask: torch.Tensor, batch_size: int, q_length: i
     build (about 30 small ops and a host read for the holes check) cost the op's compiled
     static generate about 1 ms a step on the H200, 2026-12-02 (0.55x SDPA's tokens/s at
     batch 1, the GPU's time equal). A step whose mask is one key longer than the last one
-    checked (same batch, cache and device) keeps each sequence's first real key (a new key
-    at the end changes no sequence's start) and ends after its query: a few ops, no read.
-    The new key is taken to be real, as generate appends it; any other mask (a prefill, a
-    new batch, a jump in length) is built and checked in full and starts a new chain.
+    checked in this thread (same batch, cache and device) skips the holes check: its
+    ranges are each sequence's first real key (read from this mask) and the end after its
+    query, a few ops and no read. The new key is taken to be real, as generate appends it;
+    any other mask (a prefill, a new batch, a jump in length) is built and checked in full
+    and starts a new chain (none when it has holes).
     """
-    global _STATIC_CHAIN
-    chain = _STATIC_CHAIN
+    chain = getattr(_CHAIN, "state", None)
     if chain is None or q_length != 1 or attention_mask.dim() != 2:
         return None
-    batch, length, kv, device, first = chain
+    batch, length, kv, device = chain
     if (batch_size, attention_mask.shape[1], kv_length, attention_mask.device) != (batch, length + 1, kv, device):
         return None
-    _STATIC_CHAIN = (batch, length + 1, kv, device, first)
+    _CHAIN.state = (batch, length + 1, kv, device)
+    first = attention_mask.to(torch.int8).argmax(dim=1).to(torch.int32)  # the first real key (0 for none)
     end = torch.as_tensor(q_offset, device=device).to(torch.int32).reshape(()) + 1
     return torch.stack([first, end.expand(batch_size)])[:, :, None, None]
 
