@@ -125,13 +125,18 @@ def rollback_lag(ran: list[Config], slow: Config | None, probation: int) -> int 
     return served - probation if served else None
 
 
-def one_round(model: Any, ids: torch.Tensor, new_tokens: int, *, drift_after: int, slow_factor: float) -> dict[str, Any]:
-    """plain, attached, retune: (tokens, seconds) each, and the forced tuner's record."""
+def one_round(model: Any, ids: torch.Tensor, new_tokens: int, *, drift_after: int, slow_factor: float,
+              real: TimingSource | None = None) -> dict[str, Any]:
+    """plain, attached, retune: (tokens, seconds) each, and the forced tuner's record.
+
+    ``real`` times the forced tuner's calls before the injected scaling (default CUDA events
+    on a GPU, the host clock otherwise; a test injects constant latencies)."""
     out: dict[str, Any] = {}
     out["plain"] = generate(model, ids, new_tokens)
     with watching_tuner() as watcher:
         out["attached"] = generate(model, ids, new_tokens)
-    real = CudaEventTiming() if ids.is_cuda else HostTiming()
+    if real is None:
+        real = CudaEventTiming() if ids.is_cuda else HostTiming()
     timing = DriftTiming(real, drift_after=drift_after, slow_factor=slow_factor)
     tuner = forced_tuner(timing)
     with tuner:
