@@ -107,9 +107,24 @@ def profile_generate(model: Any, ids: torch.Tensor, mask: torch.Tensor, new_toke
     events = prof.key_averages()
     api = sorted(((e.key, e.count) for e in events if e.key.startswith(("cuda", "cu"))), key=lambda kv: -kv[1])
     cpu = sorted(events, key=lambda e: -e.self_cpu_time_total)[:top]
+    kernels = sorted((e for e in events if _device_us(e) > 0), key=lambda e: -_device_us(e))
     return {"wall_s": seconds, "cuda_api_calls": dict(api[:top]),
             "self_cpu_top": [{"op": e.key, "self_cpu_us": round(e.self_cpu_time_total, 1), "count": e.count}
-                             for e in cpu]}
+                             for e in cpu],
+            # What ran on the GPU (graph replays included): a kernel's launches per generate
+            # tell a fused decode step from split + combine, and copies or casts per step.
+            "device_top": [{"kernel": e.key, "device_us": round(_device_us(e), 1), "count": e.count}
+                           for e in kernels[:top]],
+            "device_us_total": round(sum(_device_us(e) for e in kernels), 1),
+            "kernel_launches": sum(e.count for e in kernels),
+            # Compiled regions run and CUDA-graph recordings or replays (a missing replay: eager).
+            "graph_markers": {e.key: e.count for e in events
+                              if any(m in e.key for m in ("Compiled Region", "CUDAGraph", "cudaGraph"))}}
+
+
+def _device_us(event: Any) -> float:
+    """An averaged profiler event's own device microseconds (0 for host-only operators)."""
+    return float(getattr(event, "self_device_time_total", 0.0) or 0.0)
 
 
 def compile_counters() -> dict[str, Any]:
@@ -165,10 +180,11 @@ def run_case(model: Any, name: str, *, mode: str, batch: int, prompt: int, new_t
         profiles = {}
         if profiled:
             for impl in impls:
-                if static:
-                    fresh_compiled_state()
                 set_attention(model, impl)
                 try:  # a diagnostic: its failure must not cost the cell
+                    if static:  # a fresh compiled state, warmed (compiled, recorded) before the profile
+                        fresh_compiled_state()
+                        generate(model, ids, mask, new_tokens, static)
                     profiles[impl] = profile_generate(model, ids, mask, new_tokens, static)
                 except Exception as exc:
                     profiles[impl] = {"error": f"{type(exc).__name__}: {str(exc)[:200]}"}
@@ -191,6 +207,40 @@ def run_case(model: Any, name: str, *, mode: str, batch: int, prompt: int, new_t
         **({"profile": profiles} if profiled else {}),
         **({"compile_counters": compile_counters()} if static else {}),
     }
+
+
+def run_alone(model: Any, impl: str, *, mode: str, batch: int, prompt: int, new_tokens: int, rounds: int,
+              vocab: int) -> dict[str, Any]:
+    """One implementation alone in its process, as a server runs one (``--only``): a
+    warm-up generate (compiles, records the CUDA graphs), ``rounds`` timed ones, then the
+    profile of one more (:func:`profile_generate`) and torch.compile's counters. No
+    agreement (the other implementation is not in the process)."""
+    device = next(model.parameters()).device
+    static = mode == "static"
+    ids, mask = prompt_batch(batch, prompt, vocab, mode == "padded", device)
+    set_attention(model, impl)
+    times = []
+    with FallbackLog() as log:
+        generate(model, ids, mask, new_tokens, static)
+        for _ in range(rounds):
+            _, seconds = generate(model, ids, mask, new_tokens, static)
+            times.append(seconds)
+        profile = profile_generate(model, ids, mask, new_tokens, static)
+    return {"mode": mode, "batch": batch, "prompt": prompt, "new_tokens": new_tokens, "attention": impl,
+            "tokens_per_s": batch * new_tokens / statistics.median(times), "generate_s": times,
+            "fallback": sorted(set(log.lines)), "profile": {impl: profile}, "compile_counters": compile_counters()}
+
+
+def alone_lines(case: dict[str, Any]) -> str:
+    """An ``--only`` cell: tokens/s, then the profile's GPU kernels by device time."""
+    (impl, p), = case["profile"].items()
+    lines = [f"alone {case['mode']} {case['batch']} {case['prompt']} {impl}: {case['tokens_per_s']:.1f} tok/s "
+             f"(generate s {', '.join(f'{t:.4f}' for t in case['generate_s'])}); profiled {p['wall_s'] * 1e3:.1f} ms, "
+             f"{p['kernel_launches']} kernels, {p['device_us_total']:.0f} us on the GPU; "
+             f"markers {p['graph_markers']}; counters {case['compile_counters']}"]
+    lines.extend(f"    {r['device_us']:>10.1f} us x{r['count']:<6} {r['kernel'][:90]}" for r in p["device_top"])
+    lines.append(profile_lines(case))
+    return "\n".join(lines)
 
 
 def host_time(*, batch: int, kv_len: int, calls: int = 200, repeats: int = 9) -> dict[str, dict[str, float]]:
@@ -312,6 +362,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--host-time", action="store_true", help="first, host us per decode call: op vs SDPA")
     parser.add_argument("--profile", action="store_true",
                         help="profile one more generate per implementation in each mode's first cell")
+    parser.add_argument("--only", choices=("sdpa", "op"),
+                        help="one implementation alone in this process, every cell profiled (run_alone)")
     args = parser.parse_args(argv)
     import transformers
 
@@ -343,20 +395,31 @@ def main(argv: list[str] | None = None) -> int:
                     result["cases"].append({"mode": mode, "batch": batch, "prompt": prompt, "error": "skipped: budget"})
                     continue
                 try:
-                    case = run_case(model, name, mode=mode, batch=batch, prompt=prompt, new_tokens=args.new_tokens,
-                                    rounds=args.rounds, vocab=args.vocab, profiled=profiled)
-                    case["attention"] = name
-                    if profiled:
-                        print(profile_lines(case), flush=True)
-                    profiled = False
+                    if args.only:
+                        if mode == "static":
+                            fresh_compiled_state()
+                        case = run_alone(model, SDPA if args.only == SDPA else name, mode=mode, batch=batch,
+                                         prompt=prompt, new_tokens=args.new_tokens, rounds=args.rounds,
+                                         vocab=args.vocab)
+                        print(alone_lines(case), flush=True)
+                    else:
+                        case = run_case(model, name, mode=mode, batch=batch, prompt=prompt,
+                                        new_tokens=args.new_tokens, rounds=args.rounds, vocab=args.vocab,
+                                        profiled=profiled)
+                        case["attention"] = name
+                        if profiled:
+                            print(profile_lines(case), flush=True)
+                        profiled = False
                 except Exception as exc:  # one cell's failure is its row, not the table's end
                     case = {"mode": mode, "batch": batch, "prompt": prompt, "error": f"{type(exc).__name__}: {exc}"}
                 result["cases"].append(case)
-                print(table({"cases": [case]}).splitlines()[-1], flush=True)
+                if not args.only:
+                    print(table({"cases": [case]}).splitlines()[-1], flush=True)
                 if args.json:
                     args.json.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result["setup"]))
-    print(table(result))
+    if not args.only:
+        print(table(result))
     return 0
 
 

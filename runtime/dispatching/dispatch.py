@@ -136,6 +136,10 @@ class Dispatcher:
         self._configs: dict[CacheKey, Config] = {}
         self._resolutions: dict[CacheKey, tuple[Bucket, Resolution]] = {}
         self._calls: dict[CallKey, PreparedCall] = {}
+        # While an online tuner is attached: call key -> (cache key, the config served, the
+        # one launched for it, its prepared call, causal, scale); the tuner still sees (and
+        # may time) every call.
+        self._routed: dict[CallKey, tuple[CacheKey, Config, Config, PreparedCall, bool, float | None]] = {}
         self._online: CallRouter | None = None
         self.set_store(store)
 
@@ -154,6 +158,7 @@ class Dispatcher:
         self._configs.clear()
         self._resolutions.clear()
         self._calls.clear()
+        self._routed.clear()
 
     @property
     def store(self) -> Store:
@@ -249,6 +254,7 @@ class Dispatcher:
             old = self._configs.get(key)
             self._configs[key] = config
             self._calls.clear()  # prepared with the old config; rebuilt on their next call
+            self._routed.clear()
         return old
 
     # --- the op ---------------------------------------------------------------------------
@@ -258,6 +264,7 @@ class Dispatcher:
         with self._lock:
             self._online = tuner
             self._calls.clear()  # prepared calls bypass the tuner; none is kept while one is attached
+            self._routed.clear()  # the ones routed through a tuner are kept per tuner
 
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
                  scale: float | None = None, cache_seqlens: torch.Tensor | None = None,
@@ -276,7 +283,32 @@ class Dispatcher:
                 out = prepared(q, k, v, cache_seqlens, kv_start)
             if out is not None:
                 return out
+        elif ckey is not None and self._online is not None:
+            routed = self._routed.get(ckey)
+            if routed is not None:
+                return self._route(routed, q, k, v, cache_seqlens, kv_start)
         return self._call(ckey, q, k, v, causal, scale, cache_seqlens, kv_start)
+
+    def _route(self, routed: tuple[CacheKey, Config, Config, PreparedCall, bool, float | None], q: torch.Tensor,
+               k: torch.Tensor, v: torch.Tensor, cache_seqlens: torch.Tensor | None,
+               kv_start: torch.Tensor | None) -> torch.Tensor:
+        """A call through the attached tuner that launches the served config's prepared call
+        (the launcher, with every check, when the prepared call hands it back)."""
+        key, served, launched, prepared, causal, scale = routed
+        extra = {name: t for name, t in (("cache_seqlens", cache_seqlens), ("kv_start", kv_start)) if t is not None}
+
+        def launch(config: Config) -> torch.Tensor:
+            if config == served:
+                out = prepared(q, k, v) if not extra else prepared(q, k, v, cache_seqlens, kv_start)
+                if out is not None:
+                    return out
+                config = launched
+            return self._launch(key, config, q, k, v, causal, scale, extra)
+
+        online = self._online
+        if online is None:  # detached meanwhile
+            return launch(served)
+        return online.run(key, served, launch, q, k)
 
     def _call(self, ckey: CallKey | None, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
               scale: float | None, cache_seqlens: torch.Tensor | None,
@@ -304,7 +336,15 @@ class Dispatcher:
             config = config.replace(combine="launch")
         online = self._online
         if online is not None:
-            return online.run(key, served, lambda c: self._launch(key, c, q, k, v, causal, scale, extra), q, k)
+            # The tuner tracks the served config; what runs for it is the one adjusted above.
+            launched = config
+            out = online.run(key, served, lambda c: self._launch(key, launched if c == served else c, q, k, v,
+                                                                 causal, scale, extra), q, k)
+            if ckey is not None and self._configs.get(key) == served:  # not swapped meanwhile
+                prepared = _prepare(q, k, causal=causal, scale=scale, config=launched, **extra)
+                if prepared is not None:
+                    self._routed[ckey] = (key, served, launched, prepared, causal, scale)
+            return out
         out = self._launch(key, config, q, k, v, causal, scale, extra)
         if ckey is not None and self._configs.get(key) == served:  # not replaced by a recovery
             prepared = _prepare(q, k, causal=causal, scale=scale, config=config, **extra)

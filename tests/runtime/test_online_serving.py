@@ -84,3 +84,62 @@ def test_a_rollback_while_decoding_loses_no_token_and_takes_effect_on_the_next_s
     assert world.ran[rolled_back_at] == incumbent  # rollback within one decode step
     assert dispatcher.config_for(q, k, causal=True) == incumbent
     assert steps == len(world.ran)  # every step timed and returned (none lost or repeated)
+
+
+def test_an_attached_tuner_sees_every_call_of_a_prepared_key_and_a_swap_takes_the_next_call(tmp_path, monkeypatch):
+    # While a tuner is attached, a key's later calls launch a prepared call (no launcher's
+    # checks: a bare decode call's host time) routed through the tuner, which still counts
+    # (and may time) each; a swap drops them, so the next call serves the new config.
+    from flashtune.runtime.dispatching import dispatch
+
+    launches: list[Config | None] = []
+    launcher = dispatch._launcher
+
+    def counted(*args, **kwargs):
+        launches.append(kwargs.get("config"))
+        return launcher(*args, **kwargs)
+
+    monkeypatch.setattr(dispatch, "_launcher", counted)
+    dispatcher = Dispatcher(tmp_path / "none.json")
+    g = torch.Generator().manual_seed(1)
+    q = torch.randn(1, 4, 1, 32, generator=g)
+    k, v = torch.randn(1, 2, 64, 32, generator=g), torch.randn(1, 2, 64, 32, generator=g)
+    expected = torch.nn.functional.scaled_dot_product_attention(q, k.repeat_interleave(2, 1), v.repeat_interleave(2, 1))
+    world = World(slow=None)
+    tuner = OnlineTuner(dispatcher, options=OPTIONS, timing=InjectedTiming(world.latency), benchmark=world.benchmark,
+                        clock=world.clock, candidates=lambda key, current, workload: [])
+    with tuner:
+        for _ in range(5):
+            torch.testing.assert_close(dispatcher(q, k, v, causal=True), expected, atol=1e-4, rtol=1e-4)
+        assert len(launches) == 1  # the first call; the other four prepared
+        (state,) = tuner._buckets.values()
+        assert state.calls == 5 and len(world.ran) == 5  # every call through the tuner, timed (sample_every=1)
+        (key,) = tuner._buckets
+        other = launches[0].replace(BLOCK_N=32, num_splits=2)
+        dispatcher.swap(key, other)
+        torch.testing.assert_close(dispatcher(q, k, v, causal=True), expected, atol=1e-4, rtol=1e-4)
+    assert launches[1:] == [other]  # the next call after the swap launched the new config
+
+
+def test_an_attached_tuner_launches_the_launched_combine_for_ranges_of_a_batch(tmp_path):
+    # Per-sequence key ranges at batch 2 take the launched combine (the default's fused one
+    # waits for the longest sequence): with a tuner attached too, which tracks the served config.
+    dispatcher = Dispatcher(tmp_path / "none.json")
+    g = torch.Generator().manual_seed(3)
+    q = torch.randn(2, 4, 1, 32, generator=g)
+    k, v = torch.randn(2, 2, 2, 1024, 32, generator=g)
+    ranges = {"kv_start": torch.tensor([5, 0], dtype=torch.int32), "cache_seqlens": torch.tensor([700, 1024], dtype=torch.int32)}
+    world = World(slow=None)
+    tuner = OnlineTuner(dispatcher, options=OPTIONS, timing=InjectedTiming(world.latency), benchmark=world.benchmark,
+                        clock=world.clock, candidates=lambda key, current, workload: [])
+    with tuner:
+        first = dispatcher(q, k, v, causal=True, **ranges)
+        torch.testing.assert_close(dispatcher(q, k, v, causal=True, **ranges), first)
+        (routed,) = dispatcher._routed.values()
+    served, prepared = routed[1], routed[3]
+    assert served["combine"] == "fused" and prepared.splits > 1 and prepared.config["combine"] == "launch"
+    cols = torch.arange(1024)
+    keep = (cols >= torch.tensor([5, 0])[:, None]) & (cols < torch.tensor([700, 1024])[:, None])
+    ref = torch.nn.functional.scaled_dot_product_attention(q, k.repeat_interleave(2, 1), v.repeat_interleave(2, 1),
+                                                           attn_mask=keep[:, None, None, :])
+    torch.testing.assert_close(first, ref, atol=1e-4, rtol=1e-4)
