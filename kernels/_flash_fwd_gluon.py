@@ -80,11 +80,12 @@ def _tile(t, n_m, n_bh, q_heads, kv_heads, q_len, kv_len,
     query row in the head, row 0 of its K/V head, the key blocks the program loads for it and
     those group 0 reads (both groups read them: ``ORDERED``'s turns).
 
-    Tiles go head by head (a head's query tiles side by side share K/V in L2); with
-    ``LONGEST_FIRST`` (causal) a persistent grid takes every head's last query tile first,
-    then every head's one before (the (batch, head) fastest: the longest tiles spread over
-    the programs first), and a tiles grid (``t`` unread: the program's ids name the tile)
-    reverses the query tiles within each head.
+    Tiles go head by head (a head's query tiles side by side share K/V in L2), with
+    ``LONGEST_FIRST`` (causal) each head's query tiles in reverse, its longest first. A
+    persistent grid takes them in that order, program p every programs-th: the (batch, head)
+    fastest instead (every head's longest tile first) ran 6-14 % slower on the H200 at D128
+    causal (docs/results/u20p/peers.json: the programs in flight read as many heads' K/V as
+    there are SMs, past L2). A tiles grid reads its tile from the program's ids (``t`` unread).
     """
     BLOCK_M: gl.constexpr = NUM_GROUPS * M_TILE
     if not PERSISTENT:
@@ -94,12 +95,11 @@ def _tile(t, n_m, n_bh, q_heads, kv_heads, q_len, kv_len,
         if LONGEST_FIRST:
             # Causal: the last query tiles see the most keys; start them first.
             pid_m = n_m - 1 - pid_m
-    elif LONGEST_FIRST:
-        pid_m = n_m - 1 - t // n_bh
-        pid_zh = t % n_bh
     else:
         pid_m = t % n_m
         pid_zh = t // n_m
+        if LONGEST_FIRST:
+            pid_m = n_m - 1 - pid_m
     z = pid_zh // q_heads
     h = pid_zh % q_heads
     kv_h = h // (q_heads // kv_heads)  # grouped-query: a group of query heads shares one K/V head
@@ -188,7 +188,17 @@ def _scores(s, m_i, start_n, mask_from, limit, offs_n, qk_scale,
 
 
 @gluon.jit
-def _consumer_tile(group, q_tile, q_ready, q_phase, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, turns,
+def _release_previous(q_prev_empty, has_prev, PERSISTENT: gl.constexpr):
+    """Persistent: the previous tile's output store has read its Q buffer (waited for only
+    now, a block into this tile, so the store ran under this tile's first products): the
+    producer may load the next-but-one tile's Q into it."""
+    if PERSISTENT:
+        tma.store_wait(0)
+        mbarrier.arrive(q_prev_empty, count=1, pred=has_prev)
+
+
+@gluon.jit
+def _consumer_tile(group, q_tile, q_ready, q_phase, q_prev_empty, has_prev, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, turns,
                    o_desc, Out, pid_zh, head_row, q_start, q_len, kv_len, n_program, n_ordered, it, turn, qk_scale,
                    HEAD_DIM: gl.constexpr, M_TILE: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr,
                    IS_CAUSAL: gl.constexpr, MASK: gl.constexpr, EMPTY_ROWS: gl.constexpr, EVEN_M: gl.constexpr,
@@ -242,6 +252,7 @@ def _consumer_tile(group, q_tile, q_ready, q_phase, k_smem, v_smem, k_ready, k_e
         m_i = gl.full([M_TILE], float("-inf"), gl.float32, layout=s_rows)
         p, m_i, alpha = _scores(s, m_i, 0, mask_from, limit, offs_n, qk_scale, MASK, EMPTY_ROWS)
         l_i = gl.convert_layout(gl.sum(p, 1), o_rows)
+        _release_previous(q_prev_empty, has_prev, PERSISTENT)
         for j in range(1, n_blocks):
             stage = (it + j) % NUM_STAGES
             phase = ((it + j) // NUM_STAGES) & 1
@@ -276,6 +287,8 @@ def _consumer_tile(group, q_tile, q_ready, q_phase, k_smem, v_smem, k_ready, k_e
         o_tok = warpgroup_mma(p_op, v_smem.index(last), acc, is_async=True)
         acc, p_op = warpgroup_mma_wait(0, deps=[o_tok, p_op])
         mbarrier.arrive(v_empty.index(last), count=1)
+    else:
+        _release_previous(q_prev_empty, has_prev, PERSISTENT)
     # Blocks the program's other group reads but this one does not (causal): release them unread.
     for j in range(n_blocks, n_program):
         stage = (it + j) % NUM_STAGES
@@ -295,8 +308,8 @@ def _consumer_tile(group, q_tile, q_ready, q_phase, k_smem, v_smem, k_ready, k_e
         q_tile.store(out)
         fence_async_shared()
         tma.async_copy_shared_to_global(o_desc, [pid_zh, row0, 0], q_tile.reshape([1, M_TILE, HEAD_DIM]))
-        # Q's buffer is free (q_empty) only once the store has read it.
-        tma.store_wait(0)
+        if not PERSISTENT:
+            tma.store_wait(0)
     else:
         rows = row0 + gl.arange(0, M_TILE, layout=o_rows)
         cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, o_layout))
@@ -322,21 +335,23 @@ def _consumer(group, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty,
                 t, n_m, n_bh, q_heads, kv_heads, q_len, kv_len, M_TILE, BLOCK_N, NUM_GROUPS, IS_CAUSAL,
                 LONGEST_FIRST, PERSISTENT)
             buf = (i % Q_BUFS) * NUM_GROUPS + group
-            _consumer_tile(group, q_smem.index(buf), q_ready.index(buf), (i // Q_BUFS) & 1, k_smem, v_smem,
+            prev = ((i + Q_BUFS - 1) % Q_BUFS) * NUM_GROUPS + group
+            _consumer_tile(group, q_smem.index(buf), q_ready.index(buf), (i // Q_BUFS) & 1, q_empty.index(prev), i > 0,
+                           k_smem, v_smem,
                            k_ready, k_empty, v_ready, v_empty, turns, o_desc, Out, pid_zh, head_row, q_start, q_len,
                            kv_len, n_program, n_ordered, it, turn, qk_scale, HEAD_DIM, M_TILE, BLOCK_N, NUM_STAGES,
                            IS_CAUSAL, MASK, EMPTY_ROWS, EVEN_M, ORDERED, PERSISTENT, num_warps)
-            # Q's buffer (and, through it, the output's store) is done: the producer may refill it.
-            mbarrier.arrive(q_empty.index(buf), count=1)
             it += n_program
             # Each group takes a turn at every block but the first of those both read.
             turn += gl.maximum(n_ordered - 1, 0)
             i += 1
+        tma.store_wait(0)
     else:
         pid_zh, head_row, q_start, kv_row, n_program, n_ordered = _tile(
             first, n_m, n_bh, q_heads, kv_heads, q_len, kv_len, M_TILE, BLOCK_N, NUM_GROUPS, IS_CAUSAL,
             LONGEST_FIRST, PERSISTENT)
-        _consumer_tile(group, q_smem.index(group), q_ready.index(group), 0, k_smem, v_smem, k_ready, k_empty,
+        _consumer_tile(group, q_smem.index(group), q_ready.index(group), 0, q_empty.index(group), False, k_smem,
+                       v_smem, k_ready, k_empty,
                        v_ready, v_empty, turns, o_desc, Out, pid_zh, head_row, q_start, q_len, kv_len, n_program,
                        n_ordered, 0, 0, qk_scale, HEAD_DIM, M_TILE, BLOCK_N, NUM_STAGES, IS_CAUSAL, MASK,
                        EMPTY_ROWS, EVEN_M, ORDERED, PERSISTENT, num_warps)
