@@ -4,7 +4,8 @@ A :class:`GluonVariant` is the kernel's part of a config: the program's query ro
 (``BLOCK_M``), split over one or two consumer warpgroups (``loads="gluon_ws"``: one;
 ``"gluon_pingpong"``: two, each ``BLOCK_M // 2`` rows, free-running; ``"gluon_pingpong_ordered"``:
 two whose GEMMs take turns), the key block, the warps of a
-consumer group and the depth of the K/V ring.
+consumer group, the depth of the K/V ring, the causal tile order and the grid (one program a
+tile, or ``persistent``: at most the SMs' programs, each looping over tiles).
 
 The config's part comes from its plan (kernels/launch_plan.py): what the launcher derives
 from the fields (``M_TILE``, ``LONGEST_FIRST``, the ring's ``NUM_STAGES``) it computes, and

@@ -59,6 +59,19 @@ def test_the_persistent_grid_is_feasible_where_two_q_buffers_and_the_ring_fit():
     assert not verdict.feasible and "shared memory" in verdict.reason
 
 
+def test_the_persistent_grid_launches_at_most_the_programs_asked_for_and_never_more_than_the_tiles():
+    from flashtune.kernels.gluon import gluon_grid, gluon_variant_for, launch_options
+
+    tiles = gluon_variant_for(validate_config(PINGPONG))
+    persistent = gluon_variant_for(validate_config({**PINGPONG, "grid": "persistent"}))
+    assert persistent.persistent and not tiles.persistent
+    # 16 query tiles of 128 rows (2048 rows, the last one ragged) x 8 (batch, head)s.
+    assert gluon_grid(tiles, q_len=2000, batch_heads=8, programs=132) == (16, 8)
+    assert gluon_grid(persistent, q_len=2000, batch_heads=8, programs=132) == (128,)
+    assert gluon_grid(persistent, q_len=2000, batch_heads=16, programs=132) == (132,)
+    assert launch_options(persistent, head_dim=128, causal=False, q_len=2000, kv_len=2000)["PERSISTENT"] is True
+
+
 def test_feasible_at_fa3s_tiles_on_the_h200_and_refused_past_its_shared_memory():
     h200 = load_spec("h200")
     d128, d256 = Workload(4, 32, 32, 4096, 4096, 128), Workload(2, 16, 16, 8192, 8192, 256)
