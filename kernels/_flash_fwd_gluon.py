@@ -4,10 +4,15 @@
 Written against Triton 3.6's Gluon (``triton.experimental.gluon``): layouts, shared memory,
 mbarriers, TMA and warpgroup MMA are explicit, nothing is left to the compiler's passes.
 
-One program a tile of ``NUM_GROUPS * M_TILE`` query rows of one (batch, query head):
+One program a tile of ``NUM_GROUPS * M_TILE`` query rows of one (batch, query head), or
+with ``PERSISTENT`` (the ``grid="persistent"`` knob) at most one a SM, each looping over
+tiles (``_tile``: head by head, or longest causal tiles first) with every partition
+walking the same tiles; the K/V ring and its phases run on across tiles, and Q is
+double-buffered, so the producer loads the next tile's Q and K/V while the consumers
+finish this one's last PV products and store its output (FA3's persistent schedule):
 
 - a **producer** partition of one warp issues the TMA loads: each consumer group's Q tile
-  once, then every K/V block into a ring of ``NUM_STAGES`` stages, each stage guarded by
+  once a tile, then every K/V block into a ring of ``NUM_STAGES`` stages, each stage guarded by
   a "ready" mbarrier (the TMA's transaction count completes it) and an "empty" one
   (every consumer group arrives when its warpgroup MMA no longer reads the stage);
 - **consumer** groups of one warpgroup each (``num_warps`` warps; the default partition
@@ -32,8 +37,10 @@ needs). Grouped-query attention maps query head h to K/V head h // (q_heads // k
 
 Tensors are read through flat 2-D descriptors (every (batch, head, row) one row), made
 on the host: a ragged tail block reads the next head's first rows, which the mask drops;
-with ``EVEN_M`` the output goes back through shared memory (Q's buffer, no longer read)
-and a TMA store, otherwise by a masked pointer store.
+with ``EVEN_M`` or ``PERSISTENT`` the output goes back through shared memory (Q's
+buffer, no longer read) and a TMA store of a per-(batch, head) descriptor (a ragged tile's
+rows past q_len clipped), otherwise by a masked pointer store (0 spills at D128 in a tiles
+grid; in the persistent loop it spilled).
 """
 
 from triton.experimental import gluon
@@ -48,11 +55,12 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 
 
 @gluon.jit
-def _load_kv(k_desc, v_desc, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, kv_row, j,
+def _load_kv(k_desc, v_desc, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, kv_row, j, it,
              BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr):
-    """Producer: block ``j`` of K and of V into their rings once every group released the stage."""
-    stage = j % NUM_STAGES
-    phase = (j // NUM_STAGES) & 1
+    """Producer: block ``j`` of the tile's K and V, the program's ``it``-th block, into their
+    rings once every group released the stage."""
+    stage = it % NUM_STAGES
+    phase = (it // NUM_STAGES) & 1
     # A fresh mbarrier counts as having completed the phase before its first (parity 1):
     # the first pass over the ring does not wait.
     mbarrier.wait(k_empty.index(stage), phase ^ 1)
@@ -64,15 +72,100 @@ def _load_kv(k_desc, v_desc, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty,
 
 
 @gluon.jit
-def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bars, k_ready, k_empty, v_ready, v_empty,
-              q_row, kv_row, n_blocks,
-              M_TILE: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr, NUM_GROUPS: gl.constexpr):
-    """The load partition: each group's Q tile, then the program's K/V blocks in order."""
+def _tile(t, n_m, n_bh, q_heads, kv_heads, q_len, kv_len,
+          M_TILE: gl.constexpr, BLOCK_N: gl.constexpr, NUM_GROUPS: gl.constexpr, IS_CAUSAL: gl.constexpr,
+          LONGEST_FIRST: gl.constexpr, PERSISTENT: gl.constexpr):
+    """Tile ``t`` of ``n_m`` query tiles by ``n_bh`` (batch, head)s -> (pid_zh, head_row, q_start,
+    kv_row, n_program, n_ordered): its (batch, head), row 0 of that in the flat Q, its first
+    query row in the head, row 0 of its K/V head, the key blocks the program loads for it and
+    those group 0 reads (both groups read them: ``ORDERED``'s turns).
+
+    Tiles go head by head (a head's query tiles side by side share K/V in L2), with
+    ``LONGEST_FIRST`` (causal) each head's query tiles in reverse, its longest first. A
+    persistent grid takes them in that order, program p every programs-th: the (batch, head)
+    fastest instead (every head's longest tile first) ran 6-14 % slower on the H200 at D128
+    causal (docs/results/u20p/peers.json: the programs in flight read as many heads' K/V as
+    there are SMs, past L2). A tiles grid reads its tile from the program's ids (``t`` unread).
+    """
+    BLOCK_M: gl.constexpr = NUM_GROUPS * M_TILE
+    if not PERSISTENT:
+        # One program a tile (``t`` is its index): the grid is (query tiles, batch * heads).
+        pid_m = gl.program_id(0)
+        pid_zh = gl.program_id(1)
+        if LONGEST_FIRST:
+            # Causal: the last query tiles see the most keys; start them first.
+            pid_m = n_m - 1 - pid_m
+    else:
+        pid_m = t % n_m
+        pid_zh = t // n_m
+        if LONGEST_FIRST:
+            pid_m = n_m - 1 - pid_m
+    z = pid_zh // q_heads
+    h = pid_zh % q_heads
+    kv_h = h // (q_heads // kv_heads)  # grouped-query: a group of query heads shares one K/V head
+    q_start = pid_m * BLOCK_M
+    head_row = pid_zh * q_len
+    kv_row = (z * kv_heads + kv_h) * kv_len
+    causal_offset = kv_len - q_len
+    if IS_CAUSAL:
+        hi = gl.maximum(gl.minimum(q_start + BLOCK_M + causal_offset, kv_len), 0)
+        n_ordered = gl.cdiv(gl.maximum(gl.minimum(q_start + M_TILE + causal_offset, kv_len), 0), BLOCK_N)
+    else:
+        hi = kv_len
+        n_ordered = gl.cdiv(kv_len, BLOCK_N)
+    n_program = gl.cdiv(hi, BLOCK_N)
+    return pid_zh, head_row, q_start, kv_row, n_program, n_ordered
+
+
+@gluon.jit
+def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready, v_empty,
+              first, step, n_tiles, n_m, n_bh, q_heads, kv_heads, q_len, kv_len,
+              M_TILE: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr, NUM_GROUPS: gl.constexpr,
+              IS_CAUSAL: gl.constexpr, LONGEST_FIRST: gl.constexpr, PERSISTENT: gl.constexpr,
+              Q_BUFS: gl.constexpr):
+    """The load partition: for each tile of the program, each group's Q tile, then the tile's
+    K/V blocks in order. It runs ahead of the consumers into the next tile as far as the ring
+    and the Q buffers let it (a persistent grid: the next tile's loads under this tile's
+    last products and epilogue)."""
+    if PERSISTENT:
+        it = 0  # K/V blocks the program loaded so far (the ring's position)
+        i = 0  # tiles of the program so far
+        for t in range(first, n_tiles, step):
+            n_program = _produce_tile(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready,
+                                      k_empty, v_ready, v_empty, t, i, it, n_m, n_bh, q_heads, kv_heads, q_len, kv_len,
+                                      M_TILE, BLOCK_N, NUM_STAGES, NUM_GROUPS, IS_CAUSAL, LONGEST_FIRST, PERSISTENT,
+                                      Q_BUFS)
+            it += n_program
+            i += 1
+    else:
+        # No loop around a single tile (one in a tiles grid cost a D64 tile two spilled words).
+        _produce_tile(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready,
+                      v_empty, first, 0, 0, n_m, n_bh, q_heads, kv_heads, q_len, kv_len, M_TILE, BLOCK_N, NUM_STAGES,
+                      NUM_GROUPS, IS_CAUSAL, LONGEST_FIRST, PERSISTENT, Q_BUFS)
+
+
+@gluon.jit
+def _produce_tile(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready, v_empty,
+                  t, i, it, n_m, n_bh, q_heads, kv_heads, q_len, kv_len,
+                  M_TILE: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr, NUM_GROUPS: gl.constexpr,
+                  IS_CAUSAL: gl.constexpr, LONGEST_FIRST: gl.constexpr, PERSISTENT: gl.constexpr,
+                  Q_BUFS: gl.constexpr):
+    """The producer's loads of tile ``t``, the program's ``i``-th, whose blocks are its ``it``-th
+    on; returns the tile's block count."""
+    pid_zh, head_row, q_start, kv_row, n_program, n_ordered = _tile(
+        t, n_m, n_bh, q_heads, kv_heads, q_len, kv_len, M_TILE, BLOCK_N, NUM_GROUPS, IS_CAUSAL, LONGEST_FIRST,
+        PERSISTENT)
+    slot = (i % Q_BUFS) * NUM_GROUPS
     for g in gl.static_range(NUM_GROUPS):
-        mbarrier.expect(q_bars.index(g), q_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(q_desc, [q_row + g * M_TILE, 0], q_bars.index(g), q_smem.index(g))
-    for j in range(n_blocks):
-        _load_kv(k_desc, v_desc, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, kv_row, j, BLOCK_N, NUM_STAGES)
+        # The buffer's last tile (Q_BUFS tiles ago) is done: its output is stored.
+        mbarrier.wait(q_empty.index(slot + g), ((i // Q_BUFS) & 1) ^ 1)
+        mbarrier.expect(q_ready.index(slot + g), q_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(q_desc, [head_row + q_start + g * M_TILE, 0], q_ready.index(slot + g),
+                                        q_smem.index(slot + g))
+    for j in range(n_program):
+        _load_kv(k_desc, v_desc, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, kv_row, j, it + j,
+                 BLOCK_N, NUM_STAGES)
+    return n_program
 
 
 @gluon.jit
@@ -95,20 +188,31 @@ def _scores(s, m_i, start_n, mask_from, limit, offs_n, qk_scale,
 
 
 @gluon.jit
-def _consumer(group, q_smem, k_smem, v_smem, q_bars, k_ready, k_empty, v_ready, v_empty, turns, o_desc, Out,
-              head_row, q_start, q_len, kv_len, causal_offset, n_program, n_ordered, qk_scale,
-              HEAD_DIM: gl.constexpr, M_TILE: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr,
-              IS_CAUSAL: gl.constexpr, MASK: gl.constexpr, EMPTY_ROWS: gl.constexpr, EVEN_M: gl.constexpr,
-              ORDERED: gl.constexpr, num_warps: gl.constexpr):
-    """One consumer warpgroup: rows [q_start + group * M_TILE, + M_TILE) of its (batch, head),
-    whose row 0 is row ``head_row`` of the flat Q and O.
+def _release_previous(q_prev_empty, has_prev, PERSISTENT: gl.constexpr):
+    """Persistent: the previous tile's output store has read its Q buffer (waited for only
+    now, a block into this tile, so the store ran under this tile's first products): the
+    producer may load the next-but-one tile's Q into it."""
+    if PERSISTENT:
+        tma.store_wait(0)
+        mbarrier.arrive(q_prev_empty, count=1, pred=has_prev)
+
+
+@gluon.jit
+def _consumer_tile(group, q_tile, q_ready, q_phase, q_prev_empty, has_prev, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, turns,
+                   o_desc, Out, pid_zh, head_row, q_start, q_len, kv_len, n_program, n_ordered, it, turn, qk_scale,
+                   HEAD_DIM: gl.constexpr, M_TILE: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr,
+                   IS_CAUSAL: gl.constexpr, MASK: gl.constexpr, EMPTY_ROWS: gl.constexpr, EVEN_M: gl.constexpr,
+                   ORDERED: gl.constexpr, PERSISTENT: gl.constexpr, num_warps: gl.constexpr):
+    """One consumer warpgroup's rows [q_start + group * M_TILE, + M_TILE) of one tile of its
+    (batch, head), whose row 0 is row ``head_row`` of the flat Q and O; the tile's blocks are
+    the program's ``it``-th on, its turns (``ORDERED``) the group's ``turn``-th on.
 
     ``ORDERED`` (two groups): in the first ``n_ordered`` blocks (those both groups read) a
     group issues its two GEMMs only on its turn and then hands the turn to the other
     group (FA3's warp-scheduler barrier, here a pair of mbarriers): the GEMMs of the two
     groups alternate, so one group's softmax always runs under the other's GEMMs.
     """
-    dtype: gl.constexpr = q_smem.dtype
+    dtype: gl.constexpr = q_tile.dtype
     k_width: gl.constexpr = 32 // dtype.primitive_bitwidth
     mma_k: gl.constexpr = 256 // dtype.primitive_bitwidth
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
@@ -119,6 +223,7 @@ def _consumer(group, q_smem, k_smem, v_smem, q_bars, k_ready, k_empty, v_ready, 
     s_rows: gl.constexpr = gl.SliceLayout(1, s_layout)
     o_rows: gl.constexpr = gl.SliceLayout(1, o_layout)
 
+    causal_offset = kv_len - q_len
     row0 = q_start + group * M_TILE  # first query row of the group in its head
     offs_m = row0 + gl.arange(0, M_TILE, layout=s_rows)
     offs_n = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
@@ -136,22 +241,23 @@ def _consumer(group, q_smem, k_smem, v_smem, q_bars, k_ready, k_empty, v_ready, 
     s_zero = gl.zeros([M_TILE, BLOCK_N], gl.float32, layout=s_layout)
     acc = gl.zeros([M_TILE, HEAD_DIM], gl.float32, layout=o_layout)
     l_i = gl.zeros([M_TILE], gl.float32, layout=o_rows)
-    q_tile = q_smem.index(group)
-    mbarrier.wait(q_bars.index(group), 0)
+    mbarrier.wait(q_ready, q_phase)
     if n_blocks > 0:
         # Block 0: its scores alone (no PV product in flight yet).
-        mbarrier.wait(k_ready.index(0), 0)
-        s_tok = warpgroup_mma(q_tile, k_smem.index(0).permute((1, 0)), s_zero, use_acc=False, is_async=True)
+        first = it % NUM_STAGES
+        mbarrier.wait(k_ready.index(first), (it // NUM_STAGES) & 1)
+        s_tok = warpgroup_mma(q_tile, k_smem.index(first).permute((1, 0)), s_zero, use_acc=False, is_async=True)
         s = warpgroup_mma_wait(0, deps=[s_tok])
-        mbarrier.arrive(k_empty.index(0), count=1)
+        mbarrier.arrive(k_empty.index(first), count=1)
         m_i = gl.full([M_TILE], float("-inf"), gl.float32, layout=s_rows)
         p, m_i, alpha = _scores(s, m_i, 0, mask_from, limit, offs_n, qk_scale, MASK, EMPTY_ROWS)
         l_i = gl.convert_layout(gl.sum(p, 1), o_rows)
+        _release_previous(q_prev_empty, has_prev, PERSISTENT)
         for j in range(1, n_blocks):
-            stage = j % NUM_STAGES
-            phase = (j // NUM_STAGES) & 1
-            prev = (j - 1) % NUM_STAGES
-            prev_phase = ((j - 1) // NUM_STAGES) & 1
+            stage = (it + j) % NUM_STAGES
+            phase = ((it + j) // NUM_STAGES) & 1
+            prev = (it + j - 1) % NUM_STAGES
+            prev_phase = ((it + j - 1) // NUM_STAGES) & 1
             mbarrier.wait(k_ready.index(stage), phase)
             mbarrier.wait(v_ready.index(prev), prev_phase)
             p_op = gl.convert_layout(p.to(dtype), p_layout)
@@ -159,7 +265,7 @@ def _consumer(group, q_smem, k_smem, v_smem, q_bars, k_ready, k_empty, v_ready, 
                 # The k-th turn of group 0 follows group 1's (k-1)-th hand-over (its first
                 # passes: a fresh mbarrier's phase before the first counts as complete); the
                 # k-th turn of group 1 follows group 0's k-th.
-                mbarrier.wait(turns.index(group), ((j - 1) & 1) ^ (1 - group), pred=j < n_ordered)
+                mbarrier.wait(turns.index(group), ((turn + j - 1) & 1) ^ (1 - group), pred=j < n_ordered)
             s_tok = warpgroup_mma(q_tile, k_smem.index(stage).permute((1, 0)), s_zero, use_acc=False,
                                   is_async=True)
             o_tok = warpgroup_mma(p_op, v_smem.index(prev), acc, is_async=True)
@@ -175,16 +281,18 @@ def _consumer(group, q_smem, k_smem, v_smem, q_bars, k_ready, k_empty, v_ready, 
             alpha_o = gl.convert_layout(alpha, o_rows)
             acc = acc * alpha_o[:, None]
             l_i = l_i * alpha_o + gl.convert_layout(gl.sum(p, 1), o_rows)
-        last = (n_blocks - 1) % NUM_STAGES
-        mbarrier.wait(v_ready.index(last), ((n_blocks - 1) // NUM_STAGES) & 1)
+        last = (it + n_blocks - 1) % NUM_STAGES
+        mbarrier.wait(v_ready.index(last), ((it + n_blocks - 1) // NUM_STAGES) & 1)
         p_op = gl.convert_layout(p.to(dtype), p_layout)
         o_tok = warpgroup_mma(p_op, v_smem.index(last), acc, is_async=True)
         acc, p_op = warpgroup_mma_wait(0, deps=[o_tok, p_op])
         mbarrier.arrive(v_empty.index(last), count=1)
+    else:
+        _release_previous(q_prev_empty, has_prev, PERSISTENT)
     # Blocks the program's other group reads but this one does not (causal): release them unread.
     for j in range(n_blocks, n_program):
-        stage = j % NUM_STAGES
-        phase = (j // NUM_STAGES) & 1
+        stage = (it + j) % NUM_STAGES
+        phase = ((it + j) // NUM_STAGES) & 1
         mbarrier.wait(k_ready.index(stage), phase)
         mbarrier.arrive(k_empty.index(stage), count=1)
         mbarrier.wait(v_ready.index(stage), phase)
@@ -193,11 +301,15 @@ def _consumer(group, q_smem, k_smem, v_smem, q_bars, k_ready, k_empty, v_ready, 
     # Rows that saw no key: 0 / 1 = 0, as the other kernels write.
     l_safe = gl.where(l_i == 0.0, 1.0, l_i)
     out = (acc / l_safe[:, None]).to(dtype)
-    if EVEN_M:
+    if EVEN_M or PERSISTENT:
+        # O's descriptor is per (batch, head) (rank 3): a ragged tile's rows past q_len are
+        # clipped, not written into the next head. (The masked pointer store spilled in the
+        # persistent loop at D128.)
         q_tile.store(out)
         fence_async_shared()
-        tma.async_copy_shared_to_global(o_desc, [head_row + row0, 0], q_tile)
-        tma.store_wait(0)
+        tma.async_copy_shared_to_global(o_desc, [pid_zh, row0, 0], q_tile.reshape([1, M_TILE, HEAD_DIM]))
+        if not PERSISTENT:
+            tma.store_wait(0)
     else:
         rows = row0 + gl.arange(0, M_TILE, layout=o_rows)
         cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, o_layout))
@@ -207,34 +319,77 @@ def _consumer(group, q_smem, k_smem, v_smem, q_bars, k_ready, k_empty, v_ready, 
 
 
 @gluon.jit
-def _consumer_worker(q_smem, k_smem, v_smem, q_bars, k_ready, k_empty, v_ready, v_empty, turns, o_desc, Out,
-                     head_row, q_start, q_len, kv_len, causal_offset, n_program, n_ordered, qk_scale,
-                     HEAD_DIM: gl.constexpr, M_TILE: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr,
-                     IS_CAUSAL: gl.constexpr, MASK: gl.constexpr, EMPTY_ROWS: gl.constexpr, EVEN_M: gl.constexpr,
-                     ORDERED: gl.constexpr, CONSUMER_WARPS: gl.constexpr):
-    """Consumer group 1 (a worker partition)."""
-    _consumer(1, q_smem, k_smem, v_smem, q_bars, k_ready, k_empty, v_ready, v_empty, turns, o_desc, Out,
-              head_row, q_start, q_len, kv_len, causal_offset, n_program, n_ordered, qk_scale,
-              HEAD_DIM, M_TILE, BLOCK_N, NUM_STAGES, IS_CAUSAL, MASK, EMPTY_ROWS, EVEN_M, ORDERED, CONSUMER_WARPS)
+def _consumer(group, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready, v_empty, turns, o_desc,
+              Out, first, step, n_tiles, n_m, n_bh, q_heads, kv_heads, q_len, kv_len, qk_scale,
+              HEAD_DIM: gl.constexpr, M_TILE: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr,
+              NUM_GROUPS: gl.constexpr, IS_CAUSAL: gl.constexpr, LONGEST_FIRST: gl.constexpr,
+              PERSISTENT: gl.constexpr, Q_BUFS: gl.constexpr, MASK: gl.constexpr, EMPTY_ROWS: gl.constexpr,
+              EVEN_M: gl.constexpr, ORDERED: gl.constexpr, num_warps: gl.constexpr):
+    """One consumer warpgroup over the program's tiles, in the producer's order."""
+    if PERSISTENT:
+        it = 0  # K/V blocks of the program's tiles so far (the ring's position)
+        turn = 0  # ORDERED: the group's turns so far
+        i = 0  # tiles of the program so far
+        for t in range(first, n_tiles, step):
+            pid_zh, head_row, q_start, kv_row, n_program, n_ordered = _tile(
+                t, n_m, n_bh, q_heads, kv_heads, q_len, kv_len, M_TILE, BLOCK_N, NUM_GROUPS, IS_CAUSAL,
+                LONGEST_FIRST, PERSISTENT)
+            buf = (i % Q_BUFS) * NUM_GROUPS + group
+            prev = ((i + Q_BUFS - 1) % Q_BUFS) * NUM_GROUPS + group
+            _consumer_tile(group, q_smem.index(buf), q_ready.index(buf), (i // Q_BUFS) & 1, q_empty.index(prev), i > 0,
+                           k_smem, v_smem,
+                           k_ready, k_empty, v_ready, v_empty, turns, o_desc, Out, pid_zh, head_row, q_start, q_len,
+                           kv_len, n_program, n_ordered, it, turn, qk_scale, HEAD_DIM, M_TILE, BLOCK_N, NUM_STAGES,
+                           IS_CAUSAL, MASK, EMPTY_ROWS, EVEN_M, ORDERED, PERSISTENT, num_warps)
+            it += n_program
+            # Each group takes a turn at every block but the first of those both read.
+            turn += gl.maximum(n_ordered - 1, 0)
+            i += 1
+        tma.store_wait(0)
+    else:
+        pid_zh, head_row, q_start, kv_row, n_program, n_ordered = _tile(
+            first, n_m, n_bh, q_heads, kv_heads, q_len, kv_len, M_TILE, BLOCK_N, NUM_GROUPS, IS_CAUSAL,
+            LONGEST_FIRST, PERSISTENT)
+        _consumer_tile(group, q_smem.index(group), q_ready.index(group), 0, q_empty.index(group), False, k_smem,
+                       v_smem, k_ready, k_empty,
+                       v_ready, v_empty, turns, o_desc, Out, pid_zh, head_row, q_start, q_len, kv_len, n_program,
+                       n_ordered, 0, 0, qk_scale, HEAD_DIM, M_TILE, BLOCK_N, NUM_STAGES, IS_CAUSAL, MASK,
+                       EMPTY_ROWS, EVEN_M, ORDERED, PERSISTENT, num_warps)
 
 
 @gluon.jit
-def _consumer_default(q_smem, k_smem, v_smem, q_bars, k_ready, k_empty, v_ready, v_empty, turns, o_desc, Out,
-                      head_row, q_start, q_len, kv_len, causal_offset, n_program, n_ordered, qk_scale,
+def _consumer_worker(q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready, v_empty, turns, o_desc,
+                     Out, first, step, n_tiles, n_m, n_bh, q_heads, kv_heads, q_len, kv_len, qk_scale,
+                     HEAD_DIM: gl.constexpr, M_TILE: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr,
+                     NUM_GROUPS: gl.constexpr, IS_CAUSAL: gl.constexpr, LONGEST_FIRST: gl.constexpr,
+                     PERSISTENT: gl.constexpr, Q_BUFS: gl.constexpr, MASK: gl.constexpr, EMPTY_ROWS: gl.constexpr,
+                     EVEN_M: gl.constexpr, ORDERED: gl.constexpr, CONSUMER_WARPS: gl.constexpr):
+    """Consumer group 1 (a worker partition)."""
+    _consumer(1, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready, v_empty, turns, o_desc, Out,
+              first, step, n_tiles, n_m, n_bh, q_heads, kv_heads, q_len, kv_len, qk_scale,
+              HEAD_DIM, M_TILE, BLOCK_N, NUM_STAGES, NUM_GROUPS, IS_CAUSAL, LONGEST_FIRST, PERSISTENT, Q_BUFS,
+              MASK, EMPTY_ROWS, EVEN_M, ORDERED, CONSUMER_WARPS)
+
+
+@gluon.jit
+def _consumer_default(q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready, v_empty, turns, o_desc,
+                      Out, first, step, n_tiles, n_m, n_bh, q_heads, kv_heads, q_len, kv_len, qk_scale,
                       HEAD_DIM: gl.constexpr, M_TILE: gl.constexpr, BLOCK_N: gl.constexpr,
-                      NUM_STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, MASK: gl.constexpr,
-                      EMPTY_ROWS: gl.constexpr, EVEN_M: gl.constexpr, ORDERED: gl.constexpr,
+                      NUM_STAGES: gl.constexpr, NUM_GROUPS: gl.constexpr, IS_CAUSAL: gl.constexpr,
+                      LONGEST_FIRST: gl.constexpr, PERSISTENT: gl.constexpr, Q_BUFS: gl.constexpr,
+                      MASK: gl.constexpr, EMPTY_ROWS: gl.constexpr, EVEN_M: gl.constexpr, ORDERED: gl.constexpr,
                       CONSUMER_WARPS: gl.constexpr):
     """Consumer group 0 (the default partition)."""
-    _consumer(0, q_smem, k_smem, v_smem, q_bars, k_ready, k_empty, v_ready, v_empty, turns, o_desc, Out,
-              head_row, q_start, q_len, kv_len, causal_offset, n_program, n_ordered, qk_scale,
-              HEAD_DIM, M_TILE, BLOCK_N, NUM_STAGES, IS_CAUSAL, MASK, EMPTY_ROWS, EVEN_M, ORDERED, CONSUMER_WARPS)
+    _consumer(0, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready, v_empty, turns, o_desc, Out,
+              first, step, n_tiles, n_m, n_bh, q_heads, kv_heads, q_len, kv_len, qk_scale,
+              HEAD_DIM, M_TILE, BLOCK_N, NUM_STAGES, NUM_GROUPS, IS_CAUSAL, LONGEST_FIRST, PERSISTENT, Q_BUFS,
+              MASK, EMPTY_ROWS, EVEN_M, ORDERED, CONSUMER_WARPS)
 
 
 @gluon.jit
 def gluon_attention_kernel(
     q_desc, k_desc, v_desc, o_desc, Out,
-    q_heads, kv_heads, q_len, kv_len, qk_scale,
+    batch, q_heads, kv_heads, q_len, kv_len, qk_scale,
     HEAD_DIM: gl.constexpr,
     M_TILE: gl.constexpr,
     BLOCK_N: gl.constexpr,
@@ -243,6 +398,7 @@ def gluon_attention_kernel(
     ORDERED: gl.constexpr,
     IS_CAUSAL: gl.constexpr,
     LONGEST_FIRST: gl.constexpr,
+    PERSISTENT: gl.constexpr,
     MASK: gl.constexpr,
     EMPTY_ROWS: gl.constexpr,
     EVEN_M: gl.constexpr,
@@ -250,43 +406,36 @@ def gluon_attention_kernel(
     PRODUCER_REGS: gl.constexpr,
     num_warps: gl.constexpr,
 ):
-    """Grid: (query tiles of NUM_GROUPS * M_TILE rows, batch * q_heads)."""
+    """Grid: (query tiles of NUM_GROUPS * M_TILE rows, batch * q_heads), one program a tile;
+    with ``PERSISTENT``, (programs,), program p taking tiles p, p + programs, ..."""
     BLOCK_M: gl.constexpr = NUM_GROUPS * M_TILE
-    pid_m = gl.program_id(0)
-    if LONGEST_FIRST:
-        # Causal: the last query tiles see the most keys; start them first.
-        pid_m = gl.num_programs(0) - 1 - pid_m
-    pid_zh = gl.program_id(1)
-    z = pid_zh // q_heads
-    h = pid_zh % q_heads
-    kv_h = h // (q_heads // kv_heads)  # grouped-query: a group of query heads shares one K/V head
-    q_start = pid_m * BLOCK_M
-    head_row = pid_zh * q_len  # row 0 of this (batch, head) in the flat Q and O
-    q_row = head_row + q_start
-    kv_row = (z * kv_heads + kv_h) * kv_len
-    causal_offset = kv_len - q_len
-    if IS_CAUSAL:
-        hi = gl.maximum(gl.minimum(q_start + BLOCK_M + causal_offset, kv_len), 0)
+    n_m = gl.cdiv(q_len, BLOCK_M)
+    n_bh = batch * q_heads
+    if PERSISTENT:
+        first = gl.program_id(0)
+        step = gl.num_programs(0)
+        n_tiles = n_m * n_bh
     else:
-        hi = kv_len
-    n_program = gl.cdiv(hi, BLOCK_N)
-    # Blocks group 0 reads (group 1 reads as many or more): the ones whose GEMMs take turns.
-    if IS_CAUSAL:
-        n_ordered = gl.cdiv(gl.maximum(gl.minimum(q_start + M_TILE + causal_offset, kv_len), 0), BLOCK_N)
-    else:
-        n_ordered = n_program
+        first = gl.program_id(0) + gl.program_id(1) * gl.num_programs(0)
+        step = 1
+        n_tiles = first + 1
+    # A persistent program double-buffers Q: the producer loads the next tile's while the
+    # consumers still read this one's (or store its output through it).
+    Q_BUFS: gl.constexpr = 2 if PERSISTENT else 1
 
-    q_smem = gl.allocate_shared_memory(q_desc.dtype, [NUM_GROUPS, M_TILE, HEAD_DIM], q_desc.layout)
+    q_smem = gl.allocate_shared_memory(q_desc.dtype, [Q_BUFS * NUM_GROUPS, M_TILE, HEAD_DIM], q_desc.layout)
     k_smem = gl.allocate_shared_memory(k_desc.dtype, [NUM_STAGES, BLOCK_N, HEAD_DIM], k_desc.layout)
     v_smem = gl.allocate_shared_memory(v_desc.dtype, [NUM_STAGES, BLOCK_N, HEAD_DIM], v_desc.layout)
-    q_bars = gl.allocate_shared_memory(gl.int64, [NUM_GROUPS, 1], mbarrier.MBarrierLayout())
+    q_ready = gl.allocate_shared_memory(gl.int64, [Q_BUFS * NUM_GROUPS, 1], mbarrier.MBarrierLayout())
+    q_empty = gl.allocate_shared_memory(gl.int64, [Q_BUFS * NUM_GROUPS, 1], mbarrier.MBarrierLayout())
     k_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
     k_empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
     v_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
     v_empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
     turns = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())  # ORDERED: whose GEMMs are next
-    for g in gl.static_range(NUM_GROUPS):
-        mbarrier.init(q_bars.index(g), count=1)
+    for b in gl.static_range(Q_BUFS * NUM_GROUPS):
+        mbarrier.init(q_ready.index(b), count=1)
+        mbarrier.init(q_empty.index(b), count=1)  # one consumer group reads each buffer
     for g in gl.static_range(2):
         mbarrier.init(turns.index(g), count=1)
     for i in gl.static_range(NUM_STAGES):
@@ -299,23 +448,25 @@ def gluon_attention_kernel(
     # loses its constexprs (Triton 3.6's Gluon).
     if NUM_GROUPS == 2:
         gl.warp_specialize([
-            (_consumer_default, (q_smem, k_smem, v_smem, q_bars, k_ready, k_empty, v_ready, v_empty, turns, o_desc, Out,
-                                 head_row, q_start, q_len, kv_len, causal_offset, n_program, n_ordered, qk_scale,
-                                 HEAD_DIM, M_TILE, BLOCK_N, NUM_STAGES, IS_CAUSAL, MASK, EMPTY_ROWS, EVEN_M,
-                                 ORDERED, num_warps)),
-            (_consumer_worker, (q_smem, k_smem, v_smem, q_bars, k_ready, k_empty, v_ready, v_empty, turns, o_desc, Out,
-                                head_row, q_start, q_len, kv_len, causal_offset, n_program, n_ordered, qk_scale,
-                                HEAD_DIM, M_TILE, BLOCK_N, NUM_STAGES, IS_CAUSAL, MASK, EMPTY_ROWS, EVEN_M,
-                                ORDERED, num_warps)),
-            (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bars, k_ready, k_empty, v_ready, v_empty,
-                         q_row, kv_row, n_program, M_TILE, BLOCK_N, NUM_STAGES, NUM_GROUPS)),
+            (_consumer_default, (q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready, v_empty, turns,
+                                 o_desc, Out, first, step, n_tiles, n_m, n_bh, q_heads, kv_heads, q_len, kv_len,
+                                 qk_scale, HEAD_DIM, M_TILE, BLOCK_N, NUM_STAGES, NUM_GROUPS, IS_CAUSAL,
+                                 LONGEST_FIRST, PERSISTENT, Q_BUFS, MASK, EMPTY_ROWS, EVEN_M, ORDERED, num_warps)),
+            (_consumer_worker, (q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready, v_empty, turns,
+                                o_desc, Out, first, step, n_tiles, n_m, n_bh, q_heads, kv_heads, q_len, kv_len,
+                                qk_scale, HEAD_DIM, M_TILE, BLOCK_N, NUM_STAGES, NUM_GROUPS, IS_CAUSAL,
+                                LONGEST_FIRST, PERSISTENT, Q_BUFS, MASK, EMPTY_ROWS, EVEN_M, ORDERED, num_warps)),
+            (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready,
+                         v_empty, first, step, n_tiles, n_m, n_bh, q_heads, kv_heads, q_len, kv_len,
+                         M_TILE, BLOCK_N, NUM_STAGES, NUM_GROUPS, IS_CAUSAL, LONGEST_FIRST, PERSISTENT, Q_BUFS)),
         ], [num_warps, 1], [CONSUMER_REGS, PRODUCER_REGS])
     else:
         gl.warp_specialize([
-            (_consumer_default, (q_smem, k_smem, v_smem, q_bars, k_ready, k_empty, v_ready, v_empty, turns, o_desc, Out,
-                                 head_row, q_start, q_len, kv_len, causal_offset, n_program, n_ordered, qk_scale,
-                                 HEAD_DIM, M_TILE, BLOCK_N, NUM_STAGES, IS_CAUSAL, MASK, EMPTY_ROWS, EVEN_M,
-                                 ORDERED, num_warps)),
-            (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bars, k_ready, k_empty, v_ready, v_empty,
-                         q_row, kv_row, n_program, M_TILE, BLOCK_N, NUM_STAGES, NUM_GROUPS)),
+            (_consumer_default, (q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready, v_empty, turns,
+                                 o_desc, Out, first, step, n_tiles, n_m, n_bh, q_heads, kv_heads, q_len, kv_len,
+                                 qk_scale, HEAD_DIM, M_TILE, BLOCK_N, NUM_STAGES, NUM_GROUPS, IS_CAUSAL,
+                                 LONGEST_FIRST, PERSISTENT, Q_BUFS, MASK, EMPTY_ROWS, EVEN_M, ORDERED, num_warps)),
+            (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready,
+                         v_empty, first, step, n_tiles, n_m, n_bh, q_heads, kv_heads, q_len, kv_len,
+                         M_TILE, BLOCK_N, NUM_STAGES, NUM_GROUPS, IS_CAUSAL, LONGEST_FIRST, PERSISTENT, Q_BUFS)),
         ], [1], [PRODUCER_REGS])

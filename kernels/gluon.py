@@ -4,7 +4,8 @@ A :class:`GluonVariant` is the kernel's part of a config: the program's query ro
 (``BLOCK_M``), split over one or two consumer warpgroups (``loads="gluon_ws"``: one;
 ``"gluon_pingpong"``: two, each ``BLOCK_M // 2`` rows, free-running; ``"gluon_pingpong_ordered"``:
 two whose GEMMs take turns), the key block, the warps of a
-consumer group and the depth of the K/V ring.
+consumer group, the depth of the K/V ring, the causal tile order and the grid (one program a
+tile, or ``persistent``: at most the SMs' programs, each looping over tiles).
 
 The config's part comes from its plan (kernels/launch_plan.py): what the launcher derives
 from the fields (``M_TILE``, ``LONGEST_FIRST``, the ring's ``NUM_STAGES``) it computes, and
@@ -48,6 +49,9 @@ class GluonVariant:
     #: Two groups' GEMMs take turns (FA3's warp-scheduler barrier); without it they run free.
     ordered: bool = False
     longest_first: bool = False
+    #: A persistent grid: ``min(programs, tiles)`` programs, each looping over tiles (the
+    #: producer loading the next tile's Q and K/V under this tile's last products and epilogue).
+    persistent: bool = False
     #: Constexprs of the config the fields above do not name that the kernel declares (knobs
     #: declared since, in kernels/knobs.py), passed to it as they are.
     extra: tuple[tuple[str, Value], ...] = ()
@@ -72,17 +76,17 @@ class GluonVariant:
     def label(self) -> str:
         parts = [f"{self.BLOCK_M}x{self.BLOCK_N}", f"{self.num_warps}w", f"{self.num_stages}st",
                  "gluon_ws" if self.groups == 1 else "gluon_pingpong_ordered" if self.ordered else "gluon_pingpong"]
-        return " ".join(parts + (["longest"] if self.longest_first else []))
+        return " ".join(parts + (["longest"] if self.longest_first else []) + (["pers"] if self.persistent else []))
 
 
 #: The plan's constexprs (``launch_plan``) the Gluon variant takes, as GluonVariant fields.
 _GLUON_FIELDS = {"BLOCK_M": "BLOCK_M", "BLOCK_N": "BLOCK_N", "NUM_GROUPS": "groups", "ORDERED": "ordered",
-                 "BH_MAJOR": "longest_first"}
+                 "BH_MAJOR": "longest_first", "PERSISTENT": "persistent"}
 #: The plan's compile options the fields name (the ring's depth is the kernel's NUM_STAGES:
 #: Gluon pipelines by hand).
 _GLUON_OPTIONS = ("num_warps", "num_stages")
 #: Every argument the kernel declares: of the plan's other constexprs it takes those (the
-#: plan's FP8 and PERSISTENT are refused before launch: resources.known_failure).
+#: plan's FP8 is refused before launch: resources.known_failure).
 _DECLARED = frozenset(gluon_attention_kernel.arg_names)
 
 
@@ -116,21 +120,46 @@ def _flat_descriptor(t: torch.Tensor, block: list[int]) -> Any:
     return TensorDescriptor(t, [batch * heads * length, head_dim], [head_dim, 1], block, layout)
 
 
+def _head_descriptor(t: torch.Tensor, rows: int) -> Any:
+    """A (batch * heads, length, head_dim) descriptor of ``rows``-row blocks: a block past a
+    head's last row is clipped (the output's stores of ragged tiles)."""
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    batch, heads, length, head_dim = t.shape
+    element = {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16}[t.dtype]
+    block = [1, rows, head_dim]
+    layout = gl.NVMMASharedLayout.get_default_for(block, element)
+    return TensorDescriptor(t, [batch * heads, length, head_dim], [length * head_dim, head_dim, 1], block, layout)
+
+
 def launch_options(variant: GluonVariant, *, head_dim: int, causal: bool, q_len: int, kv_len: int) -> dict[str, Any]:
     """The kernel's constexprs and compile options for ``variant`` and a call's shape (one place:
     the launch, and the tests that read what a config would launch with on a CPU)."""
     return dict(
         HEAD_DIM=head_dim, M_TILE=variant.m_tile, BLOCK_N=variant.BLOCK_N, NUM_STAGES=variant.num_stages,
         NUM_GROUPS=variant.groups, ORDERED=variant.ordered, IS_CAUSAL=causal,
-        LONGEST_FIRST=causal and variant.longest_first, MASK=causal or kv_len % variant.BLOCK_N != 0,
+        LONGEST_FIRST=causal and variant.longest_first, PERSISTENT=variant.persistent, MASK=causal or kv_len % variant.BLOCK_N != 0,
         EMPTY_ROWS=causal and q_len > kv_len, EVEN_M=q_len % variant.BLOCK_M == 0, CONSUMER_REGS=CONSUMER_REGS,
         PRODUCER_REGS=PRODUCER_REGS, num_warps=variant.num_warps, **dict(variant.extra), **dict(variant.options),
     )
 
 
+def gluon_grid(variant: GluonVariant, *, q_len: int, batch_heads: int, programs: int) -> tuple[int, ...]:
+    """The launch grid: (query tiles, batch * heads), or with ``persistent`` at most
+    ``programs`` programs (never more than the tiles)."""
+    tiles = (triton.cdiv(q_len, variant.BLOCK_M), batch_heads)
+    if variant.persistent:
+        return (min(tiles[0] * tiles[1], programs),)
+    return tiles
+
+
 def launch_gluon(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, *, causal: bool,
-                 scale: float, variant: GluonVariant, warmup: bool = False) -> Any:
+                 scale: float, variant: GluonVariant, programs: int, warmup: bool = False) -> Any:
     """Launch (or, with ``warmup``, only compile) the Gluon kernel into ``out``.
+
+    ``programs``: the persistent grid's programs when there are more tiles (the SMs times
+    programs a SM); a tiles grid launches one program a tile.
 
     Strided inputs (a (batch, len, heads, dim) projection viewed as (batch, heads, len,
     dim)) are copied contiguous first, and a strided ``out`` is written through a contiguous
@@ -148,17 +177,18 @@ def launch_gluon(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.T
     q, k, v = (t if flat(t) else t.contiguous() for t in (q, k, v))
     if not flat(out):
         staged = torch.empty_like(q)
-        done = launch_gluon(q, k, v, staged, causal=causal, scale=scale, variant=variant, warmup=warmup)
+        done = launch_gluon(q, k, v, staged, causal=causal, scale=scale, variant=variant, programs=programs,
+                            warmup=warmup)
         if not warmup:
             out.copy_(staged)
         return done
     batch, q_heads, q_len, head_dim = q.shape
     kv_heads, kv_len = k.shape[1], k.shape[2]
     m_tile, bn = variant.m_tile, variant.BLOCK_N
-    qd, od = _flat_descriptor(q, [m_tile, head_dim]), _flat_descriptor(out, [m_tile, head_dim])
+    qd, od = _flat_descriptor(q, [m_tile, head_dim]), _head_descriptor(out, m_tile)
     kd, vd = _flat_descriptor(k, [bn, head_dim]), _flat_descriptor(v, [bn, head_dim])
-    grid = (triton.cdiv(q_len, variant.BLOCK_M), batch * q_heads)
-    args = (qd, kd, vd, od, out, q_heads, kv_heads, q_len, kv_len, scale * LOG2_E)
+    grid = gluon_grid(variant, q_len=q_len, batch_heads=batch * q_heads, programs=programs)
+    args = (qd, kd, vd, od, out, batch, q_heads, kv_heads, q_len, kv_len, scale * LOG2_E)
     options = launch_options(variant, head_dim=head_dim, causal=causal, q_len=q_len, kv_len=kv_len)
     if warmup:
         return gluon_attention_kernel.warmup(*args, grid=grid, **options)

@@ -96,8 +96,10 @@ def shared_memory_bytes(
         # Compiled for sm90 (objectives/aot.py, Triton 3.6, 2026-12-02: head dims 64-256, one
         # and two consumer groups, 1-4 stages): exactly Q (every group's rows, reused for the
         # output's TMA store) plus num_stages K and V buffers, plus 252-360 bytes of mbarriers
-        # and alignment (512 counted).
-        return q_tile + stages * kv_tile + 512
+        # and alignment (512 counted). A persistent grid double-buffers Q (the next tile's
+        # loads while this tile's output goes out through its buffer).
+        q_buffers = 2 if plan.constexprs["PERSISTENT"] else 1
+        return q_buffers * q_tile + stages * kv_tile + 512
     if stages == 1 or uses_wgmma(config, compute_capability, block_h):
         return q_tile + stages * kv_tile + extra
     # The scratch of the mma.sync path: for the decode kernel it is its 16-bit P tile
@@ -187,8 +189,6 @@ def _gluon_failure(config: Mapping[str, Value], compute_capability: tuple[int, i
         return f"loads={loads!r} is written for Hopper's wgmma: needs compute capability 9.x"
     if _fp8(plan):
         return f"loads={loads!r} has no fp8 path yet (kernels/_flash_fwd_gluon.py: fp16 and bf16)"
-    if plan.constexprs["PERSISTENT"]:
-        return f"loads={loads!r} runs one program a tile: it has no persistent grid"
     groups = int(plan.constexprs["NUM_GROUPS"])
     rows = int(plan.constexprs["BLOCK_M"]) // groups
     if rows < 16 * int(plan.options["num_warps"]):

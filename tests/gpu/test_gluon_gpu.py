@@ -2,7 +2,8 @@
 ``"gluon_pingpong"``, kernels/_flash_fwd_gluon.py; ``pytest -m gpu`` on the H200): bf16 and
 fp16 against the float32 reference at head dims 64, 128 and 256, ragged lengths (1000, and
 333 queries against 1000 keys and back, where causal rows see no key), 4096, causal
-bottom-right, grouped-query heads (32 query heads on 8 K/V heads) and strided inputs.
+bottom-right, grouped-query heads (32 query heads on 8 K/V heads) and strided inputs; the
+tiles grid and the persistent one (also with three programs for many tiles).
 
 The interpreter runs no Gluon, so these are the kernel's only numerics; the CPU checks its
 declarations and its sm90 compile (tests/kernels/test_gluon_declarations.py).
@@ -27,14 +28,20 @@ pytestmark = [
 
 def configs(head_dim: int, pingpong: str = "gluon_pingpong") -> list[Config]:
     """Ping-pong at FA3's tiles (two 64-row groups; two 128-row groups at D64), one consumer
-    group, a deeper ring, and the causal tile order; ``pingpong``: free-running or ordered."""
+    group, a deeper ring, and the causal tile order; ``pingpong``: free-running or ordered;
+    the persistent grid too (32-key blocks at D256, where Q's second buffer leaves room for
+    one stage of 64 keys, which spilled)."""
     wide = 128 if head_dim <= 128 else 64
-    tiles = [(128, wide, 2, pingpong, "head_major"), (128, wide // 2, 3, pingpong, "head_major"),
-             (64, wide, 2, "gluon_ws", "head_major"), (128, wide, 2, pingpong, "longest_first")]
+    tiles = [(128, wide, 2, pingpong, "head_major", "tiles"), (128, wide // 2, 3, pingpong, "head_major", "tiles"),
+             (64, wide, 2, "gluon_ws", "head_major", "tiles"), (128, wide, 2, pingpong, "longest_first", "tiles")]
     if head_dim == 64:
-        tiles.append((256, 64, 3, pingpong, "head_major"))
-    return [validate_config(dict(BLOCK_M=bm, BLOCK_N=bn, num_warps=4, num_stages=s, loads=loads, tile_order=order))
-            for bm, bn, s, loads, order in tiles]
+        tiles.append((256, 64, 3, pingpong, "head_major", "tiles"))
+    keys = wide if head_dim <= 128 else wide // 2
+    tiles += [(128, keys, 2, pingpong, "head_major", "persistent"), (128, keys, 2, pingpong, "longest_first", "persistent"),
+              (64, keys, 2, "gluon_ws", "longest_first", "persistent")]
+    return [validate_config(dict(BLOCK_M=bm, BLOCK_N=bn, num_warps=4, num_stages=s, loads=loads, tile_order=order,
+                                 grid=grid))
+            for bm, bn, s, loads, order, grid in tiles]
 
 
 CASES = [
@@ -120,7 +127,28 @@ def test_strided_inputs(hardware):
     q = torch.randn(2, 1000, 16, 128, generator=g, device="cuda").to(torch.bfloat16).transpose(1, 2)
     k, v = (torch.randn(2, 1000, 4, 128, generator=g, device="cuda").to(torch.bfloat16).transpose(1, 2)
             for _ in range(2))
-    assert _check_all(Workload(2, 16, 4, 1000, 1000, 128, "bfloat16", True), hardware, q, k, v) == 4
+    assert _check_all(Workload(2, 16, 4, 1000, 1000, 128, "bfloat16", True), hardware, q, k, v) == len(configs(128))
+
+
+@pytest.mark.parametrize("case", [(128, True, 32, 8, 1000, 1000, "bfloat16"), (64, False, 16, 4, 1000, 333, "float16"),
+                                  (128, True, 8, 8, 333, 1000, "float16")],
+                         ids=["d128-causal-gqa", "d64-full-ragged-keys", "d128-causal-short-queries"])
+@pytest.mark.parametrize("loads", ["gluon_pingpong", "gluon_pingpong_ordered", "gluon_ws"])
+def test_persistent_programs_loop_over_many_tiles(case, loads, hardware):
+    # Three programs for 64-512 tiles: the K/V ring's phases, Q's two buffers and the
+    # ordered turns run on across many tiles of unequal length (causal) in one program.
+    from flashtune.kernels.gluon import gluon_variant_for, launch_gluon
+
+    w = _workload(case)
+    q, k, v = make_inputs(w, seed=3, dev=torch.device("cuda"))
+    ref = reference_attention(q, k, v, causal=w.causal)
+    for order in ("head_major", "longest_first"):
+        config = validate_config(dict(BLOCK_M=128 if loads != "gluon_ws" else 64, BLOCK_N=128, num_warps=4,
+                                      num_stages=2, loads=loads, tile_order=order, grid="persistent"))
+        out = torch.empty_like(q)
+        launch_gluon(q, k, v, out, causal=w.causal, scale=w.head_dim ** -0.5, variant=gluon_variant_for(config),
+                     programs=3)
+        assert relative_error(out, ref) <= TOLERANCE[w.dtype], (config.to_dict(), case)
 
 
 def test_fp8_is_refused_with_the_reason(hardware):
