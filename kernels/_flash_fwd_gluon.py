@@ -34,6 +34,16 @@ Tensors are read through flat 2-D descriptors (every (batch, head, row) one row)
 on the host: a ragged tail block reads the next head's first rows, which the mask drops;
 with ``EVEN_M`` the output goes back through shared memory (Q's buffer, no longer read)
 and a TMA store, otherwise by a masked pointer store.
+
+``FP8``: Q, K and V arrive as e4m3 with per-tensor scales (``Scales``: q, k, v, as
+``kernels.attention.quantize_fp8`` makes them), and V transposed, [D, N] a head (V^T, keys
+contiguous): Hopper's wgmma takes 8-bit operands from shared memory only K-major, and the
+PV product's reduction runs over the keys. The producer TMA-loads [HEAD_DIM, BLOCK_N] tiles
+of V^T and the consumers read them through a permuted view as the [BLOCK_N, HEAD_DIM] B
+operand. P goes to e4m3 in registers stretched by 448 (e4m3's largest value, so small
+weights keep their mantissa), the PV product's A operand as in 16 bits; q and k's scales
+fold into the softmax scale, v's and 1/448 into the output's. The output (16-bit, ``Out``'s
+type) goes out by the masked pointer store: Q's 8-bit buffer is too small to stage it.
 """
 
 from triton.experimental import gluon
@@ -48,9 +58,13 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 
 
 @gluon.jit
-def _load_kv(k_desc, v_desc, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, kv_row, j,
-             BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr):
-    """Producer: block ``j`` of K and of V into their rings once every group released the stage."""
+def _load_kv(k_desc, v_desc, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, kv_row, v_row, j,
+             BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr, FP8: gl.constexpr):
+    """Producer: block ``j`` of K and of V into their rings once every group released the stage.
+
+    ``v_row``: V's row 0 of the head in the flat V (``kv_row``), or with ``FP8`` in the flat
+    V^T (its first of HEAD_DIM rows), where block ``j`` is a column offset.
+    """
     stage = j % NUM_STAGES
     phase = (j // NUM_STAGES) & 1
     # A fresh mbarrier counts as having completed the phase before its first (parity 1):
@@ -60,19 +74,25 @@ def _load_kv(k_desc, v_desc, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty,
     tma.async_copy_global_to_shared(k_desc, [kv_row + j * BLOCK_N, 0], k_ready.index(stage), k_smem.index(stage))
     mbarrier.wait(v_empty.index(stage), phase ^ 1)
     mbarrier.expect(v_ready.index(stage), v_desc.block_type.nbytes)
-    tma.async_copy_global_to_shared(v_desc, [kv_row + j * BLOCK_N, 0], v_ready.index(stage), v_smem.index(stage))
+    if FP8:
+        v_coords = [v_row, j * BLOCK_N]
+    else:
+        v_coords = [v_row + j * BLOCK_N, 0]
+    tma.async_copy_global_to_shared(v_desc, v_coords, v_ready.index(stage), v_smem.index(stage))
 
 
 @gluon.jit
 def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bars, k_ready, k_empty, v_ready, v_empty,
-              q_row, kv_row, n_blocks,
-              M_TILE: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr, NUM_GROUPS: gl.constexpr):
+              q_row, kv_row, v_row, n_blocks,
+              M_TILE: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr, NUM_GROUPS: gl.constexpr,
+              FP8: gl.constexpr):
     """The load partition: each group's Q tile, then the program's K/V blocks in order."""
     for g in gl.static_range(NUM_GROUPS):
         mbarrier.expect(q_bars.index(g), q_desc.block_type.nbytes)
         tma.async_copy_global_to_shared(q_desc, [q_row + g * M_TILE, 0], q_bars.index(g), q_smem.index(g))
     for j in range(n_blocks):
-        _load_kv(k_desc, v_desc, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, kv_row, j, BLOCK_N, NUM_STAGES)
+        _load_kv(k_desc, v_desc, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, kv_row, v_row, j, BLOCK_N,
+                 NUM_STAGES, FP8)
 
 
 @gluon.jit
@@ -95,11 +115,47 @@ def _scores(s, m_i, start_n, mask_from, limit, offs_n, qk_scale,
 
 
 @gluon.jit
+def _p_operand(p, dtype: gl.constexpr, p_layout: gl.constexpr, FP8: gl.constexpr):
+    """P (fp32 weights in [0, 1]) as the PV product's A operand in registers; with ``FP8``
+    stretched to e4m3's range (the output's scale undoes it)."""
+    if FP8:
+        p = p * 448.0
+    return gl.convert_layout(p.to(dtype), p_layout)
+
+
+@gluon.jit
+def _v_operand(v_smem, stage, FP8: gl.constexpr):
+    """Stage ``stage`` of V's ring as the PV product's [BLOCK_N, HEAD_DIM] B operand (with
+    ``FP8`` the ring holds V^T tiles: a permuted view, keys contiguous, K-major as fp8 wgmma needs)."""
+    if FP8:
+        return v_smem.index(stage).permute((1, 0))
+    else:
+        return v_smem.index(stage)
+
+
+@gluon.jit
+def _pv_done(o_tok, p_op, FP8: gl.constexpr):
+    """Wait for the PV product in flight; its accumulator.
+
+    P's registers are read by the MMA in flight: in 16 bits they are kept alive (a
+    dependency of the wait) until it is done. Triton 3.6 cannot lower an 8-bit dependency
+    ("Unexpected bitwidth in WGMMAWaitGroupOp: 8"), so fp8's P is not one: its registers are
+    defined once a block, before the MMA, and not written again before this wait, and ptxas
+    (which assigns the physical registers) keeps an in-flight wgmma's operands.
+    """
+    if FP8:
+        acc = warpgroup_mma_wait(0, deps=[o_tok])
+    else:
+        acc, p_op = warpgroup_mma_wait(0, deps=[o_tok, p_op])
+    return acc
+
+
+@gluon.jit
 def _consumer(group, q_smem, k_smem, v_smem, q_bars, k_ready, k_empty, v_ready, v_empty, turns, o_desc, Out,
-              head_row, q_start, q_len, kv_len, causal_offset, n_program, n_ordered, qk_scale,
+              Scales, head_row, q_start, q_len, kv_len, causal_offset, n_program, n_ordered, qk_scale,
               HEAD_DIM: gl.constexpr, M_TILE: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr,
               IS_CAUSAL: gl.constexpr, MASK: gl.constexpr, EMPTY_ROWS: gl.constexpr, EVEN_M: gl.constexpr,
-              ORDERED: gl.constexpr, num_warps: gl.constexpr):
+              ORDERED: gl.constexpr, FP8: gl.constexpr, num_warps: gl.constexpr):
     """One consumer warpgroup: rows [q_start + group * M_TILE, + M_TILE) of its (batch, head),
     whose row 0 is row ``head_row`` of the flat Q and O.
 
@@ -154,7 +210,7 @@ def _consumer(group, q_smem, k_smem, v_smem, q_bars, k_ready, k_empty, v_ready, 
             prev_phase = ((j - 1) // NUM_STAGES) & 1
             mbarrier.wait(k_ready.index(stage), phase)
             mbarrier.wait(v_ready.index(prev), prev_phase)
-            p_op = gl.convert_layout(p.to(dtype), p_layout)
+            p_op = _p_operand(p, dtype, p_layout, FP8)
             if ORDERED:
                 # The k-th turn of group 0 follows group 1's (k-1)-th hand-over (its first
                 # passes: a fresh mbarrier's phase before the first counts as complete); the
@@ -162,24 +218,23 @@ def _consumer(group, q_smem, k_smem, v_smem, q_bars, k_ready, k_empty, v_ready, 
                 mbarrier.wait(turns.index(group), ((j - 1) & 1) ^ (1 - group), pred=j < n_ordered)
             s_tok = warpgroup_mma(q_tile, k_smem.index(stage).permute((1, 0)), s_zero, use_acc=False,
                                   is_async=True)
-            o_tok = warpgroup_mma(p_op, v_smem.index(prev), acc, is_async=True)
+            o_tok = warpgroup_mma(p_op, _v_operand(v_smem, prev, FP8), acc, is_async=True)
             if ORDERED:
                 mbarrier.arrive(turns.index(1 - group), count=1, pred=j < n_ordered)
             # Groups retire in order: one left in flight means this block's scores are done.
             s = warpgroup_mma_wait(1, deps=[s_tok])
             mbarrier.arrive(k_empty.index(stage), count=1)
             p, m_i, alpha = _scores(s, m_i, j * BLOCK_N, mask_from, limit, offs_n, qk_scale, MASK, EMPTY_ROWS)
-            # P's registers are read by the MMA in flight: kept alive (a dependency) until it is done.
-            acc, p_op = warpgroup_mma_wait(0, deps=[o_tok, p_op])
+            acc = _pv_done(o_tok, p_op, FP8)
             mbarrier.arrive(v_empty.index(prev), count=1)
             alpha_o = gl.convert_layout(alpha, o_rows)
             acc = acc * alpha_o[:, None]
             l_i = l_i * alpha_o + gl.convert_layout(gl.sum(p, 1), o_rows)
         last = (n_blocks - 1) % NUM_STAGES
         mbarrier.wait(v_ready.index(last), ((n_blocks - 1) // NUM_STAGES) & 1)
-        p_op = gl.convert_layout(p.to(dtype), p_layout)
-        o_tok = warpgroup_mma(p_op, v_smem.index(last), acc, is_async=True)
-        acc, p_op = warpgroup_mma_wait(0, deps=[o_tok, p_op])
+        p_op = _p_operand(p, dtype, p_layout, FP8)
+        o_tok = warpgroup_mma(p_op, _v_operand(v_smem, last, FP8), acc, is_async=True)
+        acc = _pv_done(o_tok, p_op, FP8)
         mbarrier.arrive(v_empty.index(last), count=1)
     # Blocks the program's other group reads but this one does not (causal): release them unread.
     for j in range(n_blocks, n_program):
@@ -192,8 +247,11 @@ def _consumer(group, q_smem, k_smem, v_smem, q_bars, k_ready, k_empty, v_ready, 
 
     # Rows that saw no key: 0 / 1 = 0, as the other kernels write.
     l_safe = gl.where(l_i == 0.0, 1.0, l_i)
-    out = (acc / l_safe[:, None]).to(dtype)
-    if EVEN_M:
+    if FP8:
+        # V's scale, and the 448 P was stretched by.
+        l_safe = l_safe * (448.0 / gl.load(Scales + 2))
+    out = (acc / l_safe[:, None]).to(Out.dtype.element_ty)
+    if EVEN_M and not FP8:
         q_tile.store(out)
         fence_async_shared()
         tma.async_copy_shared_to_global(o_desc, [head_row + row0, 0], q_tile)
@@ -208,32 +266,34 @@ def _consumer(group, q_smem, k_smem, v_smem, q_bars, k_ready, k_empty, v_ready, 
 
 @gluon.jit
 def _consumer_worker(q_smem, k_smem, v_smem, q_bars, k_ready, k_empty, v_ready, v_empty, turns, o_desc, Out,
-                     head_row, q_start, q_len, kv_len, causal_offset, n_program, n_ordered, qk_scale,
+                     Scales, head_row, q_start, q_len, kv_len, causal_offset, n_program, n_ordered, qk_scale,
                      HEAD_DIM: gl.constexpr, M_TILE: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr,
                      IS_CAUSAL: gl.constexpr, MASK: gl.constexpr, EMPTY_ROWS: gl.constexpr, EVEN_M: gl.constexpr,
-                     ORDERED: gl.constexpr, CONSUMER_WARPS: gl.constexpr):
+                     ORDERED: gl.constexpr, FP8: gl.constexpr, CONSUMER_WARPS: gl.constexpr):
     """Consumer group 1 (a worker partition)."""
     _consumer(1, q_smem, k_smem, v_smem, q_bars, k_ready, k_empty, v_ready, v_empty, turns, o_desc, Out,
-              head_row, q_start, q_len, kv_len, causal_offset, n_program, n_ordered, qk_scale,
-              HEAD_DIM, M_TILE, BLOCK_N, NUM_STAGES, IS_CAUSAL, MASK, EMPTY_ROWS, EVEN_M, ORDERED, CONSUMER_WARPS)
+              Scales, head_row, q_start, q_len, kv_len, causal_offset, n_program, n_ordered, qk_scale,
+              HEAD_DIM, M_TILE, BLOCK_N, NUM_STAGES, IS_CAUSAL, MASK, EMPTY_ROWS, EVEN_M, ORDERED, FP8,
+              CONSUMER_WARPS)
 
 
 @gluon.jit
 def _consumer_default(q_smem, k_smem, v_smem, q_bars, k_ready, k_empty, v_ready, v_empty, turns, o_desc, Out,
-                      head_row, q_start, q_len, kv_len, causal_offset, n_program, n_ordered, qk_scale,
+                      Scales, head_row, q_start, q_len, kv_len, causal_offset, n_program, n_ordered, qk_scale,
                       HEAD_DIM: gl.constexpr, M_TILE: gl.constexpr, BLOCK_N: gl.constexpr,
                       NUM_STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, MASK: gl.constexpr,
                       EMPTY_ROWS: gl.constexpr, EVEN_M: gl.constexpr, ORDERED: gl.constexpr,
-                      CONSUMER_WARPS: gl.constexpr):
+                      FP8: gl.constexpr, CONSUMER_WARPS: gl.constexpr):
     """Consumer group 0 (the default partition)."""
     _consumer(0, q_smem, k_smem, v_smem, q_bars, k_ready, k_empty, v_ready, v_empty, turns, o_desc, Out,
-              head_row, q_start, q_len, kv_len, causal_offset, n_program, n_ordered, qk_scale,
-              HEAD_DIM, M_TILE, BLOCK_N, NUM_STAGES, IS_CAUSAL, MASK, EMPTY_ROWS, EVEN_M, ORDERED, CONSUMER_WARPS)
+              Scales, head_row, q_start, q_len, kv_len, causal_offset, n_program, n_ordered, qk_scale,
+              HEAD_DIM, M_TILE, BLOCK_N, NUM_STAGES, IS_CAUSAL, MASK, EMPTY_ROWS, EVEN_M, ORDERED, FP8,
+              CONSUMER_WARPS)
 
 
 @gluon.jit
 def gluon_attention_kernel(
-    q_desc, k_desc, v_desc, o_desc, Out,
+    q_desc, k_desc, v_desc, o_desc, Out, Scales,
     q_heads, kv_heads, q_len, kv_len, qk_scale,
     HEAD_DIM: gl.constexpr,
     M_TILE: gl.constexpr,
@@ -246,11 +306,15 @@ def gluon_attention_kernel(
     MASK: gl.constexpr,
     EMPTY_ROWS: gl.constexpr,
     EVEN_M: gl.constexpr,
+    FP8: gl.constexpr,
     CONSUMER_REGS: gl.constexpr,
     PRODUCER_REGS: gl.constexpr,
     num_warps: gl.constexpr,
 ):
-    """Grid: (query tiles of NUM_GROUPS * M_TILE rows, batch * q_heads)."""
+    """Grid: (query tiles of NUM_GROUPS * M_TILE rows, batch * q_heads).
+
+    ``Scales``: fp8's per-tensor scales [q, k, v] (float32; read only with ``FP8``).
+    """
     BLOCK_M: gl.constexpr = NUM_GROUPS * M_TILE
     pid_m = gl.program_id(0)
     if LONGEST_FIRST:
@@ -264,6 +328,11 @@ def gluon_attention_kernel(
     head_row = pid_zh * q_len  # row 0 of this (batch, head) in the flat Q and O
     q_row = head_row + q_start
     kv_row = (z * kv_heads + kv_h) * kv_len
+    if FP8:
+        v_row = (z * kv_heads + kv_h) * HEAD_DIM  # V^T: HEAD_DIM rows a head
+        qk_scale = qk_scale * gl.load(Scales) * gl.load(Scales + 1)
+    else:
+        v_row = kv_row
     causal_offset = kv_len - q_len
     if IS_CAUSAL:
         hi = gl.maximum(gl.minimum(q_start + BLOCK_M + causal_offset, kv_len), 0)
@@ -278,7 +347,10 @@ def gluon_attention_kernel(
 
     q_smem = gl.allocate_shared_memory(q_desc.dtype, [NUM_GROUPS, M_TILE, HEAD_DIM], q_desc.layout)
     k_smem = gl.allocate_shared_memory(k_desc.dtype, [NUM_STAGES, BLOCK_N, HEAD_DIM], k_desc.layout)
-    v_smem = gl.allocate_shared_memory(v_desc.dtype, [NUM_STAGES, BLOCK_N, HEAD_DIM], v_desc.layout)
+    if FP8:
+        v_smem = gl.allocate_shared_memory(v_desc.dtype, [NUM_STAGES, HEAD_DIM, BLOCK_N], v_desc.layout)
+    else:
+        v_smem = gl.allocate_shared_memory(v_desc.dtype, [NUM_STAGES, BLOCK_N, HEAD_DIM], v_desc.layout)
     q_bars = gl.allocate_shared_memory(gl.int64, [NUM_GROUPS, 1], mbarrier.MBarrierLayout())
     k_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
     k_empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
@@ -300,22 +372,22 @@ def gluon_attention_kernel(
     if NUM_GROUPS == 2:
         gl.warp_specialize([
             (_consumer_default, (q_smem, k_smem, v_smem, q_bars, k_ready, k_empty, v_ready, v_empty, turns, o_desc, Out,
-                                 head_row, q_start, q_len, kv_len, causal_offset, n_program, n_ordered, qk_scale,
+                                 Scales, head_row, q_start, q_len, kv_len, causal_offset, n_program, n_ordered, qk_scale,
                                  HEAD_DIM, M_TILE, BLOCK_N, NUM_STAGES, IS_CAUSAL, MASK, EMPTY_ROWS, EVEN_M,
-                                 ORDERED, num_warps)),
+                                 ORDERED, FP8, num_warps)),
             (_consumer_worker, (q_smem, k_smem, v_smem, q_bars, k_ready, k_empty, v_ready, v_empty, turns, o_desc, Out,
-                                head_row, q_start, q_len, kv_len, causal_offset, n_program, n_ordered, qk_scale,
+                                Scales, head_row, q_start, q_len, kv_len, causal_offset, n_program, n_ordered, qk_scale,
                                 HEAD_DIM, M_TILE, BLOCK_N, NUM_STAGES, IS_CAUSAL, MASK, EMPTY_ROWS, EVEN_M,
-                                ORDERED, num_warps)),
+                                ORDERED, FP8, num_warps)),
             (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bars, k_ready, k_empty, v_ready, v_empty,
-                         q_row, kv_row, n_program, M_TILE, BLOCK_N, NUM_STAGES, NUM_GROUPS)),
+                         q_row, kv_row, v_row, n_program, M_TILE, BLOCK_N, NUM_STAGES, NUM_GROUPS, FP8)),
         ], [num_warps, 1], [CONSUMER_REGS, PRODUCER_REGS])
     else:
         gl.warp_specialize([
             (_consumer_default, (q_smem, k_smem, v_smem, q_bars, k_ready, k_empty, v_ready, v_empty, turns, o_desc, Out,
-                                 head_row, q_start, q_len, kv_len, causal_offset, n_program, n_ordered, qk_scale,
+                                 Scales, head_row, q_start, q_len, kv_len, causal_offset, n_program, n_ordered, qk_scale,
                                  HEAD_DIM, M_TILE, BLOCK_N, NUM_STAGES, IS_CAUSAL, MASK, EMPTY_ROWS, EVEN_M,
-                                 ORDERED, num_warps)),
+                                 ORDERED, FP8, num_warps)),
             (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bars, k_ready, k_empty, v_ready, v_empty,
-                         q_row, kv_row, n_program, M_TILE, BLOCK_N, NUM_STAGES, NUM_GROUPS)),
+                         q_row, kv_row, v_row, n_program, M_TILE, BLOCK_N, NUM_STAGES, NUM_GROUPS, FP8)),
         ], [1], [PRODUCER_REGS])

@@ -185,8 +185,6 @@ def _gluon_failure(config: Mapping[str, Value], compute_capability: tuple[int, i
     if compute_capability[0] != 9:
         # Written with Hopper's warpgroup MMA (wgmma), which no other generation has.
         return f"loads={loads!r} is written for Hopper's wgmma: needs compute capability 9.x"
-    if _fp8(plan):
-        return f"loads={loads!r} has no fp8 path yet (kernels/_flash_fwd_gluon.py: fp16 and bf16)"
     if plan.constexprs["PERSISTENT"]:
         return f"loads={loads!r} runs one program a tile: it has no persistent grid"
     groups = int(plan.constexprs["NUM_GROUPS"])
