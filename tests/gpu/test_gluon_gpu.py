@@ -5,7 +5,8 @@ fp16 against the float32 reference at head dims 64, 128 and 256, ragged lengths 
 bottom-right, grouped-query heads (32 query heads on 8 K/V heads) and strided inputs.
 
 The interpreter runs no Gluon, so these are the kernel's only numerics; the CPU checks its
-declarations and its sm90 compile (tests/kernels/test_gluon_declarations.py).
+declarations and its sm90 compile (tests/kernels/test_gluon_declarations.py). fp8:
+tests/gpu/test_gluon_fp8_gpu.py.
 """
 
 import pytest
@@ -121,12 +122,3 @@ def test_strided_inputs(hardware):
     k, v = (torch.randn(2, 1000, 4, 128, generator=g, device="cuda").to(torch.bfloat16).transpose(1, 2)
             for _ in range(2))
     assert _check_all(Workload(2, 16, 4, 1000, 1000, 128, "bfloat16", True), hardware, q, k, v) == 4
-
-
-def test_fp8_is_refused_with_the_reason(hardware):
-    w = _workload(CASES[0])
-    q, k, v = make_inputs(w, seed=7, dev=torch.device("cuda"))
-    config = validate_config({**configs(128)[0].to_dict(), "use_fp8": True})
-    assert not check(config, w, hardware).feasible
-    with pytest.raises(ValueError, match="no fp8 path"):
-        flash_attention(q, k, v, causal=False, config=config)
