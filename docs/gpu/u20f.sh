@@ -6,7 +6,7 @@
 #      launch of the same kernel);
 #   2. bench_fp8: fp8 kernel-only (pre-quantized, launch_quantized) at D128 (2, 32, 8192) and
 #      D256 (2, 16, 8192): the Gluon fp8 tiles (ping-pong free-running and ordered, 128x128 and
-#      128x64, 2 and 3 stages) beside the one-loop fp8 best (lean_ws_oneloop 128x128 2st), the
+#      128x64, 2 and 3 stages; one 8-warp group; 256x64) beside the one-loop fp8 best (lean_ws_oneloop 128x128 2st), the
 #      recorded fp8 best, our bf16 best and SDPA cuDNN (bf16), interleaved rounds;
 #   3. the short table of 2, last.
 # Each step has its own log and timeout; a failing step does not stop the next.
@@ -39,6 +39,9 @@ for t in '"loads": "gluon_pingpong", "BLOCK_N": 128, "num_stages": 2' '"loads": 
          '"loads": "lean_ws_oneloop", "BLOCK_N": 128, "num_stages": 2'; do
   F8+=(--also "{\"BLOCK_M\": 128, \"num_warps\": 4, $t}")
 done
+# One 8-warp consumer group (no ping-pong), and two 128-row groups (6 spilled words at D128).
+F8+=(--also '{"BLOCK_M": 128, "BLOCK_N": 128, "num_warps": 8, "num_stages": 2, "loads": "gluon_ws"}')
+F8+=(--also '{"BLOCK_M": 256, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2, "loads": "gluon_pingpong"}')
 timeout -k 5 130 $PY -m flashtune.experiments.benchmarks.bench_fp8 --rounds 3 --top-fp8 1 "${F8[@]}" \
   --json "$OUT/fp8.json" > "$OUT/fp8.log" 2>&1 || echo "step 2 exit $?"
 
