@@ -96,7 +96,8 @@ def shared_memory_bytes(
         # Compiled for sm90 (objectives/aot.py, Triton 3.6, 2026-12-02: head dims 64-256, one
         # and two consumer groups, 1-4 stages): exactly Q (every group's rows, reused for the
         # output's TMA store) plus num_stages K and V buffers, plus 252-360 bytes of mbarriers
-        # and alignment (512 counted).
+        # and alignment (512 counted). fp8 (the same compiles, issue 20 part F): the same sum in
+        # 1-byte elements (V^T tiles as large as V's; the output goes out by pointer stores).
         return q_tile + stages * kv_tile + 512
     if stages == 1 or uses_wgmma(config, compute_capability, block_h):
         return q_tile + stages * kv_tile + extra
