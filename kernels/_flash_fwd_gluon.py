@@ -41,6 +41,17 @@ with ``EVEN_M`` or ``PERSISTENT`` the output goes back through shared memory (Q'
 buffer, no longer read) and a TMA store of a per-(batch, head) descriptor (a ragged tile's
 rows past q_len clipped), otherwise by a masked pointer store (0 spills at D128 in a tiles
 grid; in the persistent loop it spilled).
+
+``FP8``: Q, K and V arrive as e4m3 with per-tensor scales (``Scales``: q, k, v, as
+``kernels.attention.quantize_fp8`` makes them), and V transposed, [D, N] a head (V^T, keys
+contiguous): Hopper's wgmma takes 8-bit operands from shared memory only K-major, and the
+PV product's reduction runs over the keys. The producer TMA-loads [HEAD_DIM, BLOCK_N] tiles
+of V^T and the consumers read them through a permuted view as the [BLOCK_N, HEAD_DIM] B
+operand. P goes to e4m3 in registers stretched by 448 (e4m3's largest value, so small
+weights keep their mantissa), the PV product's A operand as in 16 bits; q and k's scales
+fold into the softmax scale, v's and 1/448 into the output's. The output (16-bit, ``Out``'s
+type) goes out by the masked pointer store: Q's 8-bit buffer is too small to stage it (so
+no persistent grid with fp8: resources.known_failure).
 """
 
 from triton.experimental import gluon
@@ -55,10 +66,14 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 
 
 @gluon.jit
-def _load_kv(k_desc, v_desc, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, kv_row, j, it,
-             BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr):
+def _load_kv(k_desc, v_desc, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, kv_row, v_row, j, it,
+             BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr, FP8: gl.constexpr):
     """Producer: block ``j`` of the tile's K and V, the program's ``it``-th block, into their
-    rings once every group released the stage."""
+    rings once every group released the stage.
+
+    ``v_row``: V's row 0 of the head in the flat V (``kv_row``), or with ``FP8`` in the flat
+    V^T (its first of HEAD_DIM rows), where block ``j`` is a column offset.
+    """
     stage = it % NUM_STAGES
     phase = (it // NUM_STAGES) & 1
     # A fresh mbarrier counts as having completed the phase before its first (parity 1):
@@ -68,7 +83,11 @@ def _load_kv(k_desc, v_desc, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty,
     tma.async_copy_global_to_shared(k_desc, [kv_row + j * BLOCK_N, 0], k_ready.index(stage), k_smem.index(stage))
     mbarrier.wait(v_empty.index(stage), phase ^ 1)
     mbarrier.expect(v_ready.index(stage), v_desc.block_type.nbytes)
-    tma.async_copy_global_to_shared(v_desc, [kv_row + j * BLOCK_N, 0], v_ready.index(stage), v_smem.index(stage))
+    if FP8:
+        v_coords = [v_row, j * BLOCK_N]
+    else:
+        v_coords = [v_row + j * BLOCK_N, 0]
+    tma.async_copy_global_to_shared(v_desc, v_coords, v_ready.index(stage), v_smem.index(stage))
 
 
 @gluon.jit
@@ -122,7 +141,7 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, 
               first, step, n_tiles, n_m, n_bh, q_heads, kv_heads, q_len, kv_len,
               M_TILE: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr, NUM_GROUPS: gl.constexpr,
               IS_CAUSAL: gl.constexpr, LONGEST_FIRST: gl.constexpr, PERSISTENT: gl.constexpr,
-              Q_BUFS: gl.constexpr):
+              Q_BUFS: gl.constexpr, HEAD_DIM: gl.constexpr, FP8: gl.constexpr):
     """The load partition: for each tile of the program, each group's Q tile, then the tile's
     K/V blocks in order. It runs ahead of the consumers into the next tile as far as the ring
     and the Q buffers let it (a persistent grid: the next tile's loads under this tile's
@@ -134,14 +153,14 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, 
             n_program = _produce_tile(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready,
                                       k_empty, v_ready, v_empty, t, i, it, n_m, n_bh, q_heads, kv_heads, q_len, kv_len,
                                       M_TILE, BLOCK_N, NUM_STAGES, NUM_GROUPS, IS_CAUSAL, LONGEST_FIRST, PERSISTENT,
-                                      Q_BUFS)
+                                      Q_BUFS, HEAD_DIM, FP8)
             it += n_program
             i += 1
     else:
         # No loop around a single tile (one in a tiles grid cost a D64 tile two spilled words).
         _produce_tile(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready,
                       v_empty, first, 0, 0, n_m, n_bh, q_heads, kv_heads, q_len, kv_len, M_TILE, BLOCK_N, NUM_STAGES,
-                      NUM_GROUPS, IS_CAUSAL, LONGEST_FIRST, PERSISTENT, Q_BUFS)
+                      NUM_GROUPS, IS_CAUSAL, LONGEST_FIRST, PERSISTENT, Q_BUFS, HEAD_DIM, FP8)
 
 
 @gluon.jit
@@ -149,12 +168,17 @@ def _produce_tile(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_emp
                   t, i, it, n_m, n_bh, q_heads, kv_heads, q_len, kv_len,
                   M_TILE: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr, NUM_GROUPS: gl.constexpr,
                   IS_CAUSAL: gl.constexpr, LONGEST_FIRST: gl.constexpr, PERSISTENT: gl.constexpr,
-                  Q_BUFS: gl.constexpr):
+                  Q_BUFS: gl.constexpr, HEAD_DIM: gl.constexpr, FP8: gl.constexpr):
     """The producer's loads of tile ``t``, the program's ``i``-th, whose blocks are its ``it``-th
     on; returns the tile's block count."""
     pid_zh, head_row, q_start, kv_row, n_program, n_ordered = _tile(
         t, n_m, n_bh, q_heads, kv_heads, q_len, kv_len, M_TILE, BLOCK_N, NUM_GROUPS, IS_CAUSAL, LONGEST_FIRST,
         PERSISTENT)
+    if FP8:
+        # V^T: HEAD_DIM rows a K/V head (the (batch, K/V head) of this tile's query head).
+        v_row = (pid_zh // q_heads * kv_heads + pid_zh % q_heads // (q_heads // kv_heads)) * HEAD_DIM
+    else:
+        v_row = kv_row
     slot = (i % Q_BUFS) * NUM_GROUPS
     for g in gl.static_range(NUM_GROUPS):
         # The buffer's last tile (Q_BUFS tiles ago) is done: its output is stored.
@@ -163,8 +187,8 @@ def _produce_tile(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_emp
         tma.async_copy_global_to_shared(q_desc, [head_row + q_start + g * M_TILE, 0], q_ready.index(slot + g),
                                         q_smem.index(slot + g))
     for j in range(n_program):
-        _load_kv(k_desc, v_desc, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, kv_row, j, it + j,
-                 BLOCK_N, NUM_STAGES)
+        _load_kv(k_desc, v_desc, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, kv_row, v_row, j, it + j,
+                 BLOCK_N, NUM_STAGES, FP8)
     return n_program
 
 
@@ -188,6 +212,42 @@ def _scores(s, m_i, start_n, mask_from, limit, offs_n, qk_scale,
 
 
 @gluon.jit
+def _p_operand(p, dtype: gl.constexpr, p_layout: gl.constexpr, FP8: gl.constexpr):
+    """P (fp32 weights in [0, 1]) as the PV product's A operand in registers; with ``FP8``
+    stretched to e4m3's range (the output's scale undoes it)."""
+    if FP8:
+        p = p * 448.0
+    return gl.convert_layout(p.to(dtype), p_layout)
+
+
+@gluon.jit
+def _v_operand(v_smem, stage, FP8: gl.constexpr):
+    """Stage ``stage`` of V's ring as the PV product's [BLOCK_N, HEAD_DIM] B operand (with
+    ``FP8`` the ring holds V^T tiles: a permuted view, keys contiguous, K-major as fp8 wgmma needs)."""
+    if FP8:
+        return v_smem.index(stage).permute((1, 0))
+    else:
+        return v_smem.index(stage)
+
+
+@gluon.jit
+def _pv_done(o_tok, p_op, FP8: gl.constexpr):
+    """Wait for the PV product in flight; its accumulator.
+
+    P's registers are read by the MMA in flight: in 16 bits they are kept alive (a
+    dependency of the wait) until it is done. Triton 3.6 cannot lower an 8-bit dependency
+    ("Unexpected bitwidth in WGMMAWaitGroupOp: 8"), so fp8's P is not one: its registers are
+    defined once a block, before the MMA, and not written again before this wait, and ptxas
+    (which assigns the physical registers) keeps an in-flight wgmma's operands.
+    """
+    if FP8:
+        acc = warpgroup_mma_wait(0, deps=[o_tok])
+    else:
+        acc, p_op = warpgroup_mma_wait(0, deps=[o_tok, p_op])
+    return acc
+
+
+@gluon.jit
 def _release_previous(q_prev_empty, has_prev, PERSISTENT: gl.constexpr):
     """Persistent: the previous tile's output store has read its Q buffer (waited for only
     now, a block into this tile, so the store ran under this tile's first products): the
@@ -199,10 +259,11 @@ def _release_previous(q_prev_empty, has_prev, PERSISTENT: gl.constexpr):
 
 @gluon.jit
 def _consumer_tile(group, q_tile, q_ready, q_phase, q_prev_empty, has_prev, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, turns,
-                   o_desc, Out, pid_zh, head_row, q_start, q_len, kv_len, n_program, n_ordered, it, turn, qk_scale,
-                   HEAD_DIM: gl.constexpr, M_TILE: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr,
-                   IS_CAUSAL: gl.constexpr, MASK: gl.constexpr, EMPTY_ROWS: gl.constexpr, EVEN_M: gl.constexpr,
-                   ORDERED: gl.constexpr, PERSISTENT: gl.constexpr, num_warps: gl.constexpr):
+                   o_desc, Out, Scales, pid_zh, head_row, q_start, q_len, kv_len, n_program, n_ordered, it, turn,
+                   qk_scale, HEAD_DIM: gl.constexpr, M_TILE: gl.constexpr, BLOCK_N: gl.constexpr,
+                   NUM_STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, MASK: gl.constexpr, EMPTY_ROWS: gl.constexpr,
+                   EVEN_M: gl.constexpr, ORDERED: gl.constexpr, PERSISTENT: gl.constexpr, FP8: gl.constexpr,
+                   num_warps: gl.constexpr):
     """One consumer warpgroup's rows [q_start + group * M_TILE, + M_TILE) of one tile of its
     (batch, head), whose row 0 is row ``head_row`` of the flat Q and O; the tile's blocks are
     the program's ``it``-th on, its turns (``ORDERED``) the group's ``turn``-th on.
@@ -260,7 +321,7 @@ def _consumer_tile(group, q_tile, q_ready, q_phase, q_prev_empty, has_prev, k_sm
             prev_phase = ((it + j - 1) // NUM_STAGES) & 1
             mbarrier.wait(k_ready.index(stage), phase)
             mbarrier.wait(v_ready.index(prev), prev_phase)
-            p_op = gl.convert_layout(p.to(dtype), p_layout)
+            p_op = _p_operand(p, dtype, p_layout, FP8)
             if ORDERED:
                 # The k-th turn of group 0 follows group 1's (k-1)-th hand-over (its first
                 # passes: a fresh mbarrier's phase before the first counts as complete); the
@@ -268,24 +329,23 @@ def _consumer_tile(group, q_tile, q_ready, q_phase, q_prev_empty, has_prev, k_sm
                 mbarrier.wait(turns.index(group), ((turn + j - 1) & 1) ^ (1 - group), pred=j < n_ordered)
             s_tok = warpgroup_mma(q_tile, k_smem.index(stage).permute((1, 0)), s_zero, use_acc=False,
                                   is_async=True)
-            o_tok = warpgroup_mma(p_op, v_smem.index(prev), acc, is_async=True)
+            o_tok = warpgroup_mma(p_op, _v_operand(v_smem, prev, FP8), acc, is_async=True)
             if ORDERED:
                 mbarrier.arrive(turns.index(1 - group), count=1, pred=j < n_ordered)
             # Groups retire in order: one left in flight means this block's scores are done.
             s = warpgroup_mma_wait(1, deps=[s_tok])
             mbarrier.arrive(k_empty.index(stage), count=1)
             p, m_i, alpha = _scores(s, m_i, j * BLOCK_N, mask_from, limit, offs_n, qk_scale, MASK, EMPTY_ROWS)
-            # P's registers are read by the MMA in flight: kept alive (a dependency) until it is done.
-            acc, p_op = warpgroup_mma_wait(0, deps=[o_tok, p_op])
+            acc = _pv_done(o_tok, p_op, FP8)
             mbarrier.arrive(v_empty.index(prev), count=1)
             alpha_o = gl.convert_layout(alpha, o_rows)
             acc = acc * alpha_o[:, None]
             l_i = l_i * alpha_o + gl.convert_layout(gl.sum(p, 1), o_rows)
         last = (it + n_blocks - 1) % NUM_STAGES
         mbarrier.wait(v_ready.index(last), ((it + n_blocks - 1) // NUM_STAGES) & 1)
-        p_op = gl.convert_layout(p.to(dtype), p_layout)
-        o_tok = warpgroup_mma(p_op, v_smem.index(last), acc, is_async=True)
-        acc, p_op = warpgroup_mma_wait(0, deps=[o_tok, p_op])
+        p_op = _p_operand(p, dtype, p_layout, FP8)
+        o_tok = warpgroup_mma(p_op, _v_operand(v_smem, last, FP8), acc, is_async=True)
+        acc = _pv_done(o_tok, p_op, FP8)
         mbarrier.arrive(v_empty.index(last), count=1)
     else:
         _release_previous(q_prev_empty, has_prev, PERSISTENT)
@@ -300,8 +360,11 @@ def _consumer_tile(group, q_tile, q_ready, q_phase, q_prev_empty, has_prev, k_sm
 
     # Rows that saw no key: 0 / 1 = 0, as the other kernels write.
     l_safe = gl.where(l_i == 0.0, 1.0, l_i)
-    out = (acc / l_safe[:, None]).to(dtype)
-    if EVEN_M or PERSISTENT:
+    if FP8:
+        # V's scale, and the 448 P was stretched by.
+        l_safe = l_safe * (448.0 / gl.load(Scales + 2))
+    out = (acc / l_safe[:, None]).to(Out.dtype.element_ty)
+    if (EVEN_M or PERSISTENT) and not FP8:
         # O's descriptor is per (batch, head) (rank 3): a ragged tile's rows past q_len are
         # clipped, not written into the next head. (The masked pointer store spilled in the
         # persistent loop at D128.)
@@ -320,11 +383,11 @@ def _consumer_tile(group, q_tile, q_ready, q_phase, q_prev_empty, has_prev, k_sm
 
 @gluon.jit
 def _consumer(group, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready, v_empty, turns, o_desc,
-              Out, first, step, n_tiles, n_m, n_bh, q_heads, kv_heads, q_len, kv_len, qk_scale,
+              Out, Scales, first, step, n_tiles, n_m, n_bh, q_heads, kv_heads, q_len, kv_len, qk_scale,
               HEAD_DIM: gl.constexpr, M_TILE: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr,
               NUM_GROUPS: gl.constexpr, IS_CAUSAL: gl.constexpr, LONGEST_FIRST: gl.constexpr,
               PERSISTENT: gl.constexpr, Q_BUFS: gl.constexpr, MASK: gl.constexpr, EMPTY_ROWS: gl.constexpr,
-              EVEN_M: gl.constexpr, ORDERED: gl.constexpr, num_warps: gl.constexpr):
+              EVEN_M: gl.constexpr, ORDERED: gl.constexpr, FP8: gl.constexpr, num_warps: gl.constexpr):
     """One consumer warpgroup over the program's tiles, in the producer's order."""
     if PERSISTENT:
         it = 0  # K/V blocks of the program's tiles so far (the ring's position)
@@ -338,9 +401,9 @@ def _consumer(group, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty,
             prev = ((i + Q_BUFS - 1) % Q_BUFS) * NUM_GROUPS + group
             _consumer_tile(group, q_smem.index(buf), q_ready.index(buf), (i // Q_BUFS) & 1, q_empty.index(prev), i > 0,
                            k_smem, v_smem,
-                           k_ready, k_empty, v_ready, v_empty, turns, o_desc, Out, pid_zh, head_row, q_start, q_len,
-                           kv_len, n_program, n_ordered, it, turn, qk_scale, HEAD_DIM, M_TILE, BLOCK_N, NUM_STAGES,
-                           IS_CAUSAL, MASK, EMPTY_ROWS, EVEN_M, ORDERED, PERSISTENT, num_warps)
+                           k_ready, k_empty, v_ready, v_empty, turns, o_desc, Out, Scales, pid_zh, head_row, q_start,
+                           q_len, kv_len, n_program, n_ordered, it, turn, qk_scale, HEAD_DIM, M_TILE, BLOCK_N,
+                           NUM_STAGES, IS_CAUSAL, MASK, EMPTY_ROWS, EVEN_M, ORDERED, PERSISTENT, FP8, num_warps)
             it += n_program
             # Each group takes a turn at every block but the first of those both read.
             turn += gl.maximum(n_ordered - 1, 0)
@@ -352,43 +415,43 @@ def _consumer(group, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty,
             LONGEST_FIRST, PERSISTENT)
         _consumer_tile(group, q_smem.index(group), q_ready.index(group), 0, q_empty.index(group), False, k_smem,
                        v_smem, k_ready, k_empty,
-                       v_ready, v_empty, turns, o_desc, Out, pid_zh, head_row, q_start, q_len, kv_len, n_program,
-                       n_ordered, 0, 0, qk_scale, HEAD_DIM, M_TILE, BLOCK_N, NUM_STAGES, IS_CAUSAL, MASK,
-                       EMPTY_ROWS, EVEN_M, ORDERED, PERSISTENT, num_warps)
+                       v_ready, v_empty, turns, o_desc, Out, Scales, pid_zh, head_row, q_start, q_len, kv_len,
+                       n_program, n_ordered, 0, 0, qk_scale, HEAD_DIM, M_TILE, BLOCK_N, NUM_STAGES, IS_CAUSAL, MASK,
+                       EMPTY_ROWS, EVEN_M, ORDERED, PERSISTENT, FP8, num_warps)
 
 
 @gluon.jit
 def _consumer_worker(q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready, v_empty, turns, o_desc,
-                     Out, first, step, n_tiles, n_m, n_bh, q_heads, kv_heads, q_len, kv_len, qk_scale,
+                     Out, Scales, first, step, n_tiles, n_m, n_bh, q_heads, kv_heads, q_len, kv_len, qk_scale,
                      HEAD_DIM: gl.constexpr, M_TILE: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr,
                      NUM_GROUPS: gl.constexpr, IS_CAUSAL: gl.constexpr, LONGEST_FIRST: gl.constexpr,
                      PERSISTENT: gl.constexpr, Q_BUFS: gl.constexpr, MASK: gl.constexpr, EMPTY_ROWS: gl.constexpr,
-                     EVEN_M: gl.constexpr, ORDERED: gl.constexpr, CONSUMER_WARPS: gl.constexpr):
+                     EVEN_M: gl.constexpr, ORDERED: gl.constexpr, FP8: gl.constexpr, CONSUMER_WARPS: gl.constexpr):
     """Consumer group 1 (a worker partition)."""
     _consumer(1, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready, v_empty, turns, o_desc, Out,
-              first, step, n_tiles, n_m, n_bh, q_heads, kv_heads, q_len, kv_len, qk_scale,
+              Scales, first, step, n_tiles, n_m, n_bh, q_heads, kv_heads, q_len, kv_len, qk_scale,
               HEAD_DIM, M_TILE, BLOCK_N, NUM_STAGES, NUM_GROUPS, IS_CAUSAL, LONGEST_FIRST, PERSISTENT, Q_BUFS,
-              MASK, EMPTY_ROWS, EVEN_M, ORDERED, CONSUMER_WARPS)
+              MASK, EMPTY_ROWS, EVEN_M, ORDERED, FP8, CONSUMER_WARPS)
 
 
 @gluon.jit
 def _consumer_default(q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready, v_empty, turns, o_desc,
-                      Out, first, step, n_tiles, n_m, n_bh, q_heads, kv_heads, q_len, kv_len, qk_scale,
+                      Out, Scales, first, step, n_tiles, n_m, n_bh, q_heads, kv_heads, q_len, kv_len, qk_scale,
                       HEAD_DIM: gl.constexpr, M_TILE: gl.constexpr, BLOCK_N: gl.constexpr,
                       NUM_STAGES: gl.constexpr, NUM_GROUPS: gl.constexpr, IS_CAUSAL: gl.constexpr,
                       LONGEST_FIRST: gl.constexpr, PERSISTENT: gl.constexpr, Q_BUFS: gl.constexpr,
                       MASK: gl.constexpr, EMPTY_ROWS: gl.constexpr, EVEN_M: gl.constexpr, ORDERED: gl.constexpr,
-                      CONSUMER_WARPS: gl.constexpr):
+                      FP8: gl.constexpr, CONSUMER_WARPS: gl.constexpr):
     """Consumer group 0 (the default partition)."""
     _consumer(0, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready, v_empty, turns, o_desc, Out,
-              first, step, n_tiles, n_m, n_bh, q_heads, kv_heads, q_len, kv_len, qk_scale,
+              Scales, first, step, n_tiles, n_m, n_bh, q_heads, kv_heads, q_len, kv_len, qk_scale,
               HEAD_DIM, M_TILE, BLOCK_N, NUM_STAGES, NUM_GROUPS, IS_CAUSAL, LONGEST_FIRST, PERSISTENT, Q_BUFS,
-              MASK, EMPTY_ROWS, EVEN_M, ORDERED, CONSUMER_WARPS)
+              MASK, EMPTY_ROWS, EVEN_M, ORDERED, FP8, CONSUMER_WARPS)
 
 
 @gluon.jit
 def gluon_attention_kernel(
-    q_desc, k_desc, v_desc, o_desc, Out,
+    q_desc, k_desc, v_desc, o_desc, Out, Scales,
     batch, q_heads, kv_heads, q_len, kv_len, qk_scale,
     HEAD_DIM: gl.constexpr,
     M_TILE: gl.constexpr,
@@ -402,12 +465,16 @@ def gluon_attention_kernel(
     MASK: gl.constexpr,
     EMPTY_ROWS: gl.constexpr,
     EVEN_M: gl.constexpr,
+    FP8: gl.constexpr,
     CONSUMER_REGS: gl.constexpr,
     PRODUCER_REGS: gl.constexpr,
     num_warps: gl.constexpr,
 ):
     """Grid: (query tiles of NUM_GROUPS * M_TILE rows, batch * q_heads), one program a tile;
-    with ``PERSISTENT``, (programs,), program p taking tiles p, p + programs, ..."""
+    with ``PERSISTENT``, (programs,), program p taking tiles p, p + programs, ...
+
+    ``Scales``: fp8's per-tensor scales [q, k, v] (float32; read only with ``FP8``).
+    """
     BLOCK_M: gl.constexpr = NUM_GROUPS * M_TILE
     n_m = gl.cdiv(q_len, BLOCK_M)
     n_bh = batch * q_heads
@@ -422,10 +489,15 @@ def gluon_attention_kernel(
     # A persistent program double-buffers Q: the producer loads the next tile's while the
     # consumers still read this one's (or store its output through it).
     Q_BUFS: gl.constexpr = 2 if PERSISTENT else 1
+    if FP8:
+        qk_scale = qk_scale * gl.load(Scales) * gl.load(Scales + 1)
 
     q_smem = gl.allocate_shared_memory(q_desc.dtype, [Q_BUFS * NUM_GROUPS, M_TILE, HEAD_DIM], q_desc.layout)
     k_smem = gl.allocate_shared_memory(k_desc.dtype, [NUM_STAGES, BLOCK_N, HEAD_DIM], k_desc.layout)
-    v_smem = gl.allocate_shared_memory(v_desc.dtype, [NUM_STAGES, BLOCK_N, HEAD_DIM], v_desc.layout)
+    if FP8:
+        v_smem = gl.allocate_shared_memory(v_desc.dtype, [NUM_STAGES, HEAD_DIM, BLOCK_N], v_desc.layout)
+    else:
+        v_smem = gl.allocate_shared_memory(v_desc.dtype, [NUM_STAGES, BLOCK_N, HEAD_DIM], v_desc.layout)
     q_ready = gl.allocate_shared_memory(gl.int64, [Q_BUFS * NUM_GROUPS, 1], mbarrier.MBarrierLayout())
     q_empty = gl.allocate_shared_memory(gl.int64, [Q_BUFS * NUM_GROUPS, 1], mbarrier.MBarrierLayout())
     k_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
@@ -449,24 +521,29 @@ def gluon_attention_kernel(
     if NUM_GROUPS == 2:
         gl.warp_specialize([
             (_consumer_default, (q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready, v_empty, turns,
-                                 o_desc, Out, first, step, n_tiles, n_m, n_bh, q_heads, kv_heads, q_len, kv_len,
+                                 o_desc, Out, Scales, first, step, n_tiles, n_m, n_bh, q_heads, kv_heads, q_len, kv_len,
                                  qk_scale, HEAD_DIM, M_TILE, BLOCK_N, NUM_STAGES, NUM_GROUPS, IS_CAUSAL,
-                                 LONGEST_FIRST, PERSISTENT, Q_BUFS, MASK, EMPTY_ROWS, EVEN_M, ORDERED, num_warps)),
+                                 LONGEST_FIRST, PERSISTENT, Q_BUFS, MASK, EMPTY_ROWS, EVEN_M, ORDERED, FP8,
+                                 num_warps)),
             (_consumer_worker, (q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready, v_empty, turns,
-                                o_desc, Out, first, step, n_tiles, n_m, n_bh, q_heads, kv_heads, q_len, kv_len,
+                                o_desc, Out, Scales, first, step, n_tiles, n_m, n_bh, q_heads, kv_heads, q_len, kv_len,
                                 qk_scale, HEAD_DIM, M_TILE, BLOCK_N, NUM_STAGES, NUM_GROUPS, IS_CAUSAL,
-                                LONGEST_FIRST, PERSISTENT, Q_BUFS, MASK, EMPTY_ROWS, EVEN_M, ORDERED, num_warps)),
+                                LONGEST_FIRST, PERSISTENT, Q_BUFS, MASK, EMPTY_ROWS, EVEN_M, ORDERED, FP8,
+                                 num_warps)),
             (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready,
                          v_empty, first, step, n_tiles, n_m, n_bh, q_heads, kv_heads, q_len, kv_len,
-                         M_TILE, BLOCK_N, NUM_STAGES, NUM_GROUPS, IS_CAUSAL, LONGEST_FIRST, PERSISTENT, Q_BUFS)),
+                         M_TILE, BLOCK_N, NUM_STAGES, NUM_GROUPS, IS_CAUSAL, LONGEST_FIRST, PERSISTENT, Q_BUFS,
+                         HEAD_DIM, FP8)),
         ], [num_warps, 1], [CONSUMER_REGS, PRODUCER_REGS])
     else:
         gl.warp_specialize([
             (_consumer_default, (q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready, v_empty, turns,
-                                 o_desc, Out, first, step, n_tiles, n_m, n_bh, q_heads, kv_heads, q_len, kv_len,
+                                 o_desc, Out, Scales, first, step, n_tiles, n_m, n_bh, q_heads, kv_heads, q_len, kv_len,
                                  qk_scale, HEAD_DIM, M_TILE, BLOCK_N, NUM_STAGES, NUM_GROUPS, IS_CAUSAL,
-                                 LONGEST_FIRST, PERSISTENT, Q_BUFS, MASK, EMPTY_ROWS, EVEN_M, ORDERED, num_warps)),
+                                 LONGEST_FIRST, PERSISTENT, Q_BUFS, MASK, EMPTY_ROWS, EVEN_M, ORDERED, FP8,
+                                 num_warps)),
             (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready,
                          v_empty, first, step, n_tiles, n_m, n_bh, q_heads, kv_heads, q_len, kv_len,
-                         M_TILE, BLOCK_N, NUM_STAGES, NUM_GROUPS, IS_CAUSAL, LONGEST_FIRST, PERSISTENT, Q_BUFS)),
+                         M_TILE, BLOCK_N, NUM_STAGES, NUM_GROUPS, IS_CAUSAL, LONGEST_FIRST, PERSISTENT, Q_BUFS,
+                         HEAD_DIM, FP8)),
         ], [1], [PRODUCER_REGS])

@@ -141,6 +141,7 @@ def _launch_kernel(q, k, v, out, scales, stride_v, *, causal: bool, scale: float
     plan = launch_plan(config)
     if plan.variant == "gluon":
         return launch_gluon(q, k, v, out, causal=causal, scale=scale, variant=gluon_variant_for(config),
+                            scales=scales if plan.constexprs["FP8"] else None,
                             programs=_persistent_programs(q.device), warmup=warmup)
     if plan.variant != "forward":
         # The lean launcher's variants (host-side descriptors: no device scratch, and the

@@ -85,8 +85,7 @@ _GLUON_FIELDS = {"BLOCK_M": "BLOCK_M", "BLOCK_N": "BLOCK_N", "NUM_GROUPS": "grou
 #: The plan's compile options the fields name (the ring's depth is the kernel's NUM_STAGES:
 #: Gluon pipelines by hand).
 _GLUON_OPTIONS = ("num_warps", "num_stages")
-#: Every argument the kernel declares: of the plan's other constexprs it takes those (the
-#: plan's FP8 is refused before launch: resources.known_failure).
+#: Every argument the kernel declares: of the plan's other constexprs it takes those (FP8).
 _DECLARED = frozenset(gluon_attention_kernel.arg_names)
 
 
@@ -103,21 +102,26 @@ def gluon_variant_for(config: Mapping[str, Value]) -> GluonVariant:
                         extra=extra, options=options)
 
 
-def flat(t: torch.Tensor) -> bool:
-    """Whether every (batch, head, row) of ``t`` is one row of a contiguous 2-D view."""
-    batch, heads, length, head_dim = t.shape
-    return t.stride(3) == 1 and t.stride(2) == head_dim and t.stride(1) == length * head_dim \
-        and t.stride(0) == heads * length * head_dim
+def flat(t: torch.Tensor, row: int | None = None) -> bool:
+    """Whether every (batch, head, row) of ``t`` is one row of a 2-D view whose rows are
+    ``row`` elements apart (the last dimension's size when None: contiguous)."""
+    batch, heads, length, width = t.shape
+    row = width if row is None else row
+    return t.stride(3) == 1 and t.stride(2) == row and t.stride(1) == length * row \
+        and t.stride(0) == heads * length * row
 
 
 def _flat_descriptor(t: torch.Tensor, block: list[int]) -> Any:
+    """A 2-D descriptor over every (batch, head, row) of ``t`` (rows ``t.stride(2)`` apart,
+    so quantize_fp8's padded V^T rows are read as they lie; columns past the last dimension
+    load as zeros)."""
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-    batch, heads, length, head_dim = t.shape
-    element = {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16}[t.dtype]
+    batch, heads, length, width = t.shape
+    element = {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16, torch.float8_e4m3fn: gl.float8e4nv}[t.dtype]
     layout = gl.NVMMASharedLayout.get_default_for(block, element)
-    return TensorDescriptor(t, [batch * heads * length, head_dim], [head_dim, 1], block, layout)
+    return TensorDescriptor(t, [batch * heads * length, width], [t.stride(2), 1], block, layout)
 
 
 def _head_descriptor(t: torch.Tensor, rows: int) -> Any:
@@ -155,7 +159,8 @@ def gluon_grid(variant: GluonVariant, *, q_len: int, batch_heads: int, programs:
 
 
 def launch_gluon(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, *, causal: bool,
-                 scale: float, variant: GluonVariant, programs: int, warmup: bool = False) -> Any:
+                 scale: float, variant: GluonVariant, programs: int, scales: torch.Tensor | None = None,
+                 warmup: bool = False) -> Any:
     """Launch (or, with ``warmup``, only compile) the Gluon kernel into ``out``.
 
     ``programs``: the persistent grid's programs when there are more tiles (the SMs times
@@ -165,19 +170,27 @@ def launch_gluon(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.T
     dim)) are copied contiguous first, and a strided ``out`` is written through a contiguous
     buffer: one pass over each more, where per-head (rank-3) descriptors would need none.
 
+    An fp8 variant (``use_fp8=True``) takes what ``kernels.attention.quantize_fp8`` returns:
+    e4m3 ``q`` and ``k``, ``v`` as V^T (batch, kv_heads, head_dim, kv_len) with rows padded
+    to 16, and ``scales``; ``out`` is 16-bit.
+
     Raises:
-        ValueError: the tensors are not fp16/bf16 (fp8 is not written yet), or Triton's
-            interpreter is on (it cannot run Gluon).
+        ValueError: the tensors' types do not match the variant (fp16/bf16, or e4m3 with
+            ``scales`` and V^T for fp8), or Triton's interpreter is on (it cannot run Gluon).
     """
-    if q.dtype not in (torch.float16, torch.bfloat16):
-        raise ValueError(f"the Gluon kernel runs fp16 and bf16, got {q.dtype}")
+    fp8 = bool(dict(variant.extra).get("FP8", False))
+    _check_operands(q, k, v, out, scales, fp8)
     if interpreting():
         raise ValueError("the Gluon kernel cannot run under TRITON_INTERPRET=1 (Triton's interpreter runs "
                          "no Gluon); it compiles for Hopper only")
-    q, k, v = (t if flat(t) else t.contiguous() for t in (q, k, v))
+    if fp8:
+        q, k = (t if flat(t) else t.contiguous() for t in (q, k))
+    else:
+        q, k, v = (t if flat(t) else t.contiguous() for t in (q, k, v))
     if not flat(out):
-        staged = torch.empty_like(q)
+        staged = torch.empty(q.shape, dtype=out.dtype, device=out.device)
         done = launch_gluon(q, k, v, staged, causal=causal, scale=scale, variant=variant, programs=programs,
+                            scales=scales,
                             warmup=warmup)
         if not warmup:
             out.copy_(staged)
@@ -186,10 +199,32 @@ def launch_gluon(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.T
     kv_heads, kv_len = k.shape[1], k.shape[2]
     m_tile, bn = variant.m_tile, variant.BLOCK_N
     qd, od = _flat_descriptor(q, [m_tile, head_dim]), _head_descriptor(out, m_tile)
-    kd, vd = _flat_descriptor(k, [bn, head_dim]), _flat_descriptor(v, [bn, head_dim])
+    # fp8: V^T tiles of every head dimension and BLOCK_N keys (wgmma's 8-bit B operand K-major).
+    kd, vd = _flat_descriptor(k, [bn, head_dim]), _flat_descriptor(v, [head_dim, bn] if fp8 else [bn, head_dim])
     grid = gluon_grid(variant, q_len=q_len, batch_heads=batch * q_heads, programs=programs)
-    args = (qd, kd, vd, od, out, batch, q_heads, kv_heads, q_len, kv_len, scale * LOG2_E)
+    # Without fp8 the scales are not read: ``out`` stands in for the pointer.
+    args = (qd, kd, vd, od, out, out if scales is None else scales, batch, q_heads, kv_heads, q_len, kv_len,
+            scale * LOG2_E)
     options = launch_options(variant, head_dim=head_dim, causal=causal, q_len=q_len, kv_len=kv_len)
     if warmup:
         return gluon_attention_kernel.warmup(*args, grid=grid, **options)
     return gluon_attention_kernel[grid](*args, **options)
+
+
+def _check_operands(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
+                    scales: torch.Tensor | None, fp8: bool) -> None:
+    """One clear error when the tensors are not what the variant reads."""
+    if out.dtype not in (torch.float16, torch.bfloat16):
+        raise ValueError(f"the Gluon kernel writes fp16 or bf16, got out of {out.dtype}")
+    if not fp8:
+        if q.dtype not in (torch.float16, torch.bfloat16):
+            raise ValueError(f"the Gluon kernel runs fp16 and bf16 (fp8: a use_fp8=True config), got {q.dtype}")
+        return
+    if any(t.dtype != torch.float8_e4m3fn for t in (q, k, v)) or scales is None:
+        raise ValueError("an fp8 Gluon config takes e4m3 q, k, V^T and their scales (kernels.attention.quantize_fp8), "
+                         f"got {q.dtype}, {k.dtype}, {v.dtype} and scales={'none' if scales is None else 'given'}")
+    batch, kv_heads, kv_len, head_dim = k.shape
+    if tuple(v.shape) != (batch, kv_heads, head_dim, kv_len) or not flat(v, row=v.stride(2)) \
+            or v.stride(2) % 16 or v.stride(2) < kv_len:
+        raise ValueError(f"fp8 V must be V^T {(batch, kv_heads, head_dim, kv_len)} with rows 16-element aligned, "
+                         f"as quantize_fp8 makes it; got shape {tuple(v.shape)}, strides {v.stride()}")

@@ -134,8 +134,8 @@ PREFILL_KNOBS: tuple[Knob, ...] = (
     # of the previous; one consumer warpgroup of BLOCK_M rows, or two of BLOCK_M / 2 rows
     # each, free-running, or ``gluon_pingpong_ordered``: their GEMMs taking turns (FA3's
     # ping-pong); num_warps: a consumer group's warps; num_stages: the K/V ring's depth;
-    # bf16/fp16; a tiles or a persistent grid, whose causal longest_first order goes head by
-    # head, each head's longest tile first).
+    # bf16/fp16 and fp8 (V^T tiles); a tiles or a persistent grid (fp8: tiles only), whose causal
+    # longest_first order goes head by head, each head's longest tile first).
     # The variants: ``forward`` (kernels/_flash_fwd.py), ``lean``, ``oneloop``, ``gluon`` (the
     # launchers' table in kernels/attention.py and kernels/lean.py).
     Knob.choice("loads", {

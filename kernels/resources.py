@@ -97,7 +97,9 @@ def shared_memory_bytes(
         # and two consumer groups, 1-4 stages): exactly Q (every group's rows, reused for the
         # output's TMA store) plus num_stages K and V buffers, plus 252-360 bytes of mbarriers
         # and alignment (512 counted). A persistent grid double-buffers Q (the next tile's
-        # loads while this tile's output goes out through its buffer).
+        # loads while this tile's output goes out through its buffer). fp8 (the same compiles,
+        # issue 20 part F): the same sum in 1-byte elements (V^T tiles as large as V's; the
+        # output goes out by pointer stores).
         q_buffers = 2 if plan.constexprs["PERSISTENT"] else 1
         return q_buffers * q_tile + stages * kv_tile + 512
     if stages == 1 or uses_wgmma(config, compute_capability, block_h):
@@ -187,8 +189,10 @@ def _gluon_failure(config: Mapping[str, Value], compute_capability: tuple[int, i
     if compute_capability[0] != 9:
         # Written with Hopper's warpgroup MMA (wgmma), which no other generation has.
         return f"loads={loads!r} is written for Hopper's wgmma: needs compute capability 9.x"
-    if _fp8(plan):
-        return f"loads={loads!r} has no fp8 path yet (kernels/_flash_fwd_gluon.py: fp16 and bf16)"
+    if _fp8(plan) and plan.constexprs["PERSISTENT"]:
+        # Not written: the persistent loop stages its output in Q's buffer for a TMA store (the
+        # masked pointer store spilled there), and an 8-bit Q buffer is too small for it.
+        return f"loads={loads!r} with fp8 has no persistent grid (Q's 8-bit buffer cannot stage the output)"
     groups = int(plan.constexprs["NUM_GROUPS"])
     rows = int(plan.constexprs["BLOCK_M"]) // groups
     if rows < 16 * int(plan.options["num_warps"]):

@@ -6,7 +6,8 @@ bottom-right, grouped-query heads (32 query heads on 8 K/V heads) and strided in
 tiles grid and the persistent one (also with three programs for many tiles).
 
 The interpreter runs no Gluon, so these are the kernel's only numerics; the CPU checks its
-declarations and its sm90 compile (tests/kernels/test_gluon_declarations.py).
+declarations and its sm90 compile (tests/kernels/test_gluon_declarations.py). fp8:
+tests/gpu/test_gluon_fp8_gpu.py.
 """
 
 import pytest
@@ -149,12 +150,3 @@ def test_persistent_programs_loop_over_many_tiles(case, loads, hardware):
         launch_gluon(q, k, v, out, causal=w.causal, scale=w.head_dim ** -0.5, variant=gluon_variant_for(config),
                      programs=3)
         assert relative_error(out, ref) <= TOLERANCE[w.dtype], (config.to_dict(), case)
-
-
-def test_fp8_is_refused_with_the_reason(hardware):
-    w = _workload(CASES[0])
-    q, k, v = make_inputs(w, seed=7, dev=torch.device("cuda"))
-    config = validate_config({**configs(128)[0].to_dict(), "use_fp8": True})
-    assert not check(config, w, hardware).feasible
-    with pytest.raises(ValueError, match="no fp8 path"):
-        flash_attention(q, k, v, causal=False, config=config)

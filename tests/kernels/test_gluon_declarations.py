@@ -30,7 +30,7 @@ def test_its_loads_are_declared_last_and_launch_through_a_host_descriptor_launch
 
 
 @pytest.mark.parametrize("knobs,reason", [
-    (dict(use_fp8=True), "no fp8 path"),
+    (dict(grid="persistent", use_fp8=True), "with fp8 has no persistent grid"),
     (dict(BLOCK_M=64), "needs at least 64 rows, BLOCK_M=64 gives it 32"),  # two groups of 32 rows
     (dict(BLOCK_M=256, num_warps=8), "two 8-warp consumer groups"),
     (dict(loads="gluon_ws", BLOCK_M=32), "needs at least 64 rows"),
@@ -93,6 +93,89 @@ def test_shared_memory_is_q_plus_the_ring_and_two_groups_split_the_registers():
     assert registers_per_thread(one_group, head_dim=128) > registers_per_thread(validate_config(PINGPONG), head_dim=128)
 
 
+def test_fp8_is_part_of_the_space_with_one_byte_tiles():
+    # Compiled for sm90 (the slow test below): 82,232 B at 128x128 D128 fp8, Q plus the ring in
+    # 1-byte elements (the output goes out by the pointer store, no staging buffer).
+    h200 = load_spec("h200")
+    fp8 = validate_config({**PINGPONG, "use_fp8": True})
+    assert known_failure(fp8, (9, 0)) == ""
+    assert shared_memory_bytes(fp8, head_dim=128) == 128 * 128 + 2 * 2 * 128 * 128 + 512
+    for loads in GLUON_LOADS:
+        for knobs, workload in [(dict(BLOCK_N=128), Workload(2, 32, 32, 8192, 8192, 128)),
+                                (dict(BLOCK_N=64), Workload(2, 32, 32, 8192, 8192, 128)),
+                                (dict(BLOCK_N=64), Workload(2, 16, 16, 8192, 8192, 256))]:
+            config = validate_config({**fp8, "loads": loads, **knobs,
+                                      **({"BLOCK_M": 64} if loads == "gluon_ws" else {})})
+            assert check(config, workload, h200).feasible, (loads, knobs, workload)
+
+
+def _quantized(batch=2, kv_heads=2, q_len=100, kv_len=77, head_dim=64, q_heads=4):
+    from flashtune.kernels.attention import quantize_fp8
+
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(batch, q_heads, q_len, head_dim, generator=g, dtype=torch.float16)
+    k, v = (torch.randn(batch, kv_heads, kv_len, head_dim, generator=g, dtype=torch.float16) for _ in range(2))
+    return (q, k, v), quantize_fp8(q, k, v)
+
+
+def test_the_fp8_v_descriptor_reads_quantize_fp8s_v_transposed_tile_by_tile():
+    """The producer loads fp8 V^T at [head's first row, block * BLOCK_N] of the flat
+    [batch * kv_heads * head_dim, kv_len] descriptor (kernels/_flash_fwd_gluon.py): read
+    that way, through the descriptor's own shape and strides, every block is V's block
+    transposed, and the ragged tail past kv_len is outside the descriptor (TMA: zeros)."""
+    from flashtune.kernels.attention import FP8_MAX, fp8_v_row
+    from flashtune.kernels.gluon import _flat_descriptor
+
+    (_, _, v), (_, _, v8_t, scales) = _quantized()
+    batch, kv_heads, kv_len, head_dim = v.shape
+    block_n = 32
+    desc = _flat_descriptor(v8_t, [head_dim, block_n])
+    assert list(desc.shape) == [batch * kv_heads * head_dim, kv_len]
+    assert list(desc.strides) == [fp8_v_row(kv_len), 1] and list(desc.block_shape) == [head_dim, block_n]
+    rows = torch.as_strided(desc.base, list(desc.shape), list(desc.strides))
+    for z in range(batch):
+        for h in range(kv_heads):
+            v_row = (z * kv_heads + h) * head_dim  # the kernel's v_row under FP8
+            for start_n in range(0, kv_len, block_n):  # block j at column j * BLOCK_N
+                tile = rows[v_row:v_row + head_dim, start_n:start_n + block_n].float()
+                keys = v[z, h, start_n:start_n + block_n].float() / float(scales[2])
+                assert tile.shape == (head_dim, min(block_n, kv_len - start_n))
+                # e4m3 keeps 3 mantissa bits: within 1/16 of each value's magnitude (and of FP8_MAX's scale).
+                assert torch.allclose(tile.T, keys, rtol=1 / 16, atol=FP8_MAX * 2 ** -9)
+
+
+def test_an_fp8_config_is_refused_with_16_bit_inputs_and_a_16_bit_config_with_fp8_ones():
+    from flashtune.kernels.gluon import gluon_variant_for, launch_gluon
+
+    (q, k, v), (q8, k8, v8_t, scales) = _quantized()
+    out = torch.empty_like(q)
+    fp8 = gluon_variant_for(validate_config({**PINGPONG, "BLOCK_N": 64, "use_fp8": True}))
+    bf16 = gluon_variant_for(validate_config({**PINGPONG, "BLOCK_N": 64}))
+    with pytest.raises(ValueError, match="e4m3 q, k, V\\^T and their scales"):
+        launch_gluon(q, k, v, out, causal=False, scale=0.125, programs=1, variant=fp8, scales=scales)
+    with pytest.raises(ValueError, match="scales=none"):
+        launch_gluon(q8, k8, v8_t, out, causal=False, scale=0.125, programs=1, variant=fp8)
+    with pytest.raises(ValueError, match="fp8 V must be V\\^T"):  # V as it was, not transposed
+        launch_gluon(q8, k8, k8, out, causal=False, scale=0.125, programs=1, variant=fp8, scales=scales)
+    with pytest.raises(ValueError, match="a use_fp8=True config"):
+        launch_gluon(q8, k8, v8_t, out, causal=False, scale=0.125, programs=1, variant=bf16)
+    with pytest.raises(ValueError, match="writes fp16 or bf16"):
+        launch_gluon(q8, k8, v8_t, torch.empty(q.shape, dtype=torch.float8_e4m3fn), causal=False, scale=0.125, programs=1,
+                     variant=fp8, scales=scales)
+    # Inputs as the variant reads them: past every check, refused only for the interpreter.
+    with pytest.raises(ValueError, match="TRITON_INTERPRET"):
+        launch_gluon(q8, k8, v8_t, out, causal=False, scale=0.125, programs=1, variant=fp8, scales=scales)
+
+
+def test_the_op_quantizes_for_an_fp8_gluon_config_and_reaches_its_launcher():
+    # flash_attention -> launch -> quantize_fp8 -> launch_quantized -> launch_gluon, as for the
+    # other kernels' fp8: the call gets as far as the interpreter refusal (no Gluon there).
+    (q, k, v), _ = _quantized()
+    config = validate_config({**PINGPONG, "BLOCK_N": 64, "use_fp8": True})
+    with pytest.raises(ValueError, match="TRITON_INTERPRET"):
+        flash_attention(q, k, v, causal=True, config=config)
+
+
 def test_the_op_refuses_it_under_the_interpreter_naming_why():
     # tests/conftest.py runs this suite under TRITON_INTERPRET=1, which runs no Gluon.
     q = torch.zeros(1, 2, 128, 64, dtype=torch.float16)
@@ -101,7 +184,10 @@ def test_the_op_refuses_it_under_the_interpreter_naming_why():
 
 
 #: (workload, knobs): the suite's shapes at the tiles timed on the H200 (BENCHMARKS.md), a
-#: ragged causal GQA launch (masked per block, pointer store), and the ordered ping-pong.
+#: ragged causal GQA launch (masked per block, pointer store), and the ordered ping-pong;
+#: fp8 (e4m3, V^T) at the tiles issue 20 part F times: 128x128 and 128x64 at D128, 128x64
+#: at D256, free-running and ordered, and ragged causal GQA.
+FP8 = {**PINGPONG, "use_fp8": True}
 CASES = [
     ("4,32,4096,128", PINGPONG),
     ("2,16,8192,256", {**PINGPONG, "BLOCK_N": 64}),
@@ -117,6 +203,11 @@ CASES = [
     ("2,32/8,1000,128,causal", {**PINGPONG, "grid": "persistent", "tile_order": "longest_first"}),
     ("16,16,1024,64", {**PINGPONG, "loads": "gluon_ws", "BLOCK_M": 64, "grid": "persistent"}),
     ("2,16,8192,256", {**PINGPONG, "BLOCK_N": 32, "grid": "persistent"}),
+    ("2,32,8192,128", FP8),
+    ("2,32,8192,128", {**FP8, "BLOCK_N": 64}),
+    ("2,16,8192,256", {**FP8, "BLOCK_N": 64}),
+    ("2,16,8192,256", {**FP8, "BLOCK_N": 64, "loads": "gluon_pingpong_ordered"}),
+    ("2,32/8,1000,128,causal", FP8),
 ]
 
 @pytest.mark.slow
@@ -135,23 +226,29 @@ def test_compiles_for_sm90_without_spills_within_the_modelled_shared_memory() ->
 
 # What the launcher passed the kernel before it took the plan's constexprs by name (the
 # hand-built dict of kernels/gluon.py at 1864018), for a config of each schedule; since the
-# persistent grid (u20p) also PERSISTENT=False, the tiles grid these configs launched before.
+# persistent grid (u20p) also PERSISTENT=False, the tiles grid these configs launched before,
+# and since the fp8 path (u20f) the plan's FP8, which the kernel declares.
 _LAUNCHED_BEFORE = [
     (dict(PINGPONG), dict(head_dim=128, causal=True, q_len=1000, kv_len=1000),
      dict(HEAD_DIM=128, M_TILE=64, BLOCK_N=128, NUM_STAGES=2, NUM_GROUPS=2, ORDERED=False, IS_CAUSAL=True,
           LONGEST_FIRST=False, PERSISTENT=False, MASK=True, EMPTY_ROWS=False, EVEN_M=False, CONSUMER_REGS=240, PRODUCER_REGS=24,
-          num_warps=4)),
+          num_warps=4, FP8=False)),
     (dict(BLOCK_M=256, BLOCK_N=64, num_warps=8, num_stages=3, loads="gluon_ws", tile_order="longest_first"),
      dict(head_dim=64, causal=False, q_len=512, kv_len=333),
      dict(HEAD_DIM=64, M_TILE=256, BLOCK_N=64, NUM_STAGES=3, NUM_GROUPS=1, ORDERED=False, IS_CAUSAL=False,
           LONGEST_FIRST=False, PERSISTENT=False, MASK=True, EMPTY_ROWS=False, EVEN_M=True, CONSUMER_REGS=240, PRODUCER_REGS=24,
-          num_warps=8)),
+          num_warps=8, FP8=False)),
     (dict(BLOCK_M=128, BLOCK_N=64, num_warps=4, num_stages=2, loads="gluon_pingpong_ordered",
           tile_order="longest_first"),
      dict(head_dim=256, causal=True, q_len=256, kv_len=128),
      dict(HEAD_DIM=256, M_TILE=64, BLOCK_N=64, NUM_STAGES=2, NUM_GROUPS=2, ORDERED=True, IS_CAUSAL=True,
           LONGEST_FIRST=True, PERSISTENT=False, MASK=True, EMPTY_ROWS=True, EVEN_M=True, CONSUMER_REGS=240, PRODUCER_REGS=24,
-          num_warps=4)),
+          num_warps=4, FP8=False)),
+    # fp8 (issue 20 part F): the plan's FP8, which the kernel now declares, reaches it as it is.
+    (dict(PINGPONG, use_fp8=True), dict(head_dim=128, causal=False, q_len=4096, kv_len=4096),
+     dict(HEAD_DIM=128, M_TILE=64, BLOCK_N=128, NUM_STAGES=2, NUM_GROUPS=2, ORDERED=False, IS_CAUSAL=False,
+          LONGEST_FIRST=False, PERSISTENT=False, MASK=False, EMPTY_ROWS=False, EVEN_M=True, CONSUMER_REGS=240,
+          PRODUCER_REGS=24, num_warps=4, FP8=True)),
 ]
 
 
@@ -162,5 +259,5 @@ def test_the_launcher_passes_what_it_passed_before_and_only_what_the_kernel_decl
 
     options = launch_options(gluon_variant_for(validate_config(config)), **call)
     assert options == before
-    # Of the plan's constexprs the kernel does not declare (BLOCK_M, FP8, BH_MAJOR) none leaks in.
+    # Of the plan's constexprs the kernel does not declare (BLOCK_M, BH_MAJOR) none leaks in.
     assert set(options) <= set(gluon_attention_kernel.arg_names)
