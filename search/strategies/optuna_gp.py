@@ -70,6 +70,8 @@ class OptunaGP(OptunaStrategy):
             scores every open config.
         trust_least: the region widens a step at a time until it holds this many open
             configs (0: never widened for its size).
+        trust_widen_after: the region grows a step for every this many trials without a
+            new best, back to ``trust_steps`` at a new best (0: only restarts widen it).
     """
 
     name = "gp"
@@ -80,6 +82,11 @@ class OptunaGP(OptunaStrategy):
         "trust_steps": 1,
         "trust_best": 3,
         "trust_least": 0,
+        # A step wider per 5 trials without a new best (issue 21, development set, 20 seeds,
+        # budget 50: hit rate within 2 % 0.59 -> 0.67, both halves up; 3 steps: 0.57 on the
+        # tune half against 5's 0.70). The one-step region around the best three holds 10-30
+        # configs on those spaces, and GP measured it out one by one before a restart.
+        "trust_widen_after": 5,
     }
 
     def __init__(self, space: SearchSpace, *, seed: int = 0, **options: Any) -> None:
@@ -90,6 +97,7 @@ class OptunaGP(OptunaStrategy):
         check_int_option(self, "trust_steps", minimum=0)
         check_int_option(self, "trust_best", minimum=1)
         check_int_option(self, "trust_least", minimum=0)
+        check_int_option(self, "trust_widen_after", minimum=0)
 
     def _make_sampler(self, seed: int) -> BaseSampler:
         common = {
@@ -104,6 +112,6 @@ class OptunaGP(OptunaStrategy):
 
     def _candidate_params(self) -> list[dict[str, int]]:
         positions = self.candidate_positions(int(self.options["trust_steps"]), int(self.options["trust_best"]),
-                                             int(self.options["trust_least"]))
+                                             int(self.options["trust_least"]), int(self.options["trust_widen_after"]))
         names = self.space.names
         return [dict(zip(names, row)) for row in self.pool.indices[positions].tolist()]

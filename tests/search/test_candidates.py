@@ -141,3 +141,24 @@ def test_a_trust_region_widens_until_it_holds_the_least_asked_for() -> None:
     assert steps > 1 and len(near) >= 12 and list(near) == list(gp.pool.open_near(best, steps))
     assert len(near) < gp.pool.n_open  # widened as far as needed, not to the whole space
     assert list(gp.candidate_positions(1, 3)) == list(gp.pool.open_near(best, 1))  # least 0: as before
+
+
+def test_a_trust_region_widens_a_step_for_every_stretch_without_a_new_best() -> None:
+    from flashtune.objectives.types import Measurement, Status
+    from flashtune.search import make_strategy
+
+    space = SearchSpace({"a": list(range(9)), "b": list(range(9))})
+    gp = make_strategy("gp", space, seed=0, trust_widen_after=2)
+    best = Config(a=4, b=4)
+    gp.tell(best, Measurement(best, None, Status.OK, median_ms=1.0))
+    assert list(gp.candidate_positions(1, 1, 0, 2)) == list(gp.pool.open_near([best], 1))
+    # Trials without a new best (far from the best, so the one-step region stays open).
+    for k, (a, b) in enumerate(((0, 0), (8, 8), (0, 8), (8, 0))):
+        config = Config(a=a, b=b)
+        gp.tell(config, Measurement(config, None, Status.OK, median_ms=2.0 + k))
+        steps = 1 + (k + 1) // 2
+        assert list(gp.candidate_positions(1, 1, 0, 2)) == list(gp.pool.open_near([best], steps))
+    assert len(gp.candidate_positions(1, 1, 0, 2)) > len(gp.candidate_positions(1, 1))  # 0: not widened
+    improved = Config(a=4, b=5)
+    gp.tell(improved, Measurement(improved, None, Status.OK, median_ms=0.5))
+    assert list(gp.candidate_positions(1, 1, 0, 2)) == list(gp.pool.open_near([improved], 1))  # a new best resets it
