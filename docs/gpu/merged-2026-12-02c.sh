@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# The session's merged tree (issues 19, 20 part P + F, 21) on the H200, one call, about 7 minutes:
+#   bash docs/gpu/merged-2026-12-02c.sh      (with the jsonschema wheels carried in .whl)
+# 1. the Gluon kernel's numerics after the merge of its persistent grid (u20p) and fp8 (u20f),
+#    against the float32 reference: tests/gpu/test_gluon_gpu.py and test_gluon_fp8_gpu.py;
+# 2. issue 19's serving table on the merged tree (docs/gpu/u19b.sh's steps: static cache
+#    compiled, each implementation alone; the online re-tuner in a generate loop; eager and
+#    padded cells; host time a decode call beside SDPA's).
+# Back in $OUT: merged-c.log, gluon_tests.xml, serving_static.json, online.json, serving.json,
+# host_time.json.
+set -o pipefail
+export PYTHONUNBUFFERED=1
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+exec > >(tee "$OUT/merged-c.log") 2>&1
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+  export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+fi
+python3 -m pip install -q --no-deps --no-build-isolation -e . 2>&1 | tail -2
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu --format=csv,noheader
+git log --oneline -1 2>/dev/null || true
+export FLASHTUNE_STORE="$OUT/empty_store.json"
+echo "== 1. Gluon numerics (persistent + fp8 merged)"; date +%T
+timeout -k 5 ${TEST_S:-150} python3 -m pytest -m gpu tests/gpu/test_gluon_gpu.py tests/gpu/test_gluon_fp8_gpu.py -q \
+  -p no:cacheprovider --junitxml "$OUT/gluon_tests.xml" 2>&1 | grep -E "^E |passed|failed|error" | cut -c1-300 | tail -12
+echo "== 2. serving"; date +%T
+timeout -k 5 100 python3 -m flashtune.experiments.benchmarks.bench_serving --modes static --rounds 3 \
+  --json "$OUT/serving_static.json" 2>&1 | grep -v -e DEBUG -e USDT -e Warning -e warn | tail -6 || true
+timeout -k 5 30 python3 -m flashtune.experiments.benchmarks.bench_online_serving --rounds 5 --new-tokens 64 \
+  --json "$OUT/online.json" 2>&1 | grep -v Warning | tail -6 || true
+timeout -k 5 90 python3 -m flashtune.experiments.benchmarks.bench_serving --modes eager,padded --budget-s 70 \
+  --json "$OUT/serving.json" 2>&1 | grep -v -e DEBUG -e USDT -e Warning -e warn | tail -12 || true
+timeout -k 5 25 python3 -m flashtune.experiments.benchmarks.bench_host_time --calls 1000 \
+  --json "$OUT/host_time.json" 2>&1 | grep -v Warning | tail -9 || true
+date +%T
+nvidia-smi --query-gpu=clocks.sm,power.draw,temperature.gpu --format=csv,noheader || true
