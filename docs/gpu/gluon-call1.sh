@@ -9,16 +9,7 @@
 #    lean_ws_oneloop's tiles and the SDPA peers, interleaved in one run (bench_peers --also);
 # 3. with NCU=1: an Nsight Compute profile of the Gluon tile at D128 beside the recorded best.
 # Back in $OUT: gluon-call1.log, gpu_tests.xml, peers.json (ncu.json with NCU=1).
-set -o pipefail
-export PYTHONUNBUFFERED=1
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-exec > >(tee "$OUT/gluon-call1.log") 2>&1
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-  export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-fi
-python3 -m pip install -q --no-deps --no-build-isolation -e . 2>&1 | tail -2
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu --format=csv,noheader
+source "$(dirname "$0")/setup.sh" gluon-call1.log
 export FLASHTUNE_STORE="$OUT/empty_store.json"
 timeout -k 5 ${TEST_S:-150} python3 -m pytest -m gpu tests/gpu/test_gluon_gpu.py -q -p no:cacheprovider -x \
   --junitxml "$OUT/gpu_tests.xml" 2>&1 | tail -25

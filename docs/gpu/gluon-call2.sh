@@ -8,16 +8,7 @@
 #    beside the recorded bests at D128 and D256 (full);
 # 3. the ordered and free-running ping-pong tiles beside the recorded bests and the SDPA peers.
 # Back in $OUT: gluon-call2.log, gpu_tests.xml, gpu_tests_ordered.xml, ncu_raw.csv, peers.json.
-set -o pipefail
-export PYTHONUNBUFFERED=1
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-exec > >(tee "$OUT/gluon-call2.log") 2>&1
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-  export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-fi
-python3 -m pip install -q --no-deps --no-build-isolation -e . 2>&1 | tail -2
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu --format=csv,noheader
+source "$(dirname "$0")/setup.sh" gluon-call2.log
 export FLASHTUNE_STORE="$OUT/empty_store.json"
 timeout -k 5 ${TEST_S:-90} python3 -m pytest -m gpu tests/gpu/test_gluon_gpu.py -k "not ordered" -q -p no:cacheprovider \
   --junitxml "$OUT/gpu_tests.xml" 2>&1 | tail -6

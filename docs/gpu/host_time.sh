@@ -7,16 +7,7 @@
 #   run with carry [".whl"] (the GPU image lacks jsonschema, which runtime/storage/store.py imports;
 #   see /work/.library/device/README.md):  bash docs/gpu/host_time.sh
 # Back in $OUT: host_time.log, host_time.json.
-set -o pipefail
-export PYTHONUNBUFFERED=1
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-exec > >(tee "$OUT/host_time.log") 2>&1
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-  export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-fi
-python3 -m pip install -q --no-deps --no-build-isolation -e . 2>&1 | tail -2
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu --format=csv,noheader
+source "$(dirname "$0")/setup.sh" host_time.log
 # An empty store: every shape serves the decode kernel's default (what a fresh install runs).
 export FLASHTUNE_STORE="$OUT/empty_store.json"
 timeout -k 5 170 python3 -m flashtune.experiments.benchmarks.bench_host_time --json "$OUT/host_time.json"

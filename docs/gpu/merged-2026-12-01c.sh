@@ -9,16 +9,7 @@
 # 3. the serving table (bench_serving): static cache compiled first (its GPU row failed in the
 #    earlier run), then eager dynamic cache and the left-padded batch.
 # Back in $OUT: merged.log, gpu_tests.xml, host_time.json, serving_static.json, serving.json.
-set -o pipefail
-export PYTHONUNBUFFERED=1
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-exec > >(tee "$OUT/merged.log") 2>&1
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-  export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-fi
-python3 -m pip install -q --no-deps --no-build-isolation -e . 2>&1 | tail -2
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu --format=csv,noheader
+source "$(dirname "$0")/setup.sh" merged.log
 export FLASHTUNE_STORE="$OUT/empty_store.json"
 timeout -k 5 170 python3 -m pytest -m gpu tests/gpu/test_serving_gpu.py tests/gpu/test_decode_gpu.py \
   tests/gpu/test_oneloop_gpu.py tests/gpu/test_peers_gpu.py -q -p no:cacheprovider \

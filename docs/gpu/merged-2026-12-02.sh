@@ -11,16 +11,7 @@
 #    graphs), SDPA in the same run, after the fix that gives every step one graph.
 # Each step has its own log and timeout; a failing step does not stop the next.
 # Back in $OUT: merged.log, tests.log, peers.json, fp8.json, serving_static.json, static.log.
-set -o pipefail
-export PYTHONUNBUFFERED=1
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-exec > >(tee "$OUT/merged.log") 2>&1
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-  export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-fi
-python3 -m pip install -q --no-deps --no-build-isolation -e . 2>&1 | tail -2
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu --format=csv,noheader
+source "$(dirname "$0")/setup.sh" merged.log
 export FLASHTUNE_STORE="$OUT/empty_store.json"
 
 echo "== 1. GPU tests"

@@ -7,16 +7,7 @@
 #    state (bench_serving now runs them one after the other: interleaved, the batch-8 cell
 #    failed inside torch's CUDA-graph trees in the first call).
 # Back in $OUT: merged-b.log, rings.log, serving_static.json, static.log.
-set -o pipefail
-export PYTHONUNBUFFERED=1
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-exec > >(tee "$OUT/merged-b.log") 2>&1
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-  export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-fi
-python3 -m pip install -q --no-deps --no-build-isolation -e . 2>&1 | tail -2
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu --format=csv,noheader
+source "$(dirname "$0")/setup.sh" merged-b.log
 export FLASHTUNE_STORE="$OUT/empty_store.json"
 echo "== 1. deeper rings"
 timeout -k 5 60 python3 -m pytest -m gpu tests/gpu/test_oneloop_gpu.py -k deeper_rings -q -p no:cacheprovider \

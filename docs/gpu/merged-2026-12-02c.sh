@@ -8,16 +8,7 @@
 #    padded cells; host time a decode call beside SDPA's).
 # Back in $OUT: merged-c.log, gluon_tests.xml, serving_static.json, online.json, serving.json,
 # host_time.json.
-set -o pipefail
-export PYTHONUNBUFFERED=1
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-exec > >(tee "$OUT/merged-c.log") 2>&1
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-  export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-fi
-python3 -m pip install -q --no-deps --no-build-isolation -e . 2>&1 | tail -2
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu --format=csv,noheader
+source "$(dirname "$0")/setup.sh" merged-c.log
 git log --oneline -1 2>/dev/null || true
 export FLASHTUNE_STORE="$OUT/empty_store.json"
 echo "== 1. Gluon numerics (persistent + fp8 merged)"; date +%T

@@ -13,16 +13,7 @@
 #   run with carry [".whl"] where the GPU image lacks jsonschema (docs/gpu/host_time.sh):
 #   bash docs/gpu/s22.sh
 # Back in $OUT: s22.log.
-set -o pipefail
-export PYTHONUNBUFFERED=1
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-exec > >(tee "$OUT/s22.log") 2>&1
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-  export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-fi
-python3 -m pip install -q --no-deps --no-build-isolation -e . 2>&1 | tail -2
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu --format=csv,noheader
+source "$(dirname "$0")/setup.sh" s22.log
 run() { timeout -k 5 "$1" python3 -m pytest -m gpu -q -p no:cacheprovider --durations=5 "${@:2}" 2>&1 | tail -15; }
 # Caps sum to 155 s (a part that hits its cap prints "Terminated": rerun that line alone).
 run 40 tests/gpu/test_kernel_gpu.py -k "persistent_grid or infeasible or (odd_lengths and 777)"

@@ -7,16 +7,7 @@
 # are known failures of this kernel at 0b2c107): 344 configs a kernel over the 7 suite workloads.
 # Back in $OUT: sweep-gluon.log and gluon_tables.tar.gz (one Measurement JSONL a workload,
 # as `flashtune sweep` writes them, for experiments/data/h200_gluon/).
-set -o pipefail
-export PYTHONUNBUFFERED=1
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-exec > >(tee "$OUT/sweep-gluon.log") 2>&1
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-  export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-fi
-python3 -m pip install -q --no-deps --no-build-isolation -e . 2>&1 | tail -2
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu --format=csv,noheader
+source "$(dirname "$0")/setup.sh" sweep-gluon.log
 git rev-parse --short HEAD 2>/dev/null || true
 started=$SECONDS
 # A sweep cut by its timeout leaves <workload>.jsonl.partial (valid rows, resumable).

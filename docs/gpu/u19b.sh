@@ -10,16 +10,7 @@
 #    interleaved; cells past the budget are skipped and say so);
 # 4. host us per eager decode call beside SDPA's (bench_host_time --calls 1000).
 # Back in $OUT: u19b.log, serving_static.json, online.json, serving.json, host_time.json.
-set -o pipefail
-export PYTHONUNBUFFERED=1
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-exec > >(tee "$OUT/u19b.log") 2>&1
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-  export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-fi
-python3 -m pip install -q --no-deps --no-build-isolation -e . 2>&1 | tail -2
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu --format=csv,noheader
+source "$(dirname "$0")/setup.sh" u19b.log
 export FLASHTUNE_STORE="$OUT/empty_store.json"
 timeout -k 5 100 python3 -m flashtune.experiments.benchmarks.bench_serving --modes static --rounds 3 \
   --json "$OUT/serving_static.json" 2>&1 | grep -v -e DEBUG -e USDT -e Warning -e warn | tail -6 || true

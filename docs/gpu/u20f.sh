@@ -12,16 +12,7 @@
 # Each step has its own log and timeout; a failing step does not stop the next.
 #   bash docs/gpu/u20f.sh            (with the jsonschema wheels carried in .whl)
 # Back in $OUT: u20f.log (everything), gpu_tests.log/.xml, fp8.log/.json.
-set -o pipefail
-export PYTHONUNBUFFERED=1
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-exec > >(tee "$OUT/u20f.log") 2>&1
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-  export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-fi
-python3 -m pip install -q --no-deps --no-build-isolation -e . 2>&1 | tail -2
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu --format=csv,noheader
+source "$(dirname "$0")/setup.sh" u20f.log
 export FLASHTUNE_STORE="$OUT/empty_store.json"
 PY=${PY:-python3}
 

@@ -8,16 +8,7 @@
 #    the Gluon tiles configs that were best (BENCHMARKS.md, "FA3's ping-pong in Gluon") and
 #    their persistent counterparts, side by side (bench_peers --also).
 # Back in $OUT: u20p-call1.log, gpu_tests.xml, gpu_tests_ordered.xml, peers.json.
-set -o pipefail
-export PYTHONUNBUFFERED=1
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-exec > >(tee "$OUT/u20p-call1.log") 2>&1
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-  export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-fi
-python3 -m pip install -q --no-deps --no-build-isolation -e . 2>&1 | tail -2
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu --format=csv,noheader
+source "$(dirname "$0")/setup.sh" u20p-call1.log
 export FLASHTUNE_STORE="$OUT/empty_store.json"
 date +%T
 timeout -k 5 ${TEST_S:-100} python3 -m pytest -m gpu tests/gpu/test_gluon_gpu.py -k "not ordered" -q -p no:cacheprovider \
