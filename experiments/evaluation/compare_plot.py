@@ -24,8 +24,13 @@ FLOOR_PCT = 0.1
 
 
 def plot_curves(landscapes: Sequence[Landscape], results: Sequence[RunResult], strategies: Sequence[str],
-                out_dir: Path) -> list[Path]:
-    """Write ``curves_<workload>.png`` for each workload and ``curves.png``; return the paths."""
+                out_dir: Path, label: str = "cold") -> list[Path]:
+    """Write ``curves_<workload>.png`` for each workload and ``curves.png``; return the paths.
+
+    ``label`` names the comparison in every title ("cold", "held out"); any other than
+    "cold" prefixes the files (``curves_held_out.png``), so both comparisons' plots sit in
+    one folder.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
@@ -35,6 +40,7 @@ def plot_curves(landscapes: Sequence[Landscape], results: Sequence[RunResult], s
     for r in results:
         grouped[(r.spec.strategy, r.spec.workload)].append(r)
     colors = {name: plt.get_cmap("tab10")(i % 10) for i, name in enumerate(strategies)}
+    stem = "curves" if label == "cold" else "curves_" + label.replace(" ", "_")
     paths = []
     columns = min(3, len(landscapes))
     rows = -(-len(landscapes) // columns)
@@ -42,10 +48,10 @@ def plot_curves(landscapes: Sequence[Landscape], results: Sequence[RunResult], s
     for i, ls in enumerate(landscapes):
         figure, ax = plt.subplots(figsize=(7, 4.5))
         for target in (ax, axes[i // columns][i % columns]):
-            _draw(target, ls, grouped, strategies, colors)
+            _draw(target, ls, grouped, strategies, colors, label)
         ax.legend(fontsize=8, loc="upper right")
         figure.tight_layout()
-        path = out_dir / f"curves_{ls.name}.png"
+        path = out_dir / f"{stem}_{ls.name}.png"
         figure.savefig(path, dpi=110)
         plt.close(figure)
         paths.append(path)
@@ -53,15 +59,16 @@ def plot_curves(landscapes: Sequence[Landscape], results: Sequence[RunResult], s
         axes[j // columns][j % columns].set_visible(False)
     handles, labels = axes[0][0].get_legend_handles_labels()
     overview.legend(handles, labels, loc="lower center", ncol=min(len(labels), 8), fontsize=8, frameon=False)
-    overview.tight_layout(rect=(0, 0.06, 1, 1))
-    path = out_dir / "curves.png"
+    overview.tight_layout(rect=(0, 0.06, 1, 0.96))
+    overview.suptitle(f"{label}: best so far above the optimum, median and 25-75 % of seeds", fontsize=10)
+    path = out_dir / f"{stem}.png"
     overview.savefig(path, dpi=90)
     plt.close(overview)
     paths.append(path)
     return paths
 
 
-def _draw(ax, ls: Landscape, grouped, strategies: Sequence[str], colors) -> None:
+def _draw(ax, ls: Landscape, grouped, strategies: Sequence[str], colors, label: str = "cold") -> None:
     # Up to the runs' budget (beyond it a run has no data, only its last value).
     budgets = [r.spec.budget for rs in grouped.values() for r in rs if r.spec.workload == ls.name]
     length = min(max(budgets), len(ls.random_curve)) if budgets else len(ls.random_curve)
@@ -93,4 +100,4 @@ def _draw(ax, ls: Landscape, grouped, strategies: Sequence[str], colors) -> None
     ax.annotate(f"at the optimum (drawn at {FLOOR_PCT} %)", (1, FLOOR_PCT), xytext=(2, 1), textcoords="offset points",
                 fontsize=7, color="grey")
     ax.set_ylabel("best so far above optimum (%)")
-    ax.set_title(f"{ls.name} ({len(ls.feasible)} feasible)", fontsize=9)
+    ax.set_title(f"{ls.name} ({len(ls.feasible)} feasible), {label}", fontsize=9)
