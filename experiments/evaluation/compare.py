@@ -130,7 +130,9 @@ def eval_times(ls: Landscape) -> tuple[dict[Config, float] | None, str]:
 
     Kernel Tuner caches: ``compile_time`` + ``benchmark_time`` (ms); T4: ``compilation`` + the
     sum of ``runtimes`` (ms); our tables: ``compile_s`` only (the benchmark's wall time is
-    not recorded). None where a config has no recorded time: no time score then.
+    not recorded). A config without a recorded time (a build that failed before it was
+    timed) takes the median of the recorded ones, and the description says how many did.
+    None where no config has a time: no time score then.
     """
     if len(ls.paths) <= 1 and is_kernel_tuner_file(ls.path):
         data = read_json(ls.path)
@@ -143,13 +145,20 @@ def eval_times(ls: Landscape) -> tuple[dict[Config, float] | None, str]:
             times = [_sum_ms(r.get("compilation"), sum(r.get("runtimes") or []) if r.get("runtimes") else None)
                      for r in records]
             what = "compilation + runtimes (T4)"
-        if len(times) != len(ls.table) or any(t is None for t in times):
-            return None, "not recorded for every config"
-        return dict(zip(ls.table, times)), what
-    compile_s = [m.compile_s for m in ls.table.values()]
-    if not all(math.isfinite(c) and c >= 0 for c in compile_s):
-        return None, "not recorded for every config"
-    return dict(zip(ls.table, compile_s)), "compile_s only (benchmark time not recorded)"
+        if len(times) != len(ls.table):
+            return None, "not recorded config by config"
+    else:
+        times = [m.compile_s if math.isfinite(m.compile_s) and m.compile_s >= 0 else None for m in ls.table.values()]
+        what = "compile_s only (benchmark time not recorded)"
+    recorded = [t for t in times if t is not None]
+    if not recorded:
+        return None, "not recorded"
+    missing = len(times) - len(recorded)
+    if missing:
+        fill = float(np.median(recorded))
+        times = [fill if t is None else t for t in times]
+        what += f"; {missing} config(s) without a time take the median"
+    return dict(zip(ls.table, times)), what
 
 
 def _sum_ms(*values: Any) -> float | None:
@@ -396,7 +405,7 @@ def _time_lines(report: dict[str, Any], workloads: Sequence[str], short: Sequenc
             f"cached builds (median compile {_seconds(report, cached)}: "
             f"{', '.join(_short(w) for w in cached)})"
             + (f", the others compiled (median compile {_seconds(report, compiled)})" if compiled else "")
-            + "; there the time budget is mostly benchmark time")
+            + "; a cached build's recorded time is not what building it costs")
     return lines
 
 
