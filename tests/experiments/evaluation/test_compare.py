@@ -166,3 +166,25 @@ def test_python_spelled_bools_are_bools() -> None:
 def test_tables_of_two_workloads_are_not_one_landscape(recorded_tables) -> None:
     with pytest.raises(ValueError, match="2 workloads"):
         build_landscape(recorded_tables, load_spec("h200"))
+
+
+def test_the_report_leads_cold_and_says_where_held_out_priors_placed_the_optimum_first(
+        recorded_tables, tmp_path, capsys) -> None:
+    """A twin workload (the same times, another batch) hands its held-out search the answer:
+    the report leads with the cold comparison and notes, in the held-out one only, that
+    the strategies are not being compared there."""
+    table = recorded_tables[1]
+    rows = [json.loads(line) for line in table.read_text().splitlines()]
+    twin = tmp_path / "twin.jsonl"
+    twin.write_text("".join(json.dumps({**r, "workload": {**r["workload"], "batch": 2 * r["workload"]["batch"]}}) + "\n"
+                            for r in rows))
+    report_path = tmp_path / "report.json"
+    assert main(["compare", "--tables", str(table), str(twin), "--seeds", "2", "--budget", "10",
+                 "--strategies", "random,tpe", "--jobs", "1", "--json", str(report_path)]) == 0
+    report = json.loads(report_path.read_text())
+    assert report["first_is_optimal"] == [] and len(report["held_out"]["first_is_optimal"]) == 2
+    printed = capsys.readouterr().out
+    cold, held_out = printed.split("== HELD OUT")
+    assert cold.startswith("== COLD") and "NOTE" not in cold
+    assert "NOTE: on 2 of 2 workloads every strategy's first evaluation is within 2 %" in held_out
+    assert "the strategies are not being compared" in held_out
