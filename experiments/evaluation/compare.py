@@ -18,10 +18,20 @@ Reported per strategy and workload, over seeds:
   of the exhaustive optimum. A run that never gets there counts as budget + 1 (so
   medians stay finite); ``reached`` says which fraction of the runs got there.
 
-Held out (the default, ``--priors loo``): each workload's search is warm-started with the
-other recorded workloads' tables as priors (leave one workload out), never its own, and
-the strategies run with their registered defaults, so nothing a strategy learns comes
-from the workload it is scored on. ``--priors none`` runs every search cold.
+- time_score: the same score over a time budget, as Kernel Tuner's methodology counts it:
+  each evaluation takes its config's recorded compile + benchmark time (a repeat is free;
+  ``scoring.time_score``). Where a table's builds came from a compile cache (our H200
+  tables on some workloads: compile_s ~0.01 s against 0.6-0.9 s), the report says the
+  time score is not comparable there.
+
+The report leads with the cold comparison (no priors): that is where strategies are
+compared. With ``--priors loo`` (the default) a held-out comparison follows it in the same
+report (JSON ``held_out``, ``curves_held_out*.png``): each workload's search is warm-started
+with the other recorded workloads' tables as priors (leave one workload out), never its
+own, and the strategies run with their registered defaults, so nothing a strategy learns
+comes from the workload it is scored on. Where the priors already place the optimum first
+for every strategy, a note says the strategies are not being compared there.
+``--priors none`` runs the cold comparison only.
 """
 
 from __future__ import annotations
