@@ -27,6 +27,7 @@ from flashtune.experiments.evaluation.compare import (
     init_worker,
     run_one,
     same_run_peer,
+    unchanged_by_priors,
 )
 from flashtune.experiments.evaluation.compare_plot import plot_curves
 from flashtune.experiments.evaluation.landscape import Landscape, build_landscape, group_by_workload, table_files
@@ -100,7 +101,8 @@ def run_compare(args: argparse.Namespace) -> int:
     )
     if args.priors != "none":
         report["held_out"] = {**aggregate(landscapes, by_mode[args.priors], strategies),
-                              "priors": args.priors, "evaluation": EVALUATION[args.priors]}
+                              "priors": args.priors, "evaluation": EVALUATION[args.priors],
+                              "same_as_cold": unchanged_by_priors(by_mode["none"], by_mode[args.priors])}
     if peer_strategies:
         report["kernel_tuner"] = same_run_peer(landscapes, report, peer_strategies, args.kernel_tuner_seeds,
                                                args.budget)

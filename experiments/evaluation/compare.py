@@ -304,6 +304,19 @@ def _is_cache(path: Any) -> bool:
     return is_kernel_tuner_file(path) and "cache" in read_json(path)
 
 
+def unchanged_by_priors(cold: Sequence[RunResult], held_out: Sequence[RunResult]) -> list[str]:
+    """Workloads where every held-out run measured exactly what its cold twin (same strategy,
+    options and seed) measured: the other workloads' tables gave no usable prior (another
+    kernel's parameters), so the held-out comparison there repeats the cold one."""
+    def key(r: RunResult) -> tuple:
+        return r.spec.strategy, r.spec.options, r.spec.workload, r.spec.seed, r.spec.budget
+
+    twins = {key(r): r.costs for r in cold}
+    workloads = sorted({r.spec.workload for r in held_out})
+    return [w for w in workloads
+            if all(twins.get(key(r)) == r.costs for r in held_out if r.spec.workload == w)]
+
+
 def first_is_optimal(report: dict[str, Any]) -> list[str]:
     """Workloads where every strategy's first evaluation is already within 2 % (median over
     seeds): there the priors, not the strategies, found the optimum, and nothing is compared."""
@@ -387,6 +400,11 @@ def format_comparison(report: dict[str, Any], title: str, held_out: bool) -> str
                         f"within 2 % ({', '.join(_short(w) for w in trivial)}): the held-out priors placed the "
                         "optimum first there, so the strategies are not being compared; the cold comparison "
                         "compares them")
+    same = report.get("same_as_cold") or []
+    if same and held_out:
+        lines.insert(1, f"NOTE: on {len(same)} of {len(workloads)} workloads ({', '.join(_short(w) for w in same)}) "
+                        "the priors changed no run (the other tables gave none this space can use): the held-out "
+                        "comparison there repeats the cold one")
     return "\n".join(lines)
 
 

@@ -183,6 +183,7 @@ def test_the_report_leads_cold_and_says_where_held_out_priors_placed_the_optimum
                  "--strategies", "random,tpe", "--jobs", "1", "--json", str(report_path)]) == 0
     report = json.loads(report_path.read_text())
     assert report["first_is_optimal"] == [] and len(report["held_out"]["first_is_optimal"]) == 2
+    assert report["held_out"]["same_as_cold"] == []  # the twin's priors changed the runs
     printed = capsys.readouterr().out
     cold, held_out = printed.split("== HELD OUT")
     assert cold.startswith("== COLD") and "NOTE" not in cold
