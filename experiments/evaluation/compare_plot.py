@@ -1,7 +1,7 @@
 """Performance curves of a comparison: best so far relative to the optimum, per evaluation.
 
 One PNG per workload and one overview with every workload: for each strategy the median
-over seeds (line; each next strategy thinner, so identical curves both show) and the 25-75 % band, against random search's exact expectation
+over seeds (line; each next strategy thinner and in another dash, so identical curves both show) and the 25-75 % band, against random search's exact expectation
 (dashed), with the 2 % and 5 % marks and the score's budget, each labelled on the plot.
 The y axis is logarithmic with a floor (``FLOOR_PCT``): a strategy at the optimum sits on
 the floor, visibly, instead of vanishing below a symlog axis's zero. The overview has one
@@ -21,6 +21,8 @@ from flashtune.experiments.evaluation.landscape import Landscape
 
 #: Where a curve at the optimum is drawn (% above it): the log axis's floor.
 FLOOR_PCT = 0.1
+#: Each strategy's dash, in turn (random search's expectation is the black dashes).
+LINE_STYLES = ("-", (0, (6, 2)), (0, (2, 1.5)), "-.")
 
 
 def plot_curves(landscapes: Sequence[Landscape], results: Sequence[RunResult], strategies: Sequence[str],
@@ -82,12 +84,13 @@ def _draw(ax, ls: Landscape, grouped, strategies: Sequence[str], colors, label: 
         runs = grouped.get((name, ls.name), [])
         if not runs:
             continue
-        # Earlier strategies wider, later ones drawn on top thinner: two strategies that ask
-        # the same (the portfolio leads with GP) both stay visible.
+        # Earlier strategies wider, later ones drawn on top thinner and in another dash: two
+        # strategies that ask the same (the portfolio leads with GP) both stay visible.
         width = 3.2 - 2.0 * order / max(len(strategies) - 1, 1)
+        style = LINE_STYLES[order % len(LINE_STYLES)]
         curves = floored((relative_curves(ls, runs, length) - 1) * 100)
         p25, median, p75 = np.percentile(curves, [25, 50, 75], axis=0)
-        ax.plot(x, median, color=colors[name], lw=width, label=name)
+        ax.plot(x, median, color=colors[name], lw=width, ls=style, label=name)
         ax.fill_between(x, p25, p75, color=colors[name], alpha=0.15, lw=0)
     for level in (2, 5):
         ax.axhline(level, color="grey", lw=0.6, ls=":")
