@@ -186,12 +186,14 @@ def _parse_options(items: Sequence[str], strategies: Sequence[str]) -> dict[str,
 
 
 def _write_runs(path: Path, results: Sequence[RunResult]) -> None:
-    """Every run's trial costs (ms, null for a failure), to re-plot or re-score without re-running."""
+    """Every run's trial costs (ms, null for a failure) and recorded evaluation times (s), to
+    re-plot or re-score without re-running."""
     tmp = path.with_suffix(path.suffix + ".tmp")
     with tmp.open("w") as fh:
         for r in sorted(results, key=lambda r: (r.spec.workload, r.spec.strategy, r.spec.seed)):
             record = {**dataclasses.asdict(r.spec), "options": dict(r.spec.options), "seconds": r.seconds,
-                      "costs_ms": [c if np.isfinite(c) else None for c in r.costs]}
+                      "costs_ms": [c if np.isfinite(c) else None for c in r.costs],
+                      "eval_seconds": list(r.eval_seconds)}
             fh.write(json.dumps(record, sort_keys=True) + "\n")
     tmp.replace(path)
     print(f"wrote {path}", file=sys.stderr)

@@ -94,7 +94,7 @@ def test_an_empty_or_missing_table_folder_is_named(tmp_path, capsys) -> None:
 def test_random_strategy_scores_zero_on_average(recorded_tables, tmp_path) -> None:
     report_path = tmp_path / "random.json"
     assert main(["compare", "--tables", str(recorded_tables[0]), "--seeds", "300", "--strategies", "random",
-                 "--jobs", "1", "--json", str(report_path)]) == 0
+                 "--priors", "none", "--jobs", "1", "--json", str(report_path)]) == 0
     report = json.loads(report_path.read_text())
     # The baseline is random search's exact expectation, so random runs average 0; one
     # run's score spreads by about 0.8 here, the mean of 300 by 0.05: allow four of those.
