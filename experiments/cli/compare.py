@@ -27,6 +27,7 @@ from flashtune.experiments.evaluation.compare import (
     init_worker,
     run_one,
     same_run_peer,
+    unchanged_by_priors,
 )
 from flashtune.experiments.evaluation.compare_plot import plot_curves
 from flashtune.experiments.evaluation.landscape import Landscape, build_landscape, group_by_workload, table_files
@@ -46,8 +47,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--budget", type=int, default=None,
                    help="trials per run (default: the workload's feasible configs, the whole space)")
     p.add_argument("--priors", choices=PRIOR_MODES, default="loo",
-                   help="loo (default, held out): warm-start each search with the other workloads' tables, "
-                        "never its own; none: cold")
+                   help="loo (default): the cold comparison, then a held-out one (each search warm-started with "
+                        "the other workloads' tables, never its own), in one report; none: the cold one only")
     p.add_argument("--noise", action="store_true", help="draw replayed times from the recorded 20/80 %% quantiles")
     p.add_argument("--option", action="append", default=[], metavar="STRATEGY.NAME=VALUE",
                    help="a strategy option (VALUE is JSON, else a string); repeatable")
@@ -80,26 +81,37 @@ def run_compare(args: argparse.Namespace) -> int:
     landscapes = _select_workloads(recorded, args.workloads)
     strategies = select_strategies(args.strategies)
     options = _parse_options(args.option, strategies)
+    # Cold first, always: it compares the strategies. A priors mode adds the held-out
+    # comparison after it, in the same report (where the priors place the optimum first,
+    # the held-out table measures the priors, not the strategies).
+    modes = ["none"] if args.priors == "none" else ["none", args.priors]
     runs = [RunSpec(name, tuple(sorted(options.get(name, {}).items())), ls.name, seed,
-                    args.budget if args.budget is not None else len(ls.feasible))
-            for ls in landscapes for name in strategies for seed in range(args.seeds)]
+                    args.budget if args.budget is not None else len(ls.feasible), mode)
+            for mode in modes for ls in landscapes for name in strategies for seed in range(args.seeds)]
     # Every recorded workload goes to the workers: the held-out priors of a selected
     # workload are all the others, selected or not.
     results = _execute(runs, [[str(p) for p in ls.paths] for ls in recorded], args)
-    report = aggregate(landscapes, results, strategies)
+    by_mode = {mode: [r for r in results if r.spec.priors == mode] for mode in modes}
+    report = aggregate(landscapes, by_mode["none"], strategies)
     report.update(
         date=datetime.date.today().isoformat(),
         command=_command_line(args, strategies, landscapes),
         seeds=args.seeds, budget=args.budget if args.budget is not None else "feasible",
-        priors=args.priors, evaluation=EVALUATION[args.priors], noise=args.noise, hardware=args.hardware, options=options,
+        priors=args.priors, evaluation=EVALUATION["none"], noise=args.noise, hardware=args.hardware, options=options,
     )
+    if args.priors != "none":
+        report["held_out"] = {**aggregate(landscapes, by_mode[args.priors], strategies),
+                              "priors": args.priors, "evaluation": EVALUATION[args.priors],
+                              "same_as_cold": unchanged_by_priors(by_mode["none"], by_mode[args.priors])}
     if peer_strategies:
         report["kernel_tuner"] = same_run_peer(landscapes, report, peer_strategies, args.kernel_tuner_seeds,
                                                args.budget)
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
-        for path in plot_curves(landscapes, results, strategies, args.out):
-            print(f"wrote {path}", file=sys.stderr)
+        for mode in modes:
+            label = "cold" if mode == "none" else "held out"
+            for path in plot_curves(landscapes, by_mode[mode], strategies, args.out, label=label):
+                print(f"wrote {path}", file=sys.stderr)
         write_report(args.out / "report.json", report)
         _write_runs(args.out / "runs.jsonl", results)
     if args.json is not None:
@@ -112,26 +124,26 @@ def _execute(runs: Sequence[RunSpec], paths: Sequence[Sequence[str]], args: argp
     """Run everything, in worker processes, printing progress per strategy and workload."""
     jobs = job_count(args.jobs)
     started = time.perf_counter()
-    groups: dict[tuple[str, str], int] = defaultdict(int)
+    groups: dict[tuple[str, str, str], int] = defaultdict(int)
     for spec in runs:
-        groups[(spec.strategy, spec.workload)] += 1
-    done: dict[tuple[str, str], list[RunResult]] = defaultdict(list)
+        groups[(spec.strategy, spec.workload, spec.priors)] += 1
+    done: dict[tuple[str, str, str], list[RunResult]] = defaultdict(list)
     results: list[RunResult] = []
     print(f"compare: {len(runs)} runs ({len(groups)} strategy x workload pairs) on {jobs} process(es)", file=sys.stderr)
 
     def record(result: RunResult) -> None:
         results.append(result)
-        key = (result.spec.strategy, result.spec.workload)
+        key = (result.spec.strategy, result.spec.workload, result.spec.priors)
         done[key].append(result)
         if len(done[key]) == groups[key]:
             elapsed = time.perf_counter() - started
             eta = elapsed / len(results) * (len(runs) - len(results))
-            print(f"  [{len(results):5d}/{len(runs)}] {key[0]:>8s} on {key[1]}: {groups[key]} runs, "
+            print(f"  [{len(results):5d}/{len(runs)}] {key[0]:>8s} on {key[1]} (priors {key[2]}): {groups[key]} runs, "
                   f"{np.mean([r.seconds for r in done[key]]):.2f} s/run; {elapsed:.0f} s elapsed, ~{eta:.0f} s left",
                   file=sys.stderr, flush=True)
 
     run_all(runs, run_one, jobs=jobs, initializer=init_worker,
-            initargs=(list(paths), args.hardware, args.noise, args.priors), record=record)
+            initargs=(list(paths), args.hardware, args.noise), record=record)
     return results
 
 
@@ -174,12 +186,14 @@ def _parse_options(items: Sequence[str], strategies: Sequence[str]) -> dict[str,
 
 
 def _write_runs(path: Path, results: Sequence[RunResult]) -> None:
-    """Every run's trial costs (ms, null for a failure), to re-plot or re-score without re-running."""
+    """Every run's trial costs (ms, null for a failure) and recorded evaluation times (s), to
+    re-plot or re-score without re-running."""
     tmp = path.with_suffix(path.suffix + ".tmp")
     with tmp.open("w") as fh:
         for r in sorted(results, key=lambda r: (r.spec.workload, r.spec.strategy, r.spec.seed)):
             record = {**dataclasses.asdict(r.spec), "options": dict(r.spec.options), "seconds": r.seconds,
-                      "costs_ms": [c if np.isfinite(c) else None for c in r.costs]}
+                      "costs_ms": [c if np.isfinite(c) else None for c in r.costs],
+                      "eval_seconds": list(r.eval_seconds)}
             fh.write(json.dumps(record, sort_keys=True) + "\n")
     tmp.replace(path)
     print(f"wrote {path}", file=sys.stderr)

@@ -18,10 +18,20 @@ Reported per strategy and workload, over seeds:
   of the exhaustive optimum. A run that never gets there counts as budget + 1 (so
   medians stay finite); ``reached`` says which fraction of the runs got there.
 
-Held out (the default, ``--priors loo``): each workload's search is warm-started with the
-other recorded workloads' tables as priors (leave one workload out), never its own, and
-the strategies run with their registered defaults, so nothing a strategy learns comes
-from the workload it is scored on. ``--priors none`` runs every search cold.
+- time_score: the same score over a time budget, as Kernel Tuner's methodology counts it:
+  each evaluation takes its config's recorded compile + benchmark time (a repeat is free;
+  ``scoring.time_score``). Where a table's builds came from a compile cache (our H200
+  tables on some workloads: compile_s ~0.01 s against 0.6-0.9 s), the report says the
+  time score is not comparable there.
+
+The report leads with the cold comparison (no priors): that is where strategies are
+compared. With ``--priors loo`` (the default) a held-out comparison follows it in the same
+report (JSON ``held_out``, ``curves_held_out*.png``): each workload's search is warm-started
+with the other recorded workloads' tables as priors (leave one workload out), never its
+own, and the strategies run with their registered defaults, so nothing a strategy learns
+comes from the workload it is scored on. Where the priors already place the optimum first
+for every strategy, a note says the strategies are not being compared there.
+``--priors none`` runs the cold comparison only.
 """
 
 from __future__ import annotations
@@ -30,6 +40,7 @@ import dataclasses
 import time
 from collections import defaultdict
 from collections.abc import Sequence
+import math
 from typing import Any
 
 import numpy as np
@@ -38,6 +49,7 @@ from flashtune.experiments import DATA_DIR
 from flashtune.experiments.evaluation import kernel_tuner_peer, scoring
 from flashtune.experiments.evaluation.landscape import Landscape, build_landscape
 from flashtune.experiments.evaluation.replay_batch import quiet_worker
+from flashtune.kernels.config import Config
 from flashtune.objectives.hardware import load_spec
 from flashtune.objectives.kernel_tuner_files import is_kernel_tuner_file, read_json
 from flashtune.objectives.replay import ReplayObjective
@@ -64,6 +76,7 @@ class RunSpec:
     workload: str
     seed: int
     budget: int
+    priors: str = "none"  # one of PRIOR_MODES
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,6 +84,10 @@ class RunResult:
     spec: RunSpec
     costs: tuple[float, ...]  # ms per trial in order, inf for failures
     seconds: float
+    #: The recorded time (s) each trial's config took to compile and benchmark, in trial
+    #: order; 0 for a config the run had already measured (a repeat is free). Empty when
+    #: the table records no times.
+    eval_seconds: tuple[float, ...] = ()
 
 
 # -- the runs, in worker processes ----------------------------------------------------
@@ -78,13 +95,14 @@ class RunResult:
 _WORKER: dict[str, Any] = {}
 
 
-def init_worker(paths: Sequence[Sequence[str]], hardware: str, noise: bool, priors: str) -> None:
+def init_worker(paths: Sequence[Sequence[str]], hardware: str, noise: bool) -> None:
     """Load the tables once per process (``paths``: each workload's tables); keep numeric
     libraries to one thread each."""
     _WORKER["limits"] = quiet_worker()
     spec = load_spec(hardware)
     landscapes = {ls.name: ls for ls in (build_landscape(p, spec) for p in paths)}
-    _WORKER.update(landscapes=landscapes, noise=noise, priors=priors)
+    times = {name: eval_times(ls)[0] for name, ls in landscapes.items()}
+    _WORKER.update(landscapes=landscapes, noise=noise, times=times)
 
 
 def run_one(spec: RunSpec) -> RunResult:
@@ -92,7 +110,7 @@ def run_one(spec: RunSpec) -> RunResult:
     landscape = landscapes[spec.workload]
     objective = ReplayObjective(landscape.table.values(), noise=_WORKER["noise"], seed=spec.seed)
     priors: list[Measurement] = []
-    if _WORKER["priors"] == "loo":
+    if spec.priors == "loo":
         priors = [dataclasses.replace(m, source="prior")
                   for other in landscapes.values() if other.name != landscape.name for m in other.table.values()]
     strategy = make_strategy(spec.strategy, landscape.space, seed=spec.seed, **dict(spec.options))
@@ -100,7 +118,76 @@ def run_one(spec: RunSpec) -> RunResult:
     history = run(strategy, lambda config: objective.evaluate(config, landscape.workload),
                   max_trials=spec.budget, priors=priors)
     seconds = time.perf_counter() - started
-    return RunResult(spec, tuple(t.cost_ms for t in history.trials), seconds)
+    times: dict[Config, float] | None = _WORKER["times"][spec.workload]
+    eval_seconds: list[float] = []
+    if times is not None:
+        seen: set[Config] = set()
+        for t in history.trials:
+            eval_seconds.append(0.0 if t.config in seen else times.get(t.config, 0.0))
+            seen.add(t.config)
+    return RunResult(spec, tuple(t.cost_ms for t in history.trials), seconds, tuple(eval_seconds))
+
+
+# -- the recorded time of an evaluation ---------------------------------------------------
+
+#: Below this median compile time (s) a table's builds came from a compile cache: its
+#: time budget is mostly benchmark time, not comparable with a table that compiled.
+CACHED_BUILD_S = 0.05
+
+
+def eval_times(ls: Landscape) -> tuple[dict[Config, float] | None, str]:
+    """The recorded seconds each config's evaluation took (compile + benchmark), and what they count.
+
+    Kernel Tuner caches: ``compile_time`` + ``benchmark_time`` (ms); T4: ``compilation`` + the
+    sum of ``runtimes`` (ms); our tables: ``compile_s`` only (the benchmark's wall time is
+    not recorded). A config without a recorded time (a build that failed before it was
+    timed) takes the median of the recorded ones, and the description says how many did.
+    None where no config has a time: no time score then.
+    """
+    if len(ls.paths) <= 1 and is_kernel_tuner_file(ls.path):
+        data = read_json(ls.path)
+        if "cache" in data:
+            records = list(data["cache"].values())
+            times = [_sum_ms(r.get("compile_time"), r.get("benchmark_time")) for r in records]
+            what = "compile_time + benchmark_time (Kernel Tuner cache)"
+        else:
+            records = [r.get("times") or {} for r in data["results"]]
+            times = [_sum_ms(r.get("compilation"), sum(r.get("runtimes") or []) if r.get("runtimes") else None)
+                     for r in records]
+            what = "compilation + runtimes (T4)"
+        if len(times) != len(ls.table):
+            return None, "not recorded config by config"
+    else:
+        times = [m.compile_s if math.isfinite(m.compile_s) and m.compile_s >= 0 else None for m in ls.table.values()]
+        what = "compile_s only (benchmark time not recorded)"
+    recorded = [t for t in times if t is not None]
+    if not recorded:
+        return None, "not recorded"
+    missing = len(times) - len(recorded)
+    if missing:
+        fill = float(np.median(recorded))
+        times = [fill if t is None else t for t in times]
+        what += f"; {missing} config(s) without a time take the median"
+    return dict(zip(ls.table, times)), what
+
+
+def _sum_ms(*values: Any) -> float | None:
+    """Seconds of the recorded milliseconds; None if any is missing or not a number."""
+    if any(isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) for v in values):
+        return None
+    return sum(values) / 1e3
+
+
+def time_summary(ls: Landscape) -> dict[str, Any]:
+    """What the time score of a workload counts: mean seconds per evaluation, the median
+    compile time, and whether the builds were cached (then not comparable)."""
+    times, what = eval_times(ls)
+    if times is None:
+        return {"counts": what, "mean_s": None, "compile_median_s": None, "cached_builds": None}
+    compile_s = [m.compile_s for m in ls.table.values() if math.isfinite(m.compile_s)]
+    median_compile = float(np.median(compile_s)) if compile_s else math.nan
+    return {"counts": what, "mean_s": float(np.mean([times[c] for c in ls.feasible])),
+            "compile_median_s": median_compile, "cached_builds": bool(median_compile < CACHED_BUILD_S)}
 
 
 # -- aggregation ------------------------------------------------------------------------
@@ -128,6 +215,15 @@ def summarize_runs(landscape: Landscape, results: Sequence[RunResult]) -> dict[s
     scores = [scoring.methodology_score(run_curve(landscape, r), landscape.random_curve, landscape.optimum_ms, window)
               for r in results]
     summary: dict[str, Any] = {"score": scoring.spread(scores), "score_window": window}
+    mean_s = time_summary(landscape)["mean_s"]
+    if mean_s and all(len(r.eval_seconds) == len(r.costs) for r in results):
+        # Kernel Tuner's time budget: the window's evaluations at the space's mean time each.
+        time_scores = [scoring.time_score(scoring.fill_failures(r.costs, landscape.worst_ms) if r.costs
+                                          else np.array([landscape.worst_ms]),
+                                          r.eval_seconds or (0.0,), landscape.random_curve, mean_s,
+                                          landscape.optimum_ms, window * mean_s) for r in results]
+        summary["time_score"] = scoring.spread(time_scores)
+        summary["time_budget_s"] = window * mean_s
     for key, tolerance in TOLERANCES.items():
         counts = evals_to(landscape, results, tolerance)
         reached = sum(c <= r.spec.budget for c, r in zip(counts, results))
@@ -154,10 +250,11 @@ def relative_curves(landscape: Landscape, results: Sequence[RunResult], length: 
 
 
 def aggregate(landscapes: Sequence[Landscape], results: Sequence[RunResult], strategies: Sequence[str]) -> dict[str, Any]:
-    """The JSON report: the schema of issue 3, plus per-workload detail.
+    """The JSON report of one comparison (one priors mode): the schema of issue 3, plus per-workload detail.
 
-    A strategy's ``score`` is the mean of its per-workload scores; its ``evals_to_*``
-    spread pools the runs of every workload.
+    A strategy's ``score`` is the mean of its per-workload scores (``time_score`` likewise,
+    over the workloads with recorded times); its ``evals_to_*`` spread pools the runs of
+    every workload.
     """
     grouped: dict[tuple[str, str], list[RunResult]] = defaultdict(list)
     for r in results:
@@ -176,6 +273,8 @@ def aggregate(landscapes: Sequence[Landscape], results: Sequence[RunResult], str
             entry[key] = scoring.spread([c for ls in landscapes for c in evals_to(ls, grouped[(name, ls.name)], tolerance)])
         # The fraction of all runs (every workload, every seed) that came within 2 % in budget.
         entry["hit_rate_2pct"] = float(np.mean([w["evals_to_2pct"]["reached"] for w in per_workload.values()]))
+        timed = [w["time_score"]["mean"] for w in per_workload.values() if "time_score" in w]
+        entry["time_score"] = float(np.mean(timed)) if timed else None
         entry["workloads"] = per_workload
         report["strategies"][name] = entry
     report["first_is_optimal"] = first_is_optimal(report)
@@ -205,6 +304,19 @@ def _is_cache(path: Any) -> bool:
     return is_kernel_tuner_file(path) and "cache" in read_json(path)
 
 
+def unchanged_by_priors(cold: Sequence[RunResult], held_out: Sequence[RunResult]) -> list[str]:
+    """Workloads where every held-out run measured exactly what its cold twin (same strategy,
+    options and seed) measured: the other workloads' tables gave no usable prior (another
+    kernel's parameters), so the held-out comparison there repeats the cold one."""
+    def key(r: RunResult) -> tuple:
+        return r.spec.strategy, r.spec.options, r.spec.workload, r.spec.seed, r.spec.budget
+
+    twins = {key(r): r.costs for r in cold}
+    workloads = sorted({r.spec.workload for r in held_out})
+    return [w for w in workloads
+            if all(twins.get(key(r)) == r.costs for r in held_out if r.spec.workload == w)]
+
+
 def first_is_optimal(report: dict[str, Any]) -> list[str]:
     """Workloads where every strategy's first evaluation is already within 2 % (median over
     seeds): there the priors, not the strategies, found the optimum, and nothing is compared."""
@@ -226,6 +338,7 @@ def _landscape_summary(ls: Landscape) -> dict[str, Any]:
         "score_budget": ls.score_budget,
         "random_expected_evals_to_2pct": ls.random_evals_to_within(0.02),
         "random_expected_evals_to_5pct": ls.random_evals_to_within(0.05),
+        "eval_time": time_summary(ls),
     }
 
 
@@ -233,11 +346,30 @@ def _landscape_summary(ls: Landscape) -> dict[str, Any]:
 
 
 def format_table(report: dict[str, Any]) -> str:
-    """Score (median over seeds) and median evaluations to 2 % per strategy and workload."""
+    """The report as text: the cold comparison first, then the held-out one (when run), each labelled."""
+    sections = [format_comparison(report, "COLD (no priors): the strategies compared", held_out=False)]
+    if report.get("held_out"):
+        sections.append(format_comparison(report["held_out"], "HELD OUT (priors from the other workloads)",
+                                          held_out=True))
+    peer = report.get("kernel_tuner")
+    if peer and peer["strategies"]:
+        ours = sorted(peer["ours_hit_rate_2pct"].items(), key=lambda kv: -kv[1])
+        theirs = sorted(((n, e["hit_rate_2pct"]) for n, e in peer["strategies"].items()), key=lambda kv: -kv[1])
+        sections.append(f"same run, cold, on the {len(peer['spaces'])} Kernel Tuner cache file(s) only, hit rate "
+                        f"within 2 % in {peer['budget']}: ours " + ", ".join(f"{n} {h:.2f}" for n, h in ours)
+                        + f"; Kernel Tuner's ({peer['seeds']} seeds, simulation mode) "
+                        + ", ".join(f"{n} {h:.2f}" for n, h in theirs))
+    return "\n\n".join(sections)
+
+
+def format_comparison(report: dict[str, Any], title: str, held_out: bool) -> str:
+    """One comparison's table: score (mean over seeds) and median evaluations to 2 % per
+    strategy and workload, the time score where the tables record times, and the notes."""
     workloads = list(report["workloads"])
     short = [_short(w) for w in workloads]
     width = max([12, *(len(s) for s in short)])
-    lines = ["score (mean over seeds; 0 = random search, 1 = optimum at once) / evals to 2 % (median over seeds)"]
+    lines = [f"== {title}",
+             "score (mean over seeds; 0 = random search, 1 = optimum at once) / evals to 2 % (median over seeds)"]
     if report.get("evaluation"):
         lines.append(f"evaluation: {report['evaluation']}")
     header = f"{'strategy':>10s} " + " ".join(f"{s:>{width}s}" for s in short) + f" {'overall':>{width}s}"
@@ -260,22 +392,54 @@ def format_table(report: dict[str, Any]) -> str:
     if all(h is not None for h in hits.values()):
         lines.append("hit rate (runs within 2 % of the optimum in budget): "
                      + ", ".join(f"{n} {h:.2f}" for n, h in sorted(hits.items(), key=lambda kv: -kv[1])))
-    peer = report.get("kernel_tuner")
-    if peer and peer["strategies"]:
-        ours = sorted(peer["ours_hit_rate_2pct"].items(), key=lambda kv: -kv[1])
-        theirs = sorted(((n, e["hit_rate_2pct"]) for n, e in peer["strategies"].items()), key=lambda kv: -kv[1])
-        lines.append(f"same run, on the {len(peer['spaces'])} Kernel Tuner cache file(s) only, hit rate within 2 % in "
-                     f"{peer['budget']}: ours " + ", ".join(f"{n} {h:.2f}" for n, h in ours)
-                     + f"; Kernel Tuner's ({peer['seeds']} seeds, simulation mode) "
-                     + ", ".join(f"{n} {h:.2f}" for n, h in theirs))
+    lines.extend(_time_lines(report, workloads, short, width))
     trivial = report.get("first_is_optimal") or []
-    if trivial and report.get("priors") != "none":
+    if trivial and held_out:
         # First, before any figure: the table below does not compare strategies on these.
-        lines.insert(0, f"NOTE: on {len(trivial)} of {len(workloads)} workloads every strategy's first evaluation is "
+        lines.insert(1, f"NOTE: on {len(trivial)} of {len(workloads)} workloads every strategy's first evaluation is "
                         f"within 2 % ({', '.join(_short(w) for w in trivial)}): the held-out priors placed the "
-                        "optimum first there, so the strategies are not being compared; the cold run "
-                        "(--priors none) compares them")
+                        "optimum first there, so the strategies are not being compared; the cold comparison "
+                        "compares them")
+    same = report.get("same_as_cold") or []
+    if same and held_out:
+        lines.insert(1, f"NOTE: on {len(same)} of {len(workloads)} workloads ({', '.join(_short(w) for w in same)}) "
+                        "the priors changed no run (the other tables gave none this space can use): the held-out "
+                        "comparison there repeats the cold one")
     return "\n".join(lines)
+
+
+def _time_lines(report: dict[str, Any], workloads: Sequence[str], short: Sequence[str], width: int) -> list[str]:
+    """The time-budget score rows and the note on what each workload's times count."""
+    timed = [w for w in workloads if report["workloads"][w]["eval_time"]["mean_s"]]
+    if not timed or not report["strategies"]:
+        return []
+    lines = ["time score (Kernel Tuner's methodology over a time budget: each evaluation takes its config's "
+             "recorded compile + benchmark time, a repeat is free; mean over seeds)"]
+    lines.append(f"{'s/eval':>10s} " + " ".join(
+        f"{format(report['workloads'][w]['eval_time']['mean_s'], '.3g') if w in timed else '-':>{width}s}"
+        for w in workloads))
+    for name, entry in report["strategies"].items():
+        cells = [f"{entry['workloads'][w]['time_score']['mean']:+.2f}" if "time_score" in entry["workloads"][w]
+                 else "-" for w in workloads]
+        overall = f"{entry['time_score']:+.2f}" if entry.get("time_score") is not None else "-"
+        lines.append(f"{name:>10s} " + " ".join(f"{c:>{width}s}" for c in cells) + f" {overall:>{width}s}")
+    counts = sorted({report["workloads"][w]["eval_time"]["counts"] for w in timed})
+    lines.append("times counted: " + "; ".join(counts))
+    cached = [w for w in timed if report["workloads"][w]["eval_time"]["cached_builds"]]
+    if cached:
+        compiled = [w for w in timed if w not in cached]
+        lines.append(
+            f"NOTE: time score not comparable across workloads: {len(cached)} of {len(timed)} were recorded from "
+            f"cached builds (median compile {_seconds(report, cached)}: "
+            f"{', '.join(_short(w) for w in cached)})"
+            + (f", the others compiled (median compile {_seconds(report, compiled)})" if compiled else "")
+            + "; a cached build's recorded time is not what building it costs")
+    return lines
+
+
+def _seconds(report: dict[str, Any], workloads: Sequence[str]) -> str:
+    values = [report["workloads"][w]["eval_time"]["compile_median_s"] for w in workloads]
+    return f"{min(values):.3g}-{max(values):.3g} s" if len(values) > 1 else f"{values[0]:.3g} s"
 
 
 def _short(name: str) -> str:

@@ -9,8 +9,13 @@ gap to the optimum it closed:
     P = mean over t = 1..budget of (R(t) - F(t)) / (R(t) - optimum)
 
 0 is random search, 1 is the optimum from the first evaluation, negative is worse than
-random. Kernel Tuner counts time; replay counts evaluations (a trial's cost is mostly
-its compile, about the same for every config).
+random. ``methodology_score`` counts evaluations; ``time_score`` counts time, as the
+methodology does: each evaluation takes its config's recorded compile + benchmark time
+(a repeated config is free), the budget is the evaluation budget at the space's mean time
+per evaluation, and random search's baseline at time t is its curve at
+max(1, round(t / mean)) evaluations (Kernel Tuner's ``time_to_fevals``). A strategy that
+picks cheap-to-build configs gets further in the same time; one that picks slow builds
+pays for them.
 
 Failures have no time. A failed config counts as the worst successful time of the space:
 a run that has found nothing yet is no better off than one that found the slowest
@@ -95,6 +100,49 @@ def methodology_score(run_best: np.ndarray, random_curve: np.ndarray, optimum: f
     if budget <= 0:
         return 0.0
     baseline = random_curve[:budget]
+    gap = baseline - optimum
+    keep = gap > 1e-12 * max(abs(optimum), 1.0)
+    if not keep.any():
+        return 0.0
+    return float(np.mean((baseline[keep] - run[keep]) / gap[keep]))
+
+
+#: Points of the time grid the time score averages over (equally spaced in (0, budget]).
+TIME_POINTS = 100
+
+
+def time_score(costs: Sequence[float], eval_seconds: Sequence[float], random_curve: np.ndarray, mean_seconds: float,
+               optimum: float, budget_seconds: float, points: int = TIME_POINTS) -> float:
+    """Kernel Tuner's score of one run over a time budget.
+
+    Args:
+        costs: the run's costs in trial order, failures already filled (``fill_failures``).
+        eval_seconds: the recorded time of each trial (compile + benchmark; 0 for a repeat).
+        random_curve: ``random_search_curve`` of the same space (per evaluation).
+        mean_seconds: the space's mean time per evaluation (random search's pace).
+        optimum: the space's best cost.
+        budget_seconds: the time to average over.
+        points: the grid's size.
+
+    Returns:
+        The mean closed fraction of random search's gap at ``points`` equally spaced times
+        up to the budget. Before its first evaluation completes a run counts as that first
+        result, as random search counts at least one evaluation. A run whose trials end
+        before the budget keeps its last best. Times where random search has no gap left
+        are left out; none left: 0.
+    """
+    if len(costs) == 0 or len(costs) != len(eval_seconds):
+        raise ValueError(f"time_score: {len(costs)} costs and {len(eval_seconds)} times; need one time per cost, "
+                         "at least one")
+    if not (mean_seconds > 0 and budget_seconds > 0):
+        raise ValueError(f"time_score: mean_seconds {mean_seconds} and budget_seconds {budget_seconds} must be > 0")
+    grid = budget_seconds * np.arange(1, points + 1) / points
+    finished = np.cumsum(np.asarray(eval_seconds, dtype=float))
+    best = np.minimum.accumulate(np.asarray(costs, dtype=float))
+    done = np.searchsorted(finished, grid * (1 + 1e-12), side="right")  # trials completed by each time
+    run = best[np.maximum(done, 1) - 1]
+    evals = np.clip(np.round(grid / mean_seconds).astype(int), 1, len(random_curve))
+    baseline = random_curve[evals - 1]
     gap = baseline - optimum
     keep = gap > 1e-12 * max(abs(optimum), 1.0)
     if not keep.any():

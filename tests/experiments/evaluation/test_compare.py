@@ -33,7 +33,10 @@ def test_compare_writes_the_issue_schema_curves_and_a_table(recorded_tables, tmp
     assert report["space_size"] == {w: 120 for w in report["workloads"]}
     assert report["feasible"] == {w: d["feasible"] for w, d in report["workloads"].items()}
     assert len(set(report["feasible"].values())) == 2 and max(report["feasible"].values()) == 120
-    assert report["priors"] == "loo" and report["evaluation"].startswith("held out")
+    # Cold first (it compares the strategies), the held-out comparison after it.
+    assert report["priors"] == "loo" and report["evaluation"].startswith("cold")
+    assert report["held_out"]["evaluation"].startswith("held out")
+    assert set(report["held_out"]["strategies"]) == {"random", "tpe", "ga"}
     for entry in report["strategies"].values():
         assert isinstance(entry["score"], float) and math.isfinite(entry["score"])
         for key in ("evals_to_2pct", "evals_to_5pct"):
@@ -46,13 +49,16 @@ def test_compare_writes_the_issue_schema_curves_and_a_table(recorded_tables, tmp
             assert detail["evals_to_2pct"]["median"] >= detail["evals_to_5pct"]["median"]
     assert "flashtune compare" in report["command"] and "--seeds 3" in report["command"]
     pngs = sorted(p.name for p in (tmp_path / "out").glob("*.png"))
-    assert "curves.png" in pngs and len(pngs) == 1 + len(recorded_tables)
+    # One set of curves per comparison.
+    assert {"curves.png", "curves_held_out.png"} <= set(pngs) and len(pngs) == 2 * (1 + len(recorded_tables))
     assert (tmp_path / "out" / "report.json").exists()
     runs = [json.loads(line) for line in (tmp_path / "out" / "runs.jsonl").read_text().splitlines()]
-    assert len(runs) == 3 * 3 * len(recorded_tables)
+    assert len(runs) == 2 * 3 * 3 * len(recorded_tables)
+    assert {r["priors"] for r in runs} == {"none", "loo"}
     assert all(len(r["costs_ms"]) == 15 and r["budget"] == 15 for r in runs)
     printed = capsys.readouterr().out
     assert all(name in printed for name in ("random", "tpe", "ga", "feasible", "window", "held out"))
+    assert printed.index("== COLD") < printed.index("== HELD OUT")
 
 
 def test_tables_in_folders_are_merged_per_workload(recorded_tables, tmp_path) -> None:
@@ -88,7 +94,7 @@ def test_an_empty_or_missing_table_folder_is_named(tmp_path, capsys) -> None:
 def test_random_strategy_scores_zero_on_average(recorded_tables, tmp_path) -> None:
     report_path = tmp_path / "random.json"
     assert main(["compare", "--tables", str(recorded_tables[0]), "--seeds", "300", "--strategies", "random",
-                 "--jobs", "1", "--json", str(report_path)]) == 0
+                 "--priors", "none", "--jobs", "1", "--json", str(report_path)]) == 0
     report = json.loads(report_path.read_text())
     # The baseline is random search's exact expectation, so random runs average 0; one
     # run's score spreads by about 0.8 here, the mean of 300 by 0.05: allow four of those.
@@ -114,9 +120,11 @@ def test_held_out_priors_are_the_other_workloads_even_when_one_is_selected(recor
     assert main([*common, "--json", str(held_out)]) == 0
     cold_report, report = json.loads(cold.read_text()), json.loads(held_out.read_text())
     assert report["priors"] == "loo" and "--priors loo" in report["command"]
-    assert cold_report["evaluation"].startswith("cold")
+    assert cold_report["evaluation"].startswith("cold") and "held_out" not in cold_report
+    # The report's cold comparison is the cold run's, exactly (same seeds).
+    assert _without_timing(report["strategies"]) == _without_timing(cold_report["strategies"])
     # The priors (the other workload's table) change what random search measures first.
-    assert _without_timing(report["strategies"]) != _without_timing(cold_report["strategies"])
+    assert _without_timing(report["held_out"]["strategies"]) != _without_timing(cold_report["strategies"])
 
 
 def test_worker_processes_give_the_same_report(recorded_tables, tmp_path) -> None:
@@ -158,3 +166,26 @@ def test_python_spelled_bools_are_bools() -> None:
 def test_tables_of_two_workloads_are_not_one_landscape(recorded_tables) -> None:
     with pytest.raises(ValueError, match="2 workloads"):
         build_landscape(recorded_tables, load_spec("h200"))
+
+
+def test_the_report_leads_cold_and_says_where_held_out_priors_placed_the_optimum_first(
+        recorded_tables, tmp_path, capsys) -> None:
+    """A twin workload (the same times, another batch) hands its held-out search the answer:
+    the report leads with the cold comparison and notes, in the held-out one only, that
+    the strategies are not being compared there."""
+    table = recorded_tables[1]
+    rows = [json.loads(line) for line in table.read_text().splitlines()]
+    twin = tmp_path / "twin.jsonl"
+    twin.write_text("".join(json.dumps({**r, "workload": {**r["workload"], "batch": 2 * r["workload"]["batch"]}}) + "\n"
+                            for r in rows))
+    report_path = tmp_path / "report.json"
+    assert main(["compare", "--tables", str(table), str(twin), "--seeds", "2", "--budget", "10",
+                 "--strategies", "random,tpe", "--jobs", "1", "--json", str(report_path)]) == 0
+    report = json.loads(report_path.read_text())
+    assert report["first_is_optimal"] == [] and len(report["held_out"]["first_is_optimal"]) == 2
+    assert report["held_out"]["same_as_cold"] == []  # the twin's priors changed the runs
+    printed = capsys.readouterr().out
+    cold, held_out = printed.split("== HELD OUT")
+    assert cold.startswith("== COLD") and "NOTE" not in cold
+    assert "NOTE: on 2 of 2 workloads every strategy's first evaluation is within 2 %" in held_out
+    assert "the strategies are not being compared" in held_out

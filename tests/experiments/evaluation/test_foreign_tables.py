@@ -115,3 +115,21 @@ def test_a_strategy_at_the_optimum_is_drawn_on_the_log_axis_floor() -> None:
     assert ax.get_ylim()[0] < FLOOR_PCT
     assert {t.get_text() for t in ax.texts} >= {"2 %", "5 %"}
     plt.close(figure)
+
+
+def test_held_out_priors_of_another_kernel_are_said_to_change_nothing(tmp_path, capsys) -> None:
+    """A cache file's held-out priors are the other tables; another kernel's give this space
+    nothing to use, and the report says its held-out part repeats the cold one."""
+    other = tmp_path / "toy_Synthetic.json"
+    other.write_text(json.dumps({
+        "device_name": "Synthetic GPU", "kernel_name": "toy", "problem_size": 1, "tune_params_keys": ["x"],
+        "tune_params": {"x": [1, 2, 3]}, "objective": "time",
+        "cache": {str(x): {"x": x, "time": float(x)} for x in (1, 2, 3)}}))
+    report_path = tmp_path / "report.json"
+    assert main(["compare", "--tables", str(PNPOLY), str(other), "--seeds", "2", "--budget", "3",
+                 "--strategies", "random,gp", "--jobs", "1", "--workloads", PNPOLY.name.split(".")[0],
+                 "--json", str(report_path)]) == 0
+    report = json.loads(report_path.read_text())
+    assert report["held_out"]["same_as_cold"] == list(report["workloads"])
+    held_out = capsys.readouterr().out.split("== HELD OUT")[1]
+    assert "the priors changed no run" in held_out
