@@ -154,47 +154,81 @@ class CandidatePool:
         """A few open configs that together show every landmark value not ``seen`` yet.
 
         Landmarks (``SearchSpace.landmarks``) are every choice of an unordered tunable
-        and both ends of an ordered one. The design is a greedy set cover: each pick is
-        an open config that shows the most landmarks still unseen, ties broken at random,
-        so on this kernel's space three or four configs see every load mode, grid, warp
-        count and both ends of every block size and stage count. A strategy that starts
-        from the middle of every range never measures one stage or the largest tile
-        until its model asks for them, and a model fitted on middles rarely does; this
-        is the cheapest way to put no bet on where the optimum is.
+        and both ends of an ordered one, shown in two parts:
+
+        - every choice of the unordered tunables at the middle of the ordered ranges: a
+          greedy set cover of those choices, each pick the open config nearest the center
+          (over the ordered tunables) among those that show the most choices still unseen;
+        - then both ends of every ordered tunable: a greedy set cover of the ends, ties
+          broken at random.
+
+        Why apart: a choice seen only once, at an end of the other knobs, is confounded with
+        that end. One cover of both (before issue 21's round 2) showed each of this kernel's
+        ten load modes once, mostly at BLOCK_N 32, so both Gluon kernels were first measured
+        at a tile a third slower than their best, and GP never went back to them. A strategy
+        that starts from the middle of every range never measures one stage or the largest
+        tile until its model asks for them, and a model fitted on middles rarely does; the
+        ends part is the cheapest way to put no bet on where the optimum is.
 
         Args:
-            rng: breaks ties between equally covering configs.
+            rng: breaks ties between equally covering (and equally central) configs.
             seen: configs measured or planned already; their values count as seen and
                 they are not picked.
         """
         names = self.space.names
-        # wanted[k, j]: value j of tunable k is a landmark not seen yet (as index arrays: a
-        # pass over 18,000 configs per pick costs milliseconds, not seconds).
+        taken = set(seen)
+        blocked = np.array([self._position.get(c, -1) for c in taken], dtype=np.int64)
+        where = np.setdiff1d(np.flatnonzero(self.open), blocked)
+        ordered = np.array([self.space.is_ordered(n) for n in names], dtype=bool)
+        # Squared distance of each open config to the center, over the ordered tunables only
+        # (an unordered tunable's index is a listing order, not a position).
+        off_center = ((self.points[where][:, ordered] - 0.5) ** 2).sum(axis=1)
+        chosen: list[Config] = []
+        for part, central in ((~ordered, True), (ordered, False)):
+            # The center decides between the unordered part's picks; the ends part's ties are random.
+            closeness = off_center if central else np.zeros(len(where))
+            wanted = self._unseen_landmarks(part, [*taken, *chosen])
+            picks = self._greedy_cover(wanted, where, closeness, rng)
+            chosen += [self.configs[int(where[i])] for i in picks]
+            keep = np.setdiff1d(np.arange(len(where)), picks)
+            where, off_center = where[keep], off_center[keep]
+        return chosen
+
+    def _unseen_landmarks(self, part: np.ndarray, seen: Sequence[Config]) -> np.ndarray:
+        """wanted[k, j]: value j of tunable k (one of ``part``) is a landmark no config of
+        ``seen`` shows (index arrays: a pass over 18,000 configs per pick costs milliseconds)."""
+        names = self.space.names
         width = max(len(self.space.values(n)) for n in names)
         wanted = np.zeros((len(names), width), dtype=bool)
         for k, name in enumerate(names):
             values = self.space.values(name)
-            if len(values) > 1:
+            if part[k] and len(values) > 1:
                 wanted[k, [values.index(v) for v in self.space.landmarks(name)]] = True
-        taken = set(seen)
-        for config in taken:
+        for config in seen:
             for k, name in enumerate(names):
                 if name in config and config[name] in self.space.values(name):
                     wanted[k, self.space.values(name).index(config[name])] = False
-        blocked = np.array([self._position.get(c, -1) for c in taken], dtype=np.int64)
-        where = np.setdiff1d(np.flatnonzero(self.open), blocked)
+        return wanted
+
+    def _greedy_cover(self, wanted: np.ndarray, where: np.ndarray, closeness: np.ndarray,
+                      rng: np.random.Generator) -> list[int]:
+        """Indices into ``where`` of a greedy set cover of ``wanted``: each pick shows the most
+        landmarks still wanted, then has the least ``closeness``; exact ties at random."""
         rows = self.indices[where]
-        columns = np.arange(len(names))
-        chosen: list[Config] = []
-        while wanted.any() and len(where):
-            gains = wanted[columns, rows].sum(axis=1)
-            if gains.max() == 0:
+        columns = np.arange(rows.shape[1])
+        left = np.ones(len(where), dtype=bool)
+        picks: list[int] = []
+        while wanted.any() and left.any():
+            gains = np.where(left, wanted[columns, rows].sum(axis=1), -1)
+            if gains.max() <= 0:
                 break  # the rest are infeasible everywhere (e.g. the largest tile with the most stages)
-            pick = int(rng.choice(np.flatnonzero(gains == gains.max())))
+            best = np.flatnonzero(gains == gains.max())
+            best = best[closeness[best] <= closeness[best].min() + 1e-12]
+            pick = int(rng.choice(best))
             wanted[columns, rows[pick]] = False
-            chosen.append(self.configs[int(where[pick])])
-            where, rows = np.delete(where, pick), np.delete(rows, pick, axis=0)
-        return chosen
+            left[pick] = False
+            picks.append(pick)
+        return picks
 
     def latin_open(self, n: int, rng: np.random.Generator, *, exclude: Sequence[Config] = ()) -> list[Config]:
         """Up to ``n`` open configs whose values cover each tunable's range evenly (a Latin design).

@@ -10,8 +10,9 @@ kernel's needle landscape. What earns a model its keep is done here, once:
   every other ask for the priors' next best while their order agrees with the
   measurements here (``PriorGuide``): a misleading prior costs a few trials, not the study;
 - start with a design that bets on no region: the middle of every range, then a few
-  configs that show every choice of every unordered tunable and both ends of every
-  ordered one (``CandidatePool.cover_open``), then a space-filling design; then the model;
+  configs that show every choice of every unordered tunable at the middle of the ordered
+  ranges and, apart, both ends of every ordered one (``CandidatePool.cover_open``), then a
+  space-filling design; then the model;
 - when the best has not moved for ``restart_after`` trials, restart: a fresh
   space-filling design of what is still open before the model goes on, so a model
   stuck in one basin sees the others again, and a trust region one step wider;
@@ -58,7 +59,8 @@ class PooledStrategy(Strategy):
         n_startup: configs of the start design before the model proposes (priors count).
         start_center: measure the middle of every range first (after the priors' best).
         cover: then measure a covering design: every choice of every unordered tunable
-            and both ends of every ordered one (``CandidatePool.cover_open``).
+            at the middle of the ordered ranges, then both ends of every ordered one
+            (``CandidatePool.cover_open``).
         startup: the rest of the design, ``"latin"``, ``"spread"`` or ``"random"``.
         prior_trials: how many of the priors' best configs to measure first (at most
             ``PRIOR_TRIALS_PER_SOURCE`` per source of the priors).
