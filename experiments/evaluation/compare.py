@@ -37,10 +37,10 @@ for every strategy, a note says the strategies are not being compared there.
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from collections import defaultdict
 from collections.abc import Sequence
-import math
 from typing import Any
 
 import numpy as np
