@@ -191,3 +191,22 @@ def test_a_trust_region_widens_a_step_for_every_stretch_without_a_new_best() -> 
     improved = Config(a=4, b=5)
     gp.tell(improved, Measurement(improved, None, Status.OK, median_ms=0.5))
     assert list(gp.candidate_positions(1, 1, 0, 2)) == list(gp.pool.open_near([improved], 1))  # a new best resets it
+
+
+def test_gp_widens_its_region_only_on_a_space_of_at_least_trust_widen_from_configs() -> None:
+    from flashtune.objectives.types import Measurement, Status
+    from flashtune.search import make_strategy
+
+    space = SearchSpace({"a": list(range(9)), "b": list(range(9))})  # 81 admitted configs
+    best = Config(a=4, b=4)
+    asked = {}
+    for widen_from in (81, 82):
+        gp = make_strategy("gp", space, seed=0, trust_widen_after=1, trust_widen_from=widen_from)
+        gp.tell(best, Measurement(best, None, Status.OK, median_ms=1.0))
+        for k, (a, b) in enumerate(((0, 0), (8, 8), (0, 8))):  # three trials without a new best
+            config = Config(a=a, b=b)
+            gp.tell(config, Measurement(config, None, Status.OK, median_ms=2.0 + k))
+        asked[widen_from] = {(c["a"], c["b"]) for c in gp._candidate_params()}
+        unwidened = {(gp.pool.configs[i]["a"], gp.pool.configs[i]["b"]) for i in gp.candidate_positions(1, 3, 0, 0)}
+    assert asked[82] == unwidened  # 81 < 82: the small space keeps the one-step region
+    assert asked[81] > unwidened  # 81 >= 81: widened by the stalled trials
