@@ -5,7 +5,8 @@
 # 1. the online re-tuner inside a generate loop, with the time it needs (its step hit a 30 s cap
 #    in the c call): attached / forced re-tune against plain, interleaved rounds;
 # 2. host time a decode call, twice in two processes (the c call read 25.0 us at B1, t19's 17.6);
-# 3. the compiled static cache, each implementation alone (B1, B8);
+# 3. the compiled static cache, both implementations in one process (B1, B8; each alone:
+#    docs/gpu/static-alone-2026-12-02.sh);
 # 4. the serving GPU tests.
 # Back in $OUT: merged-d.log, online.json, host_time_1.json, host_time_2.json, serving_static.json,
 # serving_tests.xml.
