@@ -16,8 +16,11 @@ takes a 4-D mask as already built (generate builds the mask once and the model's
 would otherwise read a 2-D one as a padding mask); int32 because real masks are bool or float. The padded keys before ``first`` and the empty
 slots at or after ``end`` are never attended; a real query row (its own token not padding)
 then gets exactly SDPA's result, for left and right padding alike (a right-padded row's
-causal range ends before its pads). Padding rows themselves get other values than SDPA's
-(zeros for left padding); nothing reads them.
+causal range ends before its pads). Padding rows themselves are nobody's output: a left pad's
+row gets zeros (as SDPA's); a right pad's row sees the pads before it, where SDPA's sees only
+the real keys (transformers' FlashAttention path writes zeros there). Only ``generate`` after
+right padding reads such a row, the prompt's last, for its first token, which transformers
+warns is wrong for a decoder; the decode steps after it have holes and get SDPA.
 
 Whatever the kernel cannot express goes to PyTorch's SDPA, which is correct if slower: a
 mask with holes (padding inside the sequence, such as generating after right padding),
@@ -87,12 +90,13 @@ def is_key_ranges(mask: Any) -> bool:
 
 
 def key_ranges(attention_mask: torch.Tensor | None, *, batch_size: int, q_length: int, kv_length: int,
-               q_offset: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(ranges, holes, full) from a 2-D padding mask: ``ranges`` (2, batch, 1, 1) int32, [0]
-    each sequence's first real key, [1] the end ``q_offset + q_length`` (the same for
-    every sequence); ``holes`` a 0-dim bool tensor, True when some sequence's real keys
+               q_offset: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(ranges, holes, full, to_end) from a 2-D padding mask: ``ranges`` (2, batch, 1, 1)
+    int32, [0] each sequence's first real key, [1] the end ``q_offset + q_length`` (the same
+    for every sequence); ``holes`` a 0-dim bool tensor, True when some sequence's real keys
     before the end are not one run (the ranges would then be wrong); ``full`` True when
-    every key before the end is real (no padding). No host read.
+    every key before the end is real (no padding); ``to_end`` True when every sequence's run
+    of real keys reaches the end (no right padding). No host read.
 
     Args:
         attention_mask: (batch, >= kv_length) bool, True for real tokens; None: no padding.
@@ -107,7 +111,7 @@ def key_ranges(attention_mask: torch.Tensor | None, *, batch_size: int, q_length
     ends = end.expand(batch_size)
     if attention_mask is None:
         no = torch.zeros((), dtype=torch.bool, device=device)
-        return torch.stack([torch.zeros_like(ends), ends])[:, :, None, None], no, ~no
+        return torch.stack([torch.zeros_like(ends), ends])[:, :, None, None], no, ~no, ~no
     mask = attention_mask[:, :kv_length].to(torch.bool)
     if mask.shape[1] < kv_length:  # a static cache's mask may stop at the filled part
         mask = F.pad(mask, (0, kv_length - mask.shape[1]))
@@ -117,7 +121,7 @@ def key_ranges(attention_mask: torch.Tensor | None, *, batch_size: int, q_length
     count = real.sum(dim=1, dtype=torch.int32)
     run = (cols >= first[:, None]) & (cols < (first + count)[:, None])
     holes = (real != run).any()
-    return torch.stack([first, ends])[:, :, None, None], holes, (count == end).all()
+    return torch.stack([first, ends])[:, :, None, None], holes, (count == end).all(), (first + count == end).all()
 
 
 def key_range_mask(batch_size: int, q_length: int | None = None, kv_length: int | None = None, q_offset: Any = 0,
@@ -157,35 +161,40 @@ def key_range_mask(batch_size: int, q_length: int | None = None, kv_length: int 
     _start_chain(None)  # a chain starts only at a mask checked below and found without holes
     if end == kv_length and (attention_mask is None or _all_real(attention_mask, kv_length)):
         return None  # every key real, no empty slot: the plain causal kernel
-    ranges, holes, full = key_ranges(attention_mask, batch_size=batch_size, q_length=q_length, kv_length=kv_length,
-                                     q_offset=q_offset)
+    ranges, holes, full, to_end = key_ranges(attention_mask, batch_size=batch_size, q_length=q_length,
+                                             kv_length=kv_length, q_offset=q_offset)
     if attention_mask is None:
         return ranges  # no padding: the ranges only say where the filled part ends (no read)
-    has_holes, no_padding, end = torch.stack([holes.int(), full.int(), ranges[1, 0, 0, 0]]).tolist()
+    has_holes, no_padding, end, runs_to_end = torch.stack(
+        [holes.int(), full.int(), ranges[1, 0, 0, 0], to_end.int()]).tolist()
     if has_holes:
         return sdpa_mask(batch_size=batch_size, q_length=q_length, kv_length=kv_length, q_offset=q_offset,
                          kv_offset=kv_offset, mask_function=causal_mask_function, attention_mask=attention_mask,
                          **kwargs)
     if no_padding and end == kv_length and known_end is not None:
         return None
-    # A static cache's prefill (an int offset) or decode step: its decode steps may continue it.
-    _start_chain(attention_mask, batch_size, kv_length)
+    if runs_to_end:
+        # A static cache's prefill (an int offset) or decode step: its decode steps may
+        # continue it. Not after right padding: the next real key would open a hole.
+        _start_chain(attention_mask, ranges, batch_size, kv_length)
     # A static cache (a tensor offset) keeps the ranges even on the step that fills it: generate hands this mask to the compiled step, and a None on the last step alone
     # compiled and CUDA-graphed a second step (H200, 2026-12-02: two recordings a generate).
     return ranges
 
 
-#: Per thread, the static-cache mask last checked for holes (eagerly), grown by each decode
-#: step since: (batch, mask length, kv_length, device). Per thread: two generate loops in two
-#: threads never continue each other's chain.
+#: Per thread, the static-cache mask last checked eagerly, without holes and with every
+#: sequence's real keys running up to its end: (the mask, its first real keys, batch,
+#: kv_length). Per thread: two generate loops in two threads never continue each other's chain.
 _CHAIN = threading.local()
 
 
-def _start_chain(attention_mask: torch.Tensor | None, batch_size: int = 0, kv_length: int = 0) -> None:
-    """Remember a static-cache mask that was read and has no holes (see :func:`_continued_ranges`);
-    None forgets the last one."""
-    _CHAIN.state = None if attention_mask is None else (
-        batch_size, attention_mask.shape[1], kv_length, attention_mask.device)
+def _start_chain(attention_mask: torch.Tensor | None, ranges: torch.Tensor | None = None, batch_size: int = 0,
+                 kv_length: int = 0) -> None:
+    """Remember a static-cache mask that was read, has no holes and whose real keys reach its
+    end (see :func:`_continued_ranges`); None forgets the last one."""
+    # A copy: a mask that is a view of a buffer the caller writes into would otherwise
+    # change with it, and the next step's comparison would see no change.
+    _CHAIN.state = None if attention_mask is None else (attention_mask.clone(), ranges[0, :, 0, 0], batch_size, kv_length)
 
 
 def _continued_ranges(attention_mask: torch.Tensor, batch_size: int, q_length: int, kv_length: int,
@@ -196,22 +205,27 @@ def _continued_ranges(attention_mask: torch.Tensor, batch_size: int, q_length: i
     outside its compiled step, from the 2-D mask grown by one real token a step. The full
     build (about 30 small ops and a host read for the holes check) cost the op's compiled
     static generate about 1 ms a step on the H200, 2026-12-02 (0.55x SDPA's tokens/s at
-    batch 1, the GPU's time equal). A step whose mask is one key longer than the last one
-    checked in this thread (same batch, cache and device) skips the holes check: its
-    ranges are each sequence's first real key (read from this mask) and the end after its
-    query, a few ops and no read. The new key is taken to be real, as generate appends it;
-    any other mask (a prefill, a new batch, a jump in length) is built and checked in full
-    and starts a new chain (none when it has holes).
+    batch 1, the GPU's time equal). A step whose mask is the last checked one (no holes,
+    every run reaching its end) with one real key appended, and whose query comes right
+    after it, has no holes either, and the same first real keys: that is checked with a
+    few ops and one host read (generate has already waited for the GPU at the end of the
+    last step, for its stopping check, so the read waits only for these ops). Any other
+    mask (a prefill, a new batch, a changed or padded column, a jump in the offset) is
+    built and checked in full and starts a new chain, or none.
     """
     chain = getattr(_CHAIN, "state", None)
     if chain is None or q_length != 1 or attention_mask.dim() != 2:
         return None
-    batch, length, kv, device = chain
-    if (batch_size, attention_mask.shape[1], kv_length, attention_mask.device) != (batch, length + 1, kv, device):
+    last, first, batch, kv = chain
+    length = last.shape[1]
+    if (batch_size, kv_length, attention_mask.shape[1], attention_mask.dtype, attention_mask.device) != (
+            batch, kv, length + 1, last.dtype, last.device):
         return None
-    _CHAIN.state = (batch, length + 1, kv, device)
-    first = attention_mask.to(torch.int8).argmax(dim=1).to(torch.int32)  # the first real key (0 for none)
-    end = torch.as_tensor(q_offset, device=device).to(torch.int32).reshape(()) + 1
+    end = torch.as_tensor(q_offset, device=last.device).to(torch.int32).reshape(()) + 1
+    same = (attention_mask[:, :length] == last).all() & attention_mask[:, length].bool().all() & (end == length + 1)
+    if not same.item():
+        return None
+    _CHAIN.state = (attention_mask.clone(), first, batch, kv)
     return torch.stack([first, end.expand(batch_size)])[:, :, None, None]
 
 

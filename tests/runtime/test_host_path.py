@@ -249,12 +249,12 @@ def test_the_checked_pair_is_not_kept_alive(tmp_path):
     assert prepared.checked[0]() is None  # a dead object: the next pair is checked anew
 
 
-def test_a_static_cache_decode_step_continuing_a_checked_mask_runs_few_ops_and_reads_nothing():
+def test_a_static_cache_decode_step_continuing_a_checked_mask_runs_few_ops_and_one_read():
     # generate(cache_implementation="static") builds each decode step's mask eagerly, outside
     # the compiled step: the full build's ~30 ops and host read cost the op's compiled static
     # generate ~1 ms a step on the H200 (2026-12-02). A step whose mask is the last checked
-    # one plus this step's token skips the holes check (no read), its first keys read from
-    # its own mask; any other mask is built in full (and checked) and starts a new chain.
+    # one plus one real key is checked by a few ops and one read (it then has no holes); any
+    # other mask is built in full (and checked) and starts a new chain, or none.
     pytest.importorskip("transformers")
     hf_attention._start_chain(None)
     mask = torch.ones(2, 9, dtype=torch.bool)
@@ -267,16 +267,18 @@ def test_a_static_cache_decode_step_continuing_a_checked_mask_runs_few_ops_and_r
         offset = torch.tensor(9 + step)
         with _CountOps() as counted:
             built = hf_attention.key_range_mask(2, q_length=1, kv_length=12, q_offset=offset, attention_mask=mask)
-        compute = [op for op in counted.ops if not any(v in op for v in ("view", "expand", "unsqueeze", "select"))]
-        assert counted.reads == 0 and len(compute) <= 6, counted.ops
+        compute = [op for op in counted.ops if not any(v in op for v in ("view", "expand", "unsqueeze", "select",
+                                                                         "slice"))]
+        assert counted.reads == 1 and len(compute) <= 12, counted.ops
         assert built.tolist() == [[[[0]], [[3]]], [[[10 + step]], [[10 + step]]]]
-    # Another batch's mask of the same form continuing the chain gets its own first keys.
+    # A same-shaped mask that is not this chain's continuation (another batch's, a cleared
+    # column, a padded new key) is checked in full: its own first keys, or SDPA for holes.
     other = torch.ones(2, 12, dtype=torch.bool)
     other[0, :5] = False
     built = hf_attention.key_range_mask(2, q_length=1, kv_length=12, q_offset=torch.tensor(11), attention_mask=other)
     assert built.tolist() == [[[[5]], [[0]]], [[[12]], [[12]]]]
-    # A mask that does not continue the chain (two tokens longer, with a hole) is checked in full.
-    holes = torch.cat([other, torch.tensor([[False, True]] * 2)], dim=1)
-    dense = hf_attention.key_range_mask(2, q_length=1, kv_length=14, q_offset=torch.tensor(13), attention_mask=holes)
+    cleared = torch.cat([other, torch.ones(2, 1, dtype=torch.bool)], dim=1)
+    cleared[1, 6] = False
+    dense = hf_attention.key_range_mask(2, q_length=1, kv_length=13, q_offset=torch.tensor(12), attention_mask=cleared)
     assert not hf_attention.is_key_ranges(dense)
     assert hf_attention._CHAIN.state is None  # and a mask with holes starts no chain

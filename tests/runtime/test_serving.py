@@ -172,6 +172,31 @@ def _static_step(model, impl, ids, mask):
     return prefill, step, inputs
 
 
+@pytest.mark.parametrize("padding", ["left", "right"])
+def test_static_cache_decode_steps_match_sdpa_after_left_and_right_padding(model, name, padding, caplog):
+    # Decode steps continue the prefill's checked mask cheaply, but after right padding the
+    # next real key opens a hole (real keys, pads, the new key): no key range says that, and
+    # those steps must get SDPA's result, not the pads attended (they once were: 0.14-0.46
+    # away from SDPA's logits on this model).
+    ids, mask = _batch(padding)
+
+    def steps(impl):
+        _, step, (token, step_mask, position) = _static_step(model, impl, ids, mask)
+        logits = []
+        for _ in range(3):  # teacher-forced: the same tokens for both implementations
+            logits.append(step(token, step_mask, position))
+            token, position = (token * 7 + 3) % 97, position + 1
+            step_mask = torch.cat([step_mask, torch.ones(2, 1, dtype=mask.dtype)], 1)
+        return torch.cat(logits, 1)
+
+    with caplog.at_level(logging.INFO, logger=LOGGER):
+        ours = steps(name)
+    assert (ours - steps("sdpa")).abs().max() < TOL
+    assert _fallbacks(caplog) == ([] if padding == "left" else
+                                  ["flashtune attention: a dense attention mask (holes in the padding, a sliding "
+                                   "window or a custom mask) is not supported by the kernel; using SDPA"])
+
+
 @pytest.mark.slow
 def test_compiled_static_cache_step_has_no_graph_break_and_matches_sdpa(model, name, caplog):
     ids, mask = _batch("left")
