@@ -47,9 +47,10 @@ grid; in the persistent loop it spilled).
 contiguous): Hopper's wgmma takes 8-bit operands from shared memory only K-major, and the
 PV product's reduction runs over the keys. The producer TMA-loads [HEAD_DIM, BLOCK_N] tiles
 of V^T and the consumers read them through a permuted view as the [BLOCK_N, HEAD_DIM] B
-operand. P goes to e4m3 in registers stretched by 448 (e4m3's largest value, so small
-weights keep their mantissa), the PV product's A operand as in 16 bits; q and k's scales
-fold into the softmax scale, v's and 1/448 into the output's. The output (16-bit, ``Out``'s
+operand. P goes to e4m3 in registers stretched to [0, 448] (e4m3's largest value, so small
+weights keep their mantissa; the exp2 is taken against the row maximum less log2 448, so the
+stretch costs no multiply and the running sum carries it too), the PV product's A operand as
+in 16 bits; q and k's scales fold into the softmax scale, v's into the output's. The output (16-bit, ``Out``'s
 type) goes out by the masked pointer store: Q's 8-bit buffer is too small to stage it (so
 no persistent grid with fp8: resources.known_failure).
 """
@@ -192,10 +193,22 @@ def _produce_tile(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_emp
     return n_program
 
 
+#: log2 of e4m3's largest value (448): fp8's P is exp2'd against the row maximum less this,
+#: so its weights land in [0, 448] with no multiply a score (the stretch that keeps small
+#: weights' mantissa in e4m3).
+_LOG2_FP8_MAX = gl.constexpr(8.807354922057604)
+
+
 @gluon.jit
 def _scores(s, m_i, start_n, mask_from, limit, offs_n, qk_scale,
-            MASK: gl.constexpr, EMPTY_ROWS: gl.constexpr):
-    """Block scores -> (P in fp32, the new row maxima, the rescale factor of what came before)."""
+            MASK: gl.constexpr, EMPTY_ROWS: gl.constexpr, FP8: gl.constexpr):
+    """Block scores -> (P in fp32, the new row maxima, the rescale factor of what came before).
+
+    P's weights are in [0, 1], with ``FP8`` in [0, 448]: the shift is one subtraction a row,
+    not a multiply a score. The row maxima and the rescale factor are the unshifted ones, so
+    the running sum l carries the same 448 as the accumulator and it cancels in acc / l.
+    (A weight that rounds a hair past 448 converts to 448: e4m3's conversion saturates.)
+    """
     if MASK:
         if start_n >= mask_from:
             # Keys past the row's diagonal (causal) or past kv_len (the next head's rows) get no weight.
@@ -206,17 +219,18 @@ def _scores(s, m_i, start_n, mask_from, limit, offs_n, qk_scale,
         m_sub = gl.where(m_new == float("-inf"), 0.0, m_new)
     else:
         m_sub = m_new
-    p = gl.exp2(s * qk_scale - m_sub[:, None])
+    if FP8:
+        p = gl.exp2(s * qk_scale - (m_sub - _LOG2_FP8_MAX)[:, None])
+    else:
+        p = gl.exp2(s * qk_scale - m_sub[:, None])
     alpha = gl.exp2(m_i - m_sub)
     return p, m_new, alpha
 
 
 @gluon.jit
 def _p_operand(p, dtype: gl.constexpr, p_layout: gl.constexpr, FP8: gl.constexpr):
-    """P (fp32 weights in [0, 1]) as the PV product's A operand in registers; with ``FP8``
-    stretched to e4m3's range (the output's scale undoes it)."""
-    if FP8:
-        p = p * 448.0
+    """P (fp32 weights in [0, 1], with ``FP8`` already in e4m3's [0, 448]: ``_scores``) as the
+    PV product's A operand in registers."""
     return gl.convert_layout(p.to(dtype), p_layout)
 
 
@@ -311,7 +325,7 @@ def _consumer_tile(group, q_tile, q_ready, q_phase, q_prev_empty, has_prev, k_sm
         s = warpgroup_mma_wait(0, deps=[s_tok])
         mbarrier.arrive(k_empty.index(first), count=1)
         m_i = gl.full([M_TILE], float("-inf"), gl.float32, layout=s_rows)
-        p, m_i, alpha = _scores(s, m_i, 0, mask_from, limit, offs_n, qk_scale, MASK, EMPTY_ROWS)
+        p, m_i, alpha = _scores(s, m_i, 0, mask_from, limit, offs_n, qk_scale, MASK, EMPTY_ROWS, FP8)
         l_i = gl.convert_layout(gl.sum(p, 1), o_rows)
         _release_previous(q_prev_empty, has_prev, PERSISTENT)
         for j in range(1, n_blocks):
@@ -335,7 +349,7 @@ def _consumer_tile(group, q_tile, q_ready, q_phase, q_prev_empty, has_prev, k_sm
             # Groups retire in order: one left in flight means this block's scores are done.
             s = warpgroup_mma_wait(1, deps=[s_tok])
             mbarrier.arrive(k_empty.index(stage), count=1)
-            p, m_i, alpha = _scores(s, m_i, j * BLOCK_N, mask_from, limit, offs_n, qk_scale, MASK, EMPTY_ROWS)
+            p, m_i, alpha = _scores(s, m_i, j * BLOCK_N, mask_from, limit, offs_n, qk_scale, MASK, EMPTY_ROWS, FP8)
             acc = _pv_done(o_tok, p_op, FP8)
             mbarrier.arrive(v_empty.index(prev), count=1)
             alpha_o = gl.convert_layout(alpha, o_rows)
@@ -361,8 +375,8 @@ def _consumer_tile(group, q_tile, q_ready, q_phase, q_prev_empty, has_prev, k_sm
     # Rows that saw no key: 0 / 1 = 0, as the other kernels write.
     l_safe = gl.where(l_i == 0.0, 1.0, l_i)
     if FP8:
-        # V's scale, and the 448 P was stretched by.
-        l_safe = l_safe * (448.0 / gl.load(Scales + 2))
+        # V's scale (the 448 P was stretched by is in l too: it cancels).
+        l_safe = l_safe / gl.load(Scales + 2)
     out = (acc / l_safe[:, None]).to(Out.dtype.element_ty)
     if (EVEN_M or PERSISTENT) and not FP8:
         # O's descriptor is per (batch, head) (rank 3): a ragged tile's rows past q_len are
