@@ -8,7 +8,7 @@ config is compiled as ``objectives.aot`` compiles it, its cubin disassembled wit
 
     python -m flashtune.experiments.evaluation.sass_count --workload 2,32,8192,128 \
         --config '{"loads": "gluon_pingpong", "BLOCK_M": 128, "BLOCK_N": 128, "num_warps": 4,
-                   "num_stages": 2, "use_fp8": true}' --json counts.json
+                   "num_stages": 2, "use_fp8": true}' --fp8-p multiply --json counts.json
 
 Run without ``TRITON_INTERPRET`` (the interpreter's kernels do not compile).
 """
@@ -41,10 +41,12 @@ def opcode_counts(sass: str) -> collections.Counter[str]:
     return collections.Counter(match.group(1) for match in _INSTRUCTION.finditer(sass))
 
 
-def compiled_sass(config: Mapping[str, Value], workload: Workload, hardware: HardwareSpec) -> tuple[str, dict[str, int]]:
-    """(the SASS listing, cuobjdump's resource usage) of ``config`` compiled for ``hardware``."""
+def compiled_sass(config: Mapping[str, Value], workload: Workload, hardware: HardwareSpec,
+                  fp8_p: str | None = None) -> tuple[str, dict[str, int]]:
+    """(the SASS listing, cuobjdump's resource usage) of ``config`` compiled for ``hardware``
+    (``fp8_p``: an fp8 Gluon config's P form, kernels/gluon.py; None: the op's)."""
     with compiling_for(hardware):
-        kernel = compile_config(validate_config(config), workload, device="cpu")
+        kernel = compile_config(validate_config(config), workload, device="cpu", fp8_p=fp8_p)
     cubin = kernel.asm["cubin"]
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "kernel.cubin"
@@ -58,6 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workload", required=True, help="B,HQ[/HKV],NQ[/NK],D[,causal] as flashtune tune takes it")
     parser.add_argument("--config", action="append", required=True, help="a config as JSON (repeatable)")
+    parser.add_argument("--fp8-p", default=None, help="an fp8 Gluon config's P form (kernels/gluon.py FP8_P_FORMS)")
     parser.add_argument("--gpu", default="h200", help="a shipped hardware spec (objectives/specs)")
     parser.add_argument("--ops", default="FMUL,FADD,FFMA,MUFU,SHFL,PRMT,F2FP,F2F,FSEL,FMNMX,HGMMA,BAR,SYNCS",
                         help="opcodes printed per config (all of them go to --json)")
@@ -69,12 +72,12 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for text in args.config:
         config = json.loads(text)
-        sass, usage = compiled_sass(config, workload, hardware)
+        sass, usage = compiled_sass(config, workload, hardware, args.fp8_p)
         counts = opcode_counts(sass)
         spills = (usage.get("STACK", 0) + usage.get("LOCAL", 0)) // 4
         print("\t".join([str(sum(counts.values())), *(str(counts.get(op, 0)) for op in ops), str(usage["REG"]),
                          str(spills), text]))
-        rows.append({"config": config, "workload": args.workload, "total": sum(counts.values()),
+        rows.append({"config": config, "workload": args.workload, "fp8_p": args.fp8_p, "total": sum(counts.values()),
                      "counts": dict(sorted(counts.items())), "registers": usage["REG"], "spills": spills})
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1) + "\n")
