@@ -47,9 +47,15 @@ grid; in the persistent loop it spilled).
 contiguous): Hopper's wgmma takes 8-bit operands from shared memory only K-major, and the
 PV product's reduction runs over the keys. The producer TMA-loads [HEAD_DIM, BLOCK_N] tiles
 of V^T and the consumers read them through a permuted view as the [BLOCK_N, HEAD_DIM] B
-operand. P goes to e4m3 in registers stretched by 448 (e4m3's largest value, so small
-weights keep their mantissa), the PV product's A operand as in 16 bits; q and k's scales
-fold into the softmax scale, v's and 1/448 into the output's. The output (16-bit, ``Out``'s
+operand. P goes to e4m3 in registers stretched to [0, 448] (e4m3's largest value, so small
+weights keep their mantissa; the exp2 is taken against the row maximum less log2 448, so the
+stretch costs no multiply and the running sum carries it too), the PV product's A operand as
+in 16 bits; q and k's scales fold into the softmax scale, v's into the output's. ``FP8_P``
+(kernels/gluon.py ``FP8_P_FORMS``) says how P is formed: ``"permuted"`` (the op's) relabels
+P's keys inside each 16-key group in FA3's order, so that the accumulator's registers become
+the A operand's without leaving their threads, and reads V^T written in that order
+(``quantize_fp8(..., v_order="fa3")``); ``"exp2"`` converts P by warp shuffles; ``"multiply"``
+also stretches it by a multiply a score after exp2 (the first fp8 form, kept to time against). The output (16-bit, ``Out``'s
 type) goes out by the masked pointer store: Q's 8-bit buffer is too small to stage it (so
 no persistent grid with fp8: resources.known_failure).
 """
@@ -192,10 +198,22 @@ def _produce_tile(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_emp
     return n_program
 
 
+#: log2 of e4m3's largest value (448): fp8's P is exp2'd against the row maximum less this,
+#: so its weights land in [0, 448] with no multiply a score (the stretch that keeps small
+#: weights' mantissa in e4m3).
+_LOG2_FP8_MAX = gl.constexpr(8.807354922057604)
+
+
 @gluon.jit
 def _scores(s, m_i, start_n, mask_from, limit, offs_n, qk_scale,
-            MASK: gl.constexpr, EMPTY_ROWS: gl.constexpr):
-    """Block scores -> (P in fp32, the new row maxima, the rescale factor of what came before)."""
+            MASK: gl.constexpr, EMPTY_ROWS: gl.constexpr, SHIFT: gl.constexpr):
+    """Block scores -> (P in fp32, the new row maxima, the rescale factor of what came before).
+
+    P's weights are in [0, 1], with ``SHIFT`` (fp8) in [0, 448]: the shift is one subtraction a row,
+    not a multiply a score. The row maxima and the rescale factor are the unshifted ones, so
+    the running sum l carries the same 448 as the accumulator and it cancels in acc / l.
+    (A weight that rounds a hair past 448 converts to 448: e4m3's conversion saturates.)
+    """
     if MASK:
         if start_n >= mask_from:
             # Keys past the row's diagonal (causal) or past kv_len (the next head's rows) get no weight.
@@ -206,18 +224,36 @@ def _scores(s, m_i, start_n, mask_from, limit, offs_n, qk_scale,
         m_sub = gl.where(m_new == float("-inf"), 0.0, m_new)
     else:
         m_sub = m_new
-    p = gl.exp2(s * qk_scale - m_sub[:, None])
+    if SHIFT:
+        p = gl.exp2(s * qk_scale - (m_sub - _LOG2_FP8_MAX)[:, None])
+    else:
+        p = gl.exp2(s * qk_scale - m_sub[:, None])
     alpha = gl.exp2(m_i - m_sub)
     return p, m_new, alpha
 
 
 @gluon.jit
-def _p_operand(p, dtype: gl.constexpr, p_layout: gl.constexpr, FP8: gl.constexpr):
-    """P (fp32 weights in [0, 1]) as the PV product's A operand in registers; with ``FP8``
-    stretched to e4m3's range (the output's scale undoes it)."""
-    if FP8:
+def _p_operand(p, dtype: gl.constexpr, p_layout: gl.constexpr, FP8: gl.constexpr, FP8_P: gl.constexpr):
+    """P (fp32 weights in [0, 1], with fp8 in e4m3's [0, 448]) as the PV product's A operand in
+    registers (``FP8_P``: kernels/gluon.py's FP8_P_FORMS).
+
+    fp8's A operand holds 4 consecutive keys a thread (in each 16-key group, thread t of a
+    quad keys 4t..4t+3), the scores' accumulator 2 (keys 2t, 2t+1, 8+2t, 9+2t): a layout
+    conversion moves them between threads (warp shuffles). With ``FP8_P == "permuted"`` P's
+    keys are relabelled instead, FA3's way: position 16g + 4t + 2h + b takes key
+    16g + 8h + 2t + b, which thread t already holds, so the conversion stays inside each
+    thread (byte permutes); V^T's keys were written in the same order (quantize_fp8's
+    ``v_order="fa3"``), so the PV product sums the same pairs.
+    """
+    if FP8 and FP8_P == "multiply":
         p = p * 448.0
-    return gl.convert_layout(p.to(dtype), p_layout)
+    p = p.to(dtype)
+    if FP8 and FP8_P == "permuted":
+        M: gl.constexpr = p.shape[0]
+        N: gl.constexpr = p.shape[1]
+        p = p.reshape([M, N // 16, 2, 4, 2]).permute((0, 1, 3, 2, 4)).reshape([M, N])
+        return gl.convert_layout(p, p_layout, assert_trivial=True)
+    return gl.convert_layout(p, p_layout)
 
 
 @gluon.jit
@@ -262,7 +298,7 @@ def _consumer_tile(group, q_tile, q_ready, q_phase, q_prev_empty, has_prev, k_sm
                    o_desc, Out, Scales, pid_zh, head_row, q_start, q_len, kv_len, n_program, n_ordered, it, turn,
                    qk_scale, HEAD_DIM: gl.constexpr, M_TILE: gl.constexpr, BLOCK_N: gl.constexpr,
                    NUM_STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, MASK: gl.constexpr, EMPTY_ROWS: gl.constexpr,
-                   EVEN_M: gl.constexpr, ORDERED: gl.constexpr, PERSISTENT: gl.constexpr, FP8: gl.constexpr,
+                   EVEN_M: gl.constexpr, ORDERED: gl.constexpr, PERSISTENT: gl.constexpr, FP8: gl.constexpr, FP8_P: gl.constexpr,
                    num_warps: gl.constexpr):
     """One consumer warpgroup's rows [q_start + group * M_TILE, + M_TILE) of one tile of its
     (batch, head), whose row 0 is row ``head_row`` of the flat Q and O; the tile's blocks are
@@ -311,7 +347,8 @@ def _consumer_tile(group, q_tile, q_ready, q_phase, q_prev_empty, has_prev, k_sm
         s = warpgroup_mma_wait(0, deps=[s_tok])
         mbarrier.arrive(k_empty.index(first), count=1)
         m_i = gl.full([M_TILE], float("-inf"), gl.float32, layout=s_rows)
-        p, m_i, alpha = _scores(s, m_i, 0, mask_from, limit, offs_n, qk_scale, MASK, EMPTY_ROWS)
+        p, m_i, alpha = _scores(s, m_i, 0, mask_from, limit, offs_n, qk_scale, MASK, EMPTY_ROWS,
+                                    FP8 and FP8_P != "multiply")
         l_i = gl.convert_layout(gl.sum(p, 1), o_rows)
         _release_previous(q_prev_empty, has_prev, PERSISTENT)
         for j in range(1, n_blocks):
@@ -321,7 +358,7 @@ def _consumer_tile(group, q_tile, q_ready, q_phase, q_prev_empty, has_prev, k_sm
             prev_phase = ((it + j - 1) // NUM_STAGES) & 1
             mbarrier.wait(k_ready.index(stage), phase)
             mbarrier.wait(v_ready.index(prev), prev_phase)
-            p_op = _p_operand(p, dtype, p_layout, FP8)
+            p_op = _p_operand(p, dtype, p_layout, FP8, FP8_P)
             if ORDERED:
                 # The k-th turn of group 0 follows group 1's (k-1)-th hand-over (its first
                 # passes: a fresh mbarrier's phase before the first counts as complete); the
@@ -335,7 +372,8 @@ def _consumer_tile(group, q_tile, q_ready, q_phase, q_prev_empty, has_prev, k_sm
             # Groups retire in order: one left in flight means this block's scores are done.
             s = warpgroup_mma_wait(1, deps=[s_tok])
             mbarrier.arrive(k_empty.index(stage), count=1)
-            p, m_i, alpha = _scores(s, m_i, j * BLOCK_N, mask_from, limit, offs_n, qk_scale, MASK, EMPTY_ROWS)
+            p, m_i, alpha = _scores(s, m_i, j * BLOCK_N, mask_from, limit, offs_n, qk_scale, MASK, EMPTY_ROWS,
+                                    FP8 and FP8_P != "multiply")
             acc = _pv_done(o_tok, p_op, FP8)
             mbarrier.arrive(v_empty.index(prev), count=1)
             alpha_o = gl.convert_layout(alpha, o_rows)
@@ -343,7 +381,7 @@ def _consumer_tile(group, q_tile, q_ready, q_phase, q_prev_empty, has_prev, k_sm
             l_i = l_i * alpha_o + gl.convert_layout(gl.sum(p, 1), o_rows)
         last = (it + n_blocks - 1) % NUM_STAGES
         mbarrier.wait(v_ready.index(last), ((it + n_blocks - 1) // NUM_STAGES) & 1)
-        p_op = _p_operand(p, dtype, p_layout, FP8)
+        p_op = _p_operand(p, dtype, p_layout, FP8, FP8_P)
         o_tok = warpgroup_mma(p_op, _v_operand(v_smem, last, FP8), acc, is_async=True)
         acc = _pv_done(o_tok, p_op, FP8)
         mbarrier.arrive(v_empty.index(last), count=1)
@@ -360,9 +398,12 @@ def _consumer_tile(group, q_tile, q_ready, q_phase, q_prev_empty, has_prev, k_sm
 
     # Rows that saw no key: 0 / 1 = 0, as the other kernels write.
     l_safe = gl.where(l_i == 0.0, 1.0, l_i)
-    if FP8:
-        # V's scale, and the 448 P was stretched by.
+    if FP8 and FP8_P == "multiply":
+        # V's scale, and the 448 P was stretched by after the sum l.
         l_safe = l_safe * (448.0 / gl.load(Scales + 2))
+    elif FP8:
+        # V's scale (the 448 P was stretched by is in l too: it cancels).
+        l_safe = l_safe / gl.load(Scales + 2)
     out = (acc / l_safe[:, None]).to(Out.dtype.element_ty)
     if (EVEN_M or PERSISTENT) and not FP8:
         # O's descriptor is per (batch, head) (rank 3): a ragged tile's rows past q_len are
@@ -387,7 +428,7 @@ def _consumer(group, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty,
               HEAD_DIM: gl.constexpr, M_TILE: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr,
               NUM_GROUPS: gl.constexpr, IS_CAUSAL: gl.constexpr, LONGEST_FIRST: gl.constexpr,
               PERSISTENT: gl.constexpr, Q_BUFS: gl.constexpr, MASK: gl.constexpr, EMPTY_ROWS: gl.constexpr,
-              EVEN_M: gl.constexpr, ORDERED: gl.constexpr, FP8: gl.constexpr, num_warps: gl.constexpr):
+              EVEN_M: gl.constexpr, ORDERED: gl.constexpr, FP8: gl.constexpr, FP8_P: gl.constexpr, num_warps: gl.constexpr):
     """One consumer warpgroup over the program's tiles, in the producer's order."""
     if PERSISTENT:
         it = 0  # K/V blocks of the program's tiles so far (the ring's position)
@@ -403,7 +444,7 @@ def _consumer(group, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty,
                            k_smem, v_smem,
                            k_ready, k_empty, v_ready, v_empty, turns, o_desc, Out, Scales, pid_zh, head_row, q_start,
                            q_len, kv_len, n_program, n_ordered, it, turn, qk_scale, HEAD_DIM, M_TILE, BLOCK_N,
-                           NUM_STAGES, IS_CAUSAL, MASK, EMPTY_ROWS, EVEN_M, ORDERED, PERSISTENT, FP8, num_warps)
+                           NUM_STAGES, IS_CAUSAL, MASK, EMPTY_ROWS, EVEN_M, ORDERED, PERSISTENT, FP8, FP8_P, num_warps)
             it += n_program
             # Each group takes a turn at every block but the first of those both read.
             turn += gl.maximum(n_ordered - 1, 0)
@@ -417,7 +458,7 @@ def _consumer(group, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty,
                        v_smem, k_ready, k_empty,
                        v_ready, v_empty, turns, o_desc, Out, Scales, pid_zh, head_row, q_start, q_len, kv_len,
                        n_program, n_ordered, 0, 0, qk_scale, HEAD_DIM, M_TILE, BLOCK_N, NUM_STAGES, IS_CAUSAL, MASK,
-                       EMPTY_ROWS, EVEN_M, ORDERED, PERSISTENT, FP8, num_warps)
+                       EMPTY_ROWS, EVEN_M, ORDERED, PERSISTENT, FP8, FP8_P, num_warps)
 
 
 @gluon.jit
@@ -426,12 +467,12 @@ def _consumer_worker(q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty,
                      HEAD_DIM: gl.constexpr, M_TILE: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr,
                      NUM_GROUPS: gl.constexpr, IS_CAUSAL: gl.constexpr, LONGEST_FIRST: gl.constexpr,
                      PERSISTENT: gl.constexpr, Q_BUFS: gl.constexpr, MASK: gl.constexpr, EMPTY_ROWS: gl.constexpr,
-                     EVEN_M: gl.constexpr, ORDERED: gl.constexpr, FP8: gl.constexpr, CONSUMER_WARPS: gl.constexpr):
+                     EVEN_M: gl.constexpr, ORDERED: gl.constexpr, FP8: gl.constexpr, FP8_P: gl.constexpr, CONSUMER_WARPS: gl.constexpr):
     """Consumer group 1 (a worker partition)."""
     _consumer(1, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready, v_empty, turns, o_desc, Out,
               Scales, first, step, n_tiles, n_m, n_bh, q_heads, kv_heads, q_len, kv_len, qk_scale,
               HEAD_DIM, M_TILE, BLOCK_N, NUM_STAGES, NUM_GROUPS, IS_CAUSAL, LONGEST_FIRST, PERSISTENT, Q_BUFS,
-              MASK, EMPTY_ROWS, EVEN_M, ORDERED, FP8, CONSUMER_WARPS)
+              MASK, EMPTY_ROWS, EVEN_M, ORDERED, FP8, FP8_P, CONSUMER_WARPS)
 
 
 @gluon.jit
@@ -441,12 +482,12 @@ def _consumer_default(q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty
                       NUM_STAGES: gl.constexpr, NUM_GROUPS: gl.constexpr, IS_CAUSAL: gl.constexpr,
                       LONGEST_FIRST: gl.constexpr, PERSISTENT: gl.constexpr, Q_BUFS: gl.constexpr,
                       MASK: gl.constexpr, EMPTY_ROWS: gl.constexpr, EVEN_M: gl.constexpr, ORDERED: gl.constexpr,
-                      FP8: gl.constexpr, CONSUMER_WARPS: gl.constexpr):
+                      FP8: gl.constexpr, FP8_P: gl.constexpr, CONSUMER_WARPS: gl.constexpr):
     """Consumer group 0 (the default partition)."""
     _consumer(0, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready, v_empty, turns, o_desc, Out,
               Scales, first, step, n_tiles, n_m, n_bh, q_heads, kv_heads, q_len, kv_len, qk_scale,
               HEAD_DIM, M_TILE, BLOCK_N, NUM_STAGES, NUM_GROUPS, IS_CAUSAL, LONGEST_FIRST, PERSISTENT, Q_BUFS,
-              MASK, EMPTY_ROWS, EVEN_M, ORDERED, FP8, CONSUMER_WARPS)
+              MASK, EMPTY_ROWS, EVEN_M, ORDERED, FP8, FP8_P, CONSUMER_WARPS)
 
 
 @gluon.jit
@@ -466,6 +507,7 @@ def gluon_attention_kernel(
     EMPTY_ROWS: gl.constexpr,
     EVEN_M: gl.constexpr,
     FP8: gl.constexpr,
+    FP8_P: gl.constexpr,
     CONSUMER_REGS: gl.constexpr,
     PRODUCER_REGS: gl.constexpr,
     num_warps: gl.constexpr,
@@ -474,6 +516,7 @@ def gluon_attention_kernel(
     with ``PERSISTENT``, (programs,), program p taking tiles p, p + programs, ...
 
     ``Scales``: fp8's per-tensor scales [q, k, v] (float32; read only with ``FP8``).
+    ``FP8_P``: how fp8's P is formed (module docstring; read only with ``FP8``).
     """
     BLOCK_M: gl.constexpr = NUM_GROUPS * M_TILE
     n_m = gl.cdiv(q_len, BLOCK_M)
@@ -523,12 +566,12 @@ def gluon_attention_kernel(
             (_consumer_default, (q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready, v_empty, turns,
                                  o_desc, Out, Scales, first, step, n_tiles, n_m, n_bh, q_heads, kv_heads, q_len, kv_len,
                                  qk_scale, HEAD_DIM, M_TILE, BLOCK_N, NUM_STAGES, NUM_GROUPS, IS_CAUSAL,
-                                 LONGEST_FIRST, PERSISTENT, Q_BUFS, MASK, EMPTY_ROWS, EVEN_M, ORDERED, FP8,
+                                 LONGEST_FIRST, PERSISTENT, Q_BUFS, MASK, EMPTY_ROWS, EVEN_M, ORDERED, FP8, FP8_P,
                                  num_warps)),
             (_consumer_worker, (q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready, v_empty, turns,
                                 o_desc, Out, Scales, first, step, n_tiles, n_m, n_bh, q_heads, kv_heads, q_len, kv_len,
                                 qk_scale, HEAD_DIM, M_TILE, BLOCK_N, NUM_STAGES, NUM_GROUPS, IS_CAUSAL,
-                                LONGEST_FIRST, PERSISTENT, Q_BUFS, MASK, EMPTY_ROWS, EVEN_M, ORDERED, FP8,
+                                LONGEST_FIRST, PERSISTENT, Q_BUFS, MASK, EMPTY_ROWS, EVEN_M, ORDERED, FP8, FP8_P,
                                  num_warps)),
             (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready,
                          v_empty, first, step, n_tiles, n_m, n_bh, q_heads, kv_heads, q_len, kv_len,
@@ -540,7 +583,7 @@ def gluon_attention_kernel(
             (_consumer_default, (q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready, v_empty, turns,
                                  o_desc, Out, Scales, first, step, n_tiles, n_m, n_bh, q_heads, kv_heads, q_len, kv_len,
                                  qk_scale, HEAD_DIM, M_TILE, BLOCK_N, NUM_STAGES, NUM_GROUPS, IS_CAUSAL,
-                                 LONGEST_FIRST, PERSISTENT, Q_BUFS, MASK, EMPTY_ROWS, EVEN_M, ORDERED, FP8,
+                                 LONGEST_FIRST, PERSISTENT, Q_BUFS, MASK, EMPTY_ROWS, EVEN_M, ORDERED, FP8, FP8_P,
                                  num_warps)),
             (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready,
                          v_empty, first, step, n_tiles, n_m, n_bh, q_heads, kv_heads, q_len, kv_len,

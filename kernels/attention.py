@@ -13,7 +13,7 @@ from flashtune.kernels._flash_fwd import attention_forward_kernel
 from flashtune.kernels.config import Config, Value
 from flashtune.kernels.decode import check_cache_seqlens, check_kv_start, default_decode_config, launch_decode
 from flashtune.kernels.dtypes import DTYPES, interpreting
-from flashtune.kernels.gluon import gluon_variant_for, launch_gluon
+from flashtune.kernels.gluon import DEFAULT_FP8_P, gluon_variant_for, launch_gluon
 from flashtune.kernels.launch_plan import launch_plan
 from flashtune.kernels.launch_support import LOG2_E, device_sm_count, use_descriptor_scratch
 from flashtune.kernels.lean import launch_lean, variant_for
@@ -98,7 +98,7 @@ def launch(
         return _launch_kernel(q, k, v, out, q, (v.stride(0), v.stride(1), v.stride(2), v.stride(3)), causal=causal,
                               scale=scale, config=config, warmup=warmup, seqlens=cache_seqlens, kv_start=kv_start)
     if launch_plan(config).constexprs["FP8"]:
-        q, k, v, scales = quantize_fp8(q, k, v)
+        q, k, v, scales = quantize_fp8(q, k, v, v_order=fp8_v_order(config))
         return launch_quantized(q, k, v, scales, out, causal=causal, scale=scale, config=config, warmup=warmup)
     return _launch_kernel(q, k, v, out, q, (v.stride(0), v.stride(1), v.stride(2), v.stride(3)),
                           causal=causal, scale=scale, config=config, warmup=warmup)
@@ -115,8 +115,12 @@ def launch_quantized(
     scale: float,
     config: Config,
     warmup: bool = False,
+    fp8_p: str | None = None,
 ) -> Any:
     """Launch an fp8 config on inputs already quantized by :func:`quantize_fp8`.
+
+    ``fp8_p``: the Gluon kernel's fp8 P form (kernels/gluon.py ``FP8_P_FORMS``; None: what
+    ``v8_t``'s key order reads), for benchmarks that time the forms side by side.
 
     Why: ``launch`` quantizes on every call (memory-bound passes over Q, K, V), which hides
     the kernel's own fp8 speed; a model that keeps fp8 activations, or a benchmark that
@@ -124,9 +128,23 @@ def launch_quantized(
     """
     if not launch_plan(config).constexprs["FP8"]:
         raise ValueError("launch_quantized needs a config with use_fp8=True")
-    stride_v = (v8_t.stride(0), v8_t.stride(1), v8_t.stride(3), v8_t.stride(2))  # (z, h, n, d) of V^T
+    if launch_plan(config).variant != "gluon":
+        if v8_t.dim() != 4:
+            raise ValueError(f"V^T in FA3's key order (quantize_fp8(..., v_order='fa3'), shape {tuple(v8_t.shape)}) "
+                             f"is read only by the Gluon kernel, not by {config.to_dict()}")
+        if fp8_p is not None:
+            raise ValueError("fp8_p picks the Gluon kernel's fp8 P form; this config is not the Gluon kernel's")
+        stride_v = (v8_t.stride(0), v8_t.stride(1), v8_t.stride(3), v8_t.stride(2))  # (z, h, n, d) of V^T
+    else:
+        stride_v = None  # the Gluon launcher reads V^T through a descriptor
     return _launch_kernel(q8, k8, v8_t, out, scales, stride_v, causal=causal, scale=scale, config=config,
-                          warmup=warmup)
+                          warmup=warmup, fp8_p=fp8_p)
+
+
+def fp8_v_order(config: Mapping[str, Value]) -> str:
+    """The order of V^T's keys an fp8 config's kernel reads by default (``quantize_fp8``'s
+    ``v_order``): FA3's for the Gluon kernel (``DEFAULT_FP8_P``), key order for the others."""
+    return "fa3" if launch_plan(config).variant == "gluon" and DEFAULT_FP8_P == "permuted" else "keys"
 
 
 def takes_key_ranges(config: Mapping[str, Value]) -> bool:
@@ -137,11 +155,11 @@ def takes_key_ranges(config: Mapping[str, Value]) -> bool:
 
 
 def _launch_kernel(q, k, v, out, scales, stride_v, *, causal: bool, scale: float, config: Config,
-                   warmup: bool = False, seqlens: Any = None, kv_start: Any = None) -> Any:
+                   warmup: bool = False, seqlens: Any = None, kv_start: Any = None, fp8_p: str | None = None) -> Any:
     plan = launch_plan(config)
     if plan.variant == "gluon":
         return launch_gluon(q, k, v, out, causal=causal, scale=scale, variant=gluon_variant_for(config),
-                            scales=scales if plan.constexprs["FP8"] else None,
+                            scales=scales if plan.constexprs["FP8"] else None, fp8_p=fp8_p,
                             programs=_persistent_programs(q.device), warmup=warmup)
     if plan.variant != "forward":
         # The lean launcher's variants (host-side descriptors: no device scratch, and the
@@ -224,14 +242,24 @@ def _persistent_programs(device: torch.device) -> int:
 FP8_MAX = 448.0
 
 
-def quantize_fp8(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, ...]:
+def quantize_fp8(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
+                 v_order: str = "keys") -> tuple[torch.Tensor, ...]:
     """Per-tensor e4m3 quantization; V transposed to (batch, heads, head_dim, kv_len).
 
     Hopper's fp8 dot needs its second operand K-major: for P @ V the reduction runs over
     the keys, so V is stored with kv_len contiguous (padded to 16 elements for TMA).
     Returns (q8, k8, v8_t, scales) with scales = [q, k, v] as float32 on the device; no
     host sync, so the op stays capturable in a CUDA graph.
+
+    ``v_order="fa3"`` (the Gluon kernel's fp8, kernels/gluon.py ``FP8_P_FORMS``): V^T's keys
+    in FA3's order inside each 16-key group (position 16g + 4t + 2h + b holds key
+    16g + 8h + 2t + b, the order in which the kernel's P reaches the PV product without
+    leaving its threads), as a 5-D tensor (batch, heads, head_dim, key groups, 16) whose
+    padding past kv_len is zeros: its own shape, so no kernel that reads V^T in key order
+    takes it by mistake (launch_quantized refuses it for them).
     """
+    if v_order not in V_ORDERS:
+        raise ValueError(f"v_order must be one of {V_ORDERS}, got {v_order!r}")
     def quantize(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         s = (x.abs().amax().float() / FP8_MAX).clamp_min(1e-12)
         # Divide in the input's 16-bit type (more mantissa than e4m3 keeps): no fp32 copy.
@@ -243,7 +271,27 @@ def quantize_fp8(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[tor
     batch, heads, kv_len, head_dim = v.shape
     v8_t = torch.empty((batch, heads, head_dim, fp8_v_row(kv_len)), dtype=torch.float8_e4m3fn, device=v.device)
     v8_t[..., :kv_len] = v8.transpose(-1, -2)
+    if v_order == "fa3":
+        # Padded keys: a zero weight times garbage could be NaN. (Zeroed as bytes: e4m3's 0 is
+        # 0x00, and byte fills run on every device.)
+        v8_t.view(torch.uint8)[..., kv_len:] = 0
+        groups = v8_t.shape[-1] // 16
+        v8_t = fa3_key_order(v8_t.view(batch, heads, head_dim, groups, 16))
+        return q8, k8, v8_t, torch.stack([sq, sk, sv])
     return q8, k8, v8_t[..., :kv_len], torch.stack([sq, sk, sv])
+
+
+#: quantize_fp8's orders of V^T's keys: as they are, or FA3's inside each 16-key group.
+V_ORDERS = ("keys", "fa3")
+
+
+def fa3_key_order(groups: torch.Tensor) -> torch.Tensor:
+    """``groups`` (..., 16 keys) with position 4t + 2h + b taking key 8h + 2t + b (t < 4,
+    h, b < 2), contiguous: the order in which the fp8 Gluon kernel's P (the scores'
+    accumulator layout, keys 2t, 2t + 1, 8 + 2t, 9 + 2t in thread t of a quad) becomes the
+    A operand (keys 4t..4t + 3 in thread t) with no data leaving its thread."""
+    shape = groups.shape
+    return groups.reshape(*shape[:-1], 2, 4, 2).transpose(-3, -2).reshape(shape).contiguous()
 
 
 def fp8_v_row(kv_len: int) -> int:

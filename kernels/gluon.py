@@ -37,6 +37,18 @@ PRODUCER_REGS = 24
 CONSUMER_REGS = 240
 
 
+#: How an fp8 variant's P reaches the PV product (the kernel's ``FP8_P``; 16-bit variants
+#: ignore it): ``"multiply"``: exp2, then x448 (e4m3's range), the accumulator layout
+#: converted to the A operand's by warp shuffles (the first fp8 form); ``"exp2"``: the
+#: stretch folded into exp2 (the row maximum less log2 448: no multiply a score);
+#: ``"permuted"``: that, and FA3's key order inside each 16-key group, so the conversion is
+#: in-thread byte permutes; it reads V^T written in that order (``quantize_fp8(...,
+#: v_order="fa3")``), and the launcher picks it from the V^T it is given.
+FP8_P_FORMS = ("multiply", "exp2", "permuted")
+#: The form the op runs (``flash_attention`` and ``launch`` quantize V^T in its key order).
+DEFAULT_FP8_P = "permuted"
+
+
 @dataclasses.dataclass(frozen=True)
 class GluonVariant:
     """One point of the Gluon kernel's knobs."""
@@ -137,15 +149,21 @@ def _head_descriptor(t: torch.Tensor, rows: int) -> Any:
     return TensorDescriptor(t, [batch * heads, length, head_dim], [length * head_dim, head_dim, 1], block, layout)
 
 
-def launch_options(variant: GluonVariant, *, head_dim: int, causal: bool, q_len: int, kv_len: int) -> dict[str, Any]:
+def launch_options(variant: GluonVariant, *, head_dim: int, causal: bool, q_len: int, kv_len: int,
+                   fp8_p: str = "exp2") -> dict[str, Any]:
     """The kernel's constexprs and compile options for ``variant`` and a call's shape (one place:
-    the launch, and the tests that read what a config would launch with on a CPU)."""
+    the launch, and the tests that read what a config would launch with on a CPU).
+
+    ``fp8_p``: one of :data:`FP8_P_FORMS` (read by fp8 variants only).
+    """
+    if fp8_p not in FP8_P_FORMS:
+        raise ValueError(f"fp8_p must be one of {FP8_P_FORMS}, got {fp8_p!r}")
     return dict(
         HEAD_DIM=head_dim, M_TILE=variant.m_tile, BLOCK_N=variant.BLOCK_N, NUM_STAGES=variant.num_stages,
         NUM_GROUPS=variant.groups, ORDERED=variant.ordered, IS_CAUSAL=causal,
         LONGEST_FIRST=causal and variant.longest_first, PERSISTENT=variant.persistent, MASK=causal or kv_len % variant.BLOCK_N != 0,
         EMPTY_ROWS=causal and q_len > kv_len, EVEN_M=q_len % variant.BLOCK_M == 0, CONSUMER_REGS=CONSUMER_REGS,
-        PRODUCER_REGS=PRODUCER_REGS, num_warps=variant.num_warps, **dict(variant.extra), **dict(variant.options),
+        PRODUCER_REGS=PRODUCER_REGS, FP8_P=fp8_p, num_warps=variant.num_warps, **dict(variant.extra), **dict(variant.options),
     )
 
 
@@ -160,7 +178,7 @@ def gluon_grid(variant: GluonVariant, *, q_len: int, batch_heads: int, programs:
 
 def launch_gluon(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, *, causal: bool,
                  scale: float, variant: GluonVariant, programs: int, scales: torch.Tensor | None = None,
-                 warmup: bool = False) -> Any:
+                 fp8_p: str | None = None, warmup: bool = False) -> Any:
     """Launch (or, with ``warmup``, only compile) the Gluon kernel into ``out``.
 
     ``programs``: the persistent grid's programs when there are more tiles (the SMs times
@@ -172,14 +190,19 @@ def launch_gluon(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.T
 
     An fp8 variant (``use_fp8=True``) takes what ``kernels.attention.quantize_fp8`` returns:
     e4m3 ``q`` and ``k``, ``v`` as V^T (batch, kv_heads, head_dim, kv_len) with rows padded
-    to 16, and ``scales``; ``out`` is 16-bit.
+    to 16, and ``scales``; ``out`` is 16-bit. Given V^T in FA3's key order (``quantize_fp8(...,
+    v_order="fa3")``: 5-D, (batch, kv_heads, head_dim, key groups, 16)) it runs P in that order
+    (``fp8_p="permuted"``); given it in key order, ``fp8_p`` (default ``"exp2"``) picks how P
+    is formed (:data:`FP8_P_FORMS`).
 
     Raises:
         ValueError: the tensors' types do not match the variant (fp16/bf16, or e4m3 with
-            ``scales`` and V^T for fp8), or Triton's interpreter is on (it cannot run Gluon).
+            ``scales`` and V^T for fp8), ``fp8_p`` does not match V^T's key order, or Triton's
+            interpreter is on (it cannot run Gluon).
     """
     fp8 = bool(dict(variant.extra).get("FP8", False))
     _check_operands(q, k, v, out, scales, fp8)
+    fp8_p = _fp8_p_for(v, fp8_p) if fp8 else "exp2"
     if interpreting():
         raise ValueError("the Gluon kernel cannot run under TRITON_INTERPRET=1 (Triton's interpreter runs "
                          "no Gluon); it compiles for Hopper only")
@@ -190,8 +213,7 @@ def launch_gluon(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.T
     if not flat(out):
         staged = torch.empty(q.shape, dtype=out.dtype, device=out.device)
         done = launch_gluon(q, k, v, staged, causal=causal, scale=scale, variant=variant, programs=programs,
-                            scales=scales,
-                            warmup=warmup)
+                            scales=scales, fp8_p=fp8_p, warmup=warmup)
         if not warmup:
             out.copy_(staged)
         return done
@@ -200,12 +222,16 @@ def launch_gluon(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.T
     m_tile, bn = variant.m_tile, variant.BLOCK_N
     qd, od = _flat_descriptor(q, [m_tile, head_dim]), _head_descriptor(out, m_tile)
     # fp8: V^T tiles of every head dimension and BLOCK_N keys (wgmma's 8-bit B operand K-major).
+    if v.dim() == 5:
+        # FA3's key order: the descriptor spans the padded key groups, whose zeros some of the
+        # last group's positions hold (a position past kv_len may hold a key before it).
+        v = v.reshape(*v.shape[:3], v.shape[3] * v.shape[4])
     kd, vd = _flat_descriptor(k, [bn, head_dim]), _flat_descriptor(v, [head_dim, bn] if fp8 else [bn, head_dim])
     grid = gluon_grid(variant, q_len=q_len, batch_heads=batch * q_heads, programs=programs)
     # Without fp8 the scales are not read: ``out`` stands in for the pointer.
     args = (qd, kd, vd, od, out, out if scales is None else scales, batch, q_heads, kv_heads, q_len, kv_len,
             scale * LOG2_E)
-    options = launch_options(variant, head_dim=head_dim, causal=causal, q_len=q_len, kv_len=kv_len)
+    options = launch_options(variant, head_dim=head_dim, causal=causal, q_len=q_len, kv_len=kv_len, fp8_p=fp8_p)
     if warmup:
         return gluon_attention_kernel.warmup(*args, grid=grid, **options)
     return gluon_attention_kernel[grid](*args, **options)
@@ -224,7 +250,27 @@ def _check_operands(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torc
         raise ValueError("an fp8 Gluon config takes e4m3 q, k, V^T and their scales (kernels.attention.quantize_fp8), "
                          f"got {q.dtype}, {k.dtype}, {v.dtype} and scales={'none' if scales is None else 'given'}")
     batch, kv_heads, kv_len, head_dim = k.shape
+    if v.dim() == 5:
+        groups = triton.cdiv(kv_len, 16)
+        if tuple(v.shape) != (batch, kv_heads, head_dim, groups, 16) or not v.is_contiguous():
+            raise ValueError(f"fp8 V^T in FA3's key order must be contiguous {(batch, kv_heads, head_dim, groups, 16)}, "
+                             f"as quantize_fp8(..., v_order='fa3') makes it; got shape {tuple(v.shape)}, "
+                             f"strides {v.stride()}")
+        return
     if tuple(v.shape) != (batch, kv_heads, head_dim, kv_len) or not flat(v, row=v.stride(2)) \
             or v.stride(2) % 16 or v.stride(2) < kv_len:
         raise ValueError(f"fp8 V must be V^T {(batch, kv_heads, head_dim, kv_len)} with rows 16-element aligned, "
                          f"as quantize_fp8 makes it; got shape {tuple(v.shape)}, strides {v.stride()}")
+
+
+def _fp8_p_for(v: torch.Tensor, fp8_p: str | None) -> str:
+    """How P is formed for fp8 V^T ``v``: FA3's order (5-D V^T) needs ``"permuted"``, key order
+    one of the other forms (``"exp2"`` unless asked)."""
+    if v.dim() == 5:
+        if fp8_p not in (None, "permuted"):
+            raise ValueError(f"fp8_p={fp8_p!r} reads V^T in key order, got V^T in FA3's key order (5-D)")
+        return "permuted"
+    if fp8_p == "permuted":
+        raise ValueError("fp8_p='permuted' reads V^T in FA3's key order (quantize_fp8(..., v_order='fa3')), "
+                         "got V^T in key order")
+    return "exp2" if fp8_p is None else fp8_p

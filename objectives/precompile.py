@@ -40,12 +40,26 @@ def _compile(config: dict, workload: dict) -> tuple[str, float]:
     return "", time.perf_counter() - started
 
 
-def compile_config(cfg: Config, w: Workload, device: str = "cuda") -> Any:
+def compile_form(config: dict, workload: dict, fp8_p: str) -> str:
+    """Pool process: compile one fp8 Gluon config in P form ``fp8_p`` (kernels/gluon.py
+    ``FP8_P_FORMS``, beside the op's form the pool compiles); its error, or ''."""
+    failure: Exception | None = None
+    with captured_output() as compiler:
+        try:
+            compile_config(validate_config(config), Workload.from_dict(workload), fp8_p=fp8_p)
+        except Exception as exc:  # whoever launches it compiles it again and names the failure
+            failure = exc
+    return "" if failure is None else describe_failure(failure, compiler)
+
+
+def compile_config(cfg: Config, w: Workload, device: str = "cuda", fp8_p: str | None = None) -> Any:
     """Compile ``cfg`` (complete: implied knobs filled in) for ``w`` into Triton's cache; raises what Triton raises.
 
     Returns Triton's compiled kernel (the decode kernel's split kernel). ``device``: where
     the stand-in buffers live; only their dtype, alignment and strides are read, so
     ``"cpu"`` serves a compile for a named target without a GPU (objectives/aot.py).
+    ``fp8_p``: an fp8 Gluon config's P form (kernels/gluon.py ``FP8_P_FORMS``) other than
+    the one the op runs (None), as a benchmark times it beside the default.
     """
     import math
 
@@ -59,6 +73,8 @@ def compile_config(cfg: Config, w: Workload, device: str = "cuda") -> Any:
         fp8_v_row,
         kernel_arguments,
         launch,
+        launch_quantized,
+        quantize_fp8,
     )
     from flashtune.kernels.decode import warm_up  # the pool process only, as above
 
@@ -75,6 +91,12 @@ def compile_config(cfg: Config, w: Workload, device: str = "cuda") -> Any:
                   for _ in range(2))
         k, v = (torch.empty(w.batch, w.kv_heads, w.kv_len, w.head_dim, device=device, dtype=dtype)
                 for _ in range(2))
+        if fp8_p is not None:
+            if plan.variant != "gluon" or not plan.constexprs["FP8"]:
+                raise ValueError(f"fp8_p={fp8_p!r} is a form of the Gluon kernel's fp8, not of {cfg.to_dict()}")
+            q8, k8, v8_t, scales = quantize_fp8(q, k, v, v_order="fa3" if fp8_p == "permuted" else "keys")
+            return launch_quantized(q8, k8, v8_t, scales, out, causal=w.causal, scale=1 / math.sqrt(w.head_dim),
+                                    config=cfg, warmup=True, fp8_p=fp8_p)
         return launch(q, k, v, out, causal=w.causal, scale=1 / math.sqrt(w.head_dim), config=cfg, warmup=True)
     # Tiny buffers: warm-up reads pointers' dtype and alignment and the integer values
     # (Triton specializes strides equal to 1 or divisible by 16), not data; the strides

@@ -10,6 +10,9 @@ of a case come from the same minutes of the card. Configs come from the recorded
 recorded tables predate ``loads="lean_ws_oneloop"``). Each fp8 variant's error against
 the float32 reference is checked against its accuracy gate (``FP8_TOLERANCE``) and the
 table marks the fastest one inside it against the 1.0 PFLOP/s target of issue 20.
+``--gluon-fp8-forms multiply,exp2,permuted`` times each fp8 Gluon config in each P form
+(kernels/gluon.py ``FP8_P_FORMS``: the first form, the stretch folded into exp2, and FA3's
+in-thread permute on V^T in FA3's key order), named ``fp8_kernel#i/FORM``, side by side.
 Usage on the GPU::
 
     python -m flashtune.experiments.benchmarks.bench_fp8 --json fp8.json \
@@ -26,12 +29,14 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from flashtune.experiments.evaluation.best_configs import best_configs
-from flashtune.kernels.attention import launch, launch_quantized, quantize_fp8
+from flashtune.kernels.attention import fp8_v_order, launch, launch_quantized, quantize_fp8
 from flashtune.kernels.config import Config
+from flashtune.kernels.gluon import FP8_P_FORMS
+from flashtune.kernels.launch_plan import launch_plan
 from flashtune.kernels.reference import reference_attention, relative_error
 from flashtune.kernels.space import validate_config
 from flashtune.objectives.bench import FP8_TOLERANCE, make_inputs
-from flashtune.objectives.precompile import CompilePool
+from flashtune.objectives.precompile import CompilePool, compile_form
 from flashtune.objectives.types import Workload
 
 #: issue 20's fp8 target, TFLOP/s kernel-only within the accuracy gate.
@@ -72,15 +77,41 @@ def case_configs(table: str, *, top_fp8: int, also: Sequence[Config] = ()) -> tu
     return bf16, fp8 + [c for c in also if c not in fp8]
 
 
-def precompile(cases: Sequence[tuple[Workload, str]], *, top_fp8: int, also: Sequence[Config]) -> None:
+def gluon_forms(config: Config, forms: Sequence[str]) -> list[str | None]:
+    """The P forms an fp8 config is timed in: each of ``forms`` for the Gluon kernel, else
+    (or with no forms asked) the op's own (None)."""
+    return list(forms) if forms and launch_plan(config).variant == "gluon" else [None]
+
+
+def parse_forms(text: str) -> list[str]:
+    """``--gluon-fp8-forms``: a comma list of FP8_P_FORMS (checked before any GPU time)."""
+    forms = [f for f in text.split(",") if f]
+    bad = [f for f in forms if f not in FP8_P_FORMS]
+    if bad:
+        raise SystemExit(f"--gluon-fp8-forms: {bad} not among {list(FP8_P_FORMS)}")
+    return forms
+
+
+def precompile(cases: Sequence[tuple[Workload, str]], *, top_fp8: int, also: Sequence[Config],
+               forms: Sequence[str] = ()) -> None:
     """Compile every case's configs ahead in a pool of processes (Triton compiles one kernel
-    at a time in this one); a config that does not compile fails again when timed, by name."""
+    at a time in this one), and each fp8 Gluon config in each of ``forms``; a config that
+    does not compile fails again when timed, by name."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
     pool = CompilePool()
     jobs = [(c, w) for w, table in cases for group in case_configs(table, top_fp8=top_fp8, also=also) for c in group]
     for c, w in jobs:
         pool.submit(c, w)
-    for c, w in jobs:
-        pool.wait(c, w)
+    form_jobs = [(c, w, f) for c, w in jobs if launch_plan(c).constexprs["FP8"]
+                 for f in gluon_forms(c, forms) if f is not None]
+    with ProcessPoolExecutor(pool.processes or 1, mp_context=multiprocessing.get_context("spawn")) as forms_pool:
+        futures = [forms_pool.submit(compile_form, c.to_dict(), w.to_dict(), f) for c, w, f in form_jobs]
+        for c, w in jobs:
+            pool.wait(c, w)
+        for future in futures:
+            future.result()
     pool.close()
 
 
@@ -109,7 +140,8 @@ def ratios(result: dict[str, dict[str, float]]) -> dict[str, float]:
             "fp8_with_quant/bf16": div(fp8q, bf16), "bf16/cudnn": div(bf16, cudnn)}
 
 
-def run_case(workload: Workload, table: str, *, rounds: int, top_fp8: int, also: Sequence[Config] = ()) -> dict:
+def run_case(workload: Workload, table: str, *, rounds: int, top_fp8: int, also: Sequence[Config] = (),
+             forms: Sequence[str] = ()) -> dict:
     """Time one case on the GPU; every variant that fails is reported, the rest still run."""
     import torch
     import torch.nn.functional as F
@@ -119,8 +151,10 @@ def run_case(workload: Workload, table: str, *, rounds: int, top_fp8: int, also:
 
     q, k, v = make_inputs(workload, seed=99, dev=torch.device("cuda"))
     scale = 1.0 / math.sqrt(workload.head_dim)
-    qz = quantize_fp8(q, k, v)
+    # V^T in each key order a kernel reads (the Gluon kernel's permuted P form: FA3's).
+    qz = {order: quantize_fp8(q, k, v, v_order=order) for order in ("keys", "fa3")}
     bf16, fp8 = case_configs(table, top_fp8=top_fp8, also=also)
+    fp8_names: dict[str, dict] = {}  # fp8_kernel name -> its config and P form
     outs = {}
 
     def ours(name, fn, config):
@@ -130,11 +164,18 @@ def run_case(workload: Workload, table: str, *, rounds: int, top_fp8: int, also:
     fns = {}
     for i, c in enumerate(bf16):
         fns[f"bf16#{i}"] = ours(f"bf16#{i}", lambda c, o: launch(q, k, v, o, causal=False, scale=scale, config=c), c)
+    def quantized(c, o, form):
+        order = fp8_v_order(c) if form is None else "fa3" if form == "permuted" else "keys"
+        return launch_quantized(*qz[order], o, causal=False, scale=scale, config=c, fp8_p=form)
+
     for i, c in enumerate(fp8):
-        fns[f"fp8_kernel#{i}"] = ours(f"fp8_kernel#{i}", lambda c, o: launch_quantized(*qz, o, causal=False, scale=scale, config=c), c)
+        for form in gluon_forms(c, forms):
+            name = f"fp8_kernel#{i}" + (f"/{form}" if form else "")
+            fp8_names[name] = {"config": c.to_dict(), "fp8_p": form}
+            fns[name] = ours(name, lambda c, o, form=form: quantized(c, o, form), c)
     if fp8:
         fns["fp8_with_quant#0"] = ours("fp8_with_quant#0", lambda c, o: launch(q, k, v, o, causal=False, scale=scale, config=c), fp8[0])
-    fns["quantize_only"] = lambda: quantize_fp8(q, k, v)
+    fns["quantize_only"] = lambda: quantize_fp8(q, k, v, v_order=fp8_v_order(fp8[0]) if fp8 else "keys")
 
     def cudnn():
         with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
@@ -162,7 +203,7 @@ def run_case(workload: Workload, table: str, *, rounds: int, top_fp8: int, also:
     gated, gated_tflops = best_within_gate(result, rel, FP8_TOLERANCE)
     return {
         "workload": workload.name, "config_table": table,
-        "configs": {"bf16": [c.to_dict() for c in bf16], "fp8": [c.to_dict() for c in fp8]},
+        "configs": {"bf16": [c.to_dict() for c in bf16], "fp8": [c.to_dict() for c in fp8]}, "fp8_names": fp8_names,
         "timings": result, "ratios": ratios(result), "rel_error_vs_fp32_reference": rel, "errors": errors,
         "fp8_best_within_gate": {"variant": gated, "tflops": gated_tflops, "tolerance": FP8_TOLERANCE,
                                  "meets_target": gated_tflops >= TARGET_TFLOPS},
@@ -176,14 +217,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path)
     parser.add_argument("--also", type=json.loads, action="append", default=[], metavar="CONFIG_JSON",
                         help="a config (JSON) to time in fp8 beside the recorded ones; repeatable")
+    parser.add_argument("--gluon-fp8-forms", type=parse_forms, default=[], metavar="FORM,FORM",
+                        help=f"time each fp8 Gluon config in each of these P forms ({', '.join(FP8_P_FORMS)})")
     args = parser.parse_args(argv)
     also = fp8_forms(args.also)
     import torch
 
-    precompile(CASES, top_fp8=args.top_fp8, also=also)
+    precompile(CASES, top_fp8=args.top_fp8, also=also, forms=args.gluon_fp8_forms)
     results = []
     for workload, table in CASES:
-        results.append(run_case(workload, table, rounds=args.rounds, top_fp8=args.top_fp8, also=also))
+        results.append(run_case(workload, table, rounds=args.rounds, top_fp8=args.top_fp8, also=also,
+                                forms=args.gluon_fp8_forms))
         if args.json:  # after each case: a killed run keeps what it measured
             args.json.write_text(json.dumps({"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
                                              "cases": results}, indent=2) + "\n")
@@ -201,9 +245,9 @@ def main(argv: list[str] | None = None) -> int:
               f"{best('sdpa_cudnn'):.0f} | {x['fp8_kernel/bf16']:.2f}x | {x['fp8_kernel/cudnn']:.2f}x | "
               f"{t['quantize_only']['ms']:.3f} | {r['fp8_best_within_gate']['tflops']:.0f} "
               f"({r['fp8_best_within_gate']['variant']}) | {'yes' if r['fp8_best_within_gate']['meets_target'] else 'no'} |")
-        for i, c in enumerate(r["configs"]["fp8"]):
-            name = f"fp8_kernel#{i}"
-            print(f"|   {name}: {t.get(name, {}).get('tflops', 0):.0f} TFLOP/s, error {r['rel_error_vs_fp32_reference'].get(name, math.nan):.4f}, {c} |")
+        for name, entry in r["fp8_names"].items():
+            print(f"|   {name}: {t.get(name, {}).get('tflops', 0):.0f} TFLOP/s, error "
+                  f"{r['rel_error_vs_fp32_reference'].get(name, math.nan):.4f}, {entry['config']} |")
         if r["errors"]:
             print(f"|   errors: {r['errors']} |")
     return 0

@@ -4,7 +4,9 @@ kernels/_flash_fwd_gluon.py; ``pytest -m gpu`` on the H200): e4m3 Q, K and V^T f
 accuracy gate (``FP8_TOLERANCE``) at head dims 64, 128 and 256: ragged lengths (1000, 333
 queries against 1000 keys and back, where causal rows see no key), 4096, causal
 bottom-right, grouped-query heads, strided inputs; and one 16-bit launch through the same
-kernel beside them (the fp8 edit touched its arguments).
+kernel beside them (the fp8 edit touched its arguments). The op runs P in FA3's key order
+(kernels/gluon.py ``DEFAULT_FP8_P``); the two other P forms (``FP8_P_FORMS``: the first one,
+x448 after exp2, and the stretch folded into exp2) are checked beside it at two hard cases.
 
 The interpreter runs no Gluon and Triton's interpreter no fp8 wgmma: these are the path's
 only numerics; the CPU checks its declarations, plumbing and sm90 compile
@@ -56,6 +58,16 @@ BF16 = validate_config(dict(BLOCK_M=128, BLOCK_N=128, num_warps=4, num_stages=2,
 BF16_CASE = Workload(2, 32, 8, 1000, 1000, 128, "bfloat16", True)
 STRIDED = Workload(2, 16, 4, 1000, 1000, 128, "bfloat16", True)
 
+#: Every P form at a ragged causal GQA case whose rows past the diagonal see keys of a
+#: partial 16-key group, and at D256 ordered with rows that see no key.
+FORM_CASES = [
+    (Workload(2, 32, 8, 333, 1000, 128, "float16", True),
+     validate_config(dict(BLOCK_M=128, BLOCK_N=128, num_warps=4, num_stages=2, loads="gluon_pingpong", use_fp8=True))),
+    (Workload(2, 8, 2, 1000, 333, 256, "float16", True),
+     validate_config(dict(BLOCK_M=128, BLOCK_N=64, num_warps=4, num_stages=2, loads="gluon_pingpong_ordered",
+                          use_fp8=True))),
+]
+
 
 def _workload(case) -> Workload:
     head_dim, causal, q_heads, kv_heads, q_len, kv_len, dtype = case
@@ -72,15 +84,23 @@ def hardware():
 @pytest.fixture(scope="module", autouse=True)
 def precompiled(hardware):
     """Compiled ahead in a pool of processes (Triton compiles one kernel at a time here)."""
-    from flashtune.objectives.precompile import CompilePool
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
 
-    pool = CompilePool(16)
+    from flashtune.objectives.precompile import CompilePool, compile_form
+
+    pool = CompilePool(12)
     pairs = [(c, _workload(case)) for case in CASES for c in configs(case[0])]
-    pairs += [(BF16, BF16_CASE)] + [(c, STRIDED) for c in configs(128)]
+    pairs += [(BF16, BF16_CASE)] + [(c, STRIDED) for c in configs(128)] + [(c, w) for w, c in FORM_CASES]
     for c, w in pairs:
         pool.submit(c, w)
-    for c, w in pairs:
-        pool.wait(c, w)
+    with ProcessPoolExecutor(4, mp_context=multiprocessing.get_context("spawn")) as forms:
+        compiled = [forms.submit(compile_form, c.to_dict(), w.to_dict(), form)
+                    for w, c in FORM_CASES for form in ("multiply", "exp2")]
+        for c, w in pairs:
+            pool.wait(c, w)
+        for future in compiled:
+            future.result()
     pool.close()
 
 
@@ -122,3 +142,21 @@ def test_the_16_bit_path_of_the_same_kernel_still_matches(hardware):
     q, k, v = make_inputs(BF16_CASE, seed=7, dev=torch.device("cuda"))
     out = flash_attention(q, k, v, causal=True, config=BF16)
     assert relative_error(out, reference_attention(q, k, v, causal=True)) <= TOLERANCE["bfloat16"]
+
+
+@pytest.mark.parametrize("case", range(len(FORM_CASES)), ids=["d128-causal-gqa-333x1000", "d256-ordered-1000x333"])
+def test_every_p_form_is_within_the_gate_and_the_permuted_one_sums_the_same_pairs(case, hardware):
+    from flashtune.kernels.attention import launch_quantized, quantize_fp8
+
+    w, config = FORM_CASES[case]
+    q, k, v = make_inputs(w, seed=11, dev=torch.device("cuda"))
+    ref = reference_attention(q, k, v, causal=True)
+    outs = {}
+    for form in ("multiply", "exp2", "permuted"):
+        quantized = quantize_fp8(q, k, v, v_order="fa3" if form == "permuted" else "keys")
+        outs[form] = torch.full_like(q, float("nan"))  # every element must be written
+        launch_quantized(*quantized, outs[form], causal=True, scale=w.head_dim ** -0.5, config=config, fp8_p=form)
+    errors = {form: relative_error(out, ref) for form, out in outs.items()}
+    assert all(1e-3 < err < FP8_TOLERANCE for err in errors.values()), errors
+    # The same e4m3 weights and values, summed in another order inside each 16-key group.
+    assert relative_error(outs["permuted"], outs["exp2"].float()) < 1e-3, errors

@@ -227,28 +227,29 @@ def test_compiles_for_sm90_without_spills_within_the_modelled_shared_memory() ->
 # What the launcher passed the kernel before it took the plan's constexprs by name (the
 # hand-built dict of kernels/gluon.py at 1864018), for a config of each schedule; since the
 # persistent grid (u20p) also PERSISTENT=False, the tiles grid these configs launched before,
-# and since the fp8 path (u20f) the plan's FP8, which the kernel declares.
+# and since the fp8 path (u20f) the plan's FP8, which the kernel declares; since u20f's second
+# part the fp8 P form (FP8_P, the launcher's: "exp2" unless V^T comes in FA3's key order).
 _LAUNCHED_BEFORE = [
     (dict(PINGPONG), dict(head_dim=128, causal=True, q_len=1000, kv_len=1000),
      dict(HEAD_DIM=128, M_TILE=64, BLOCK_N=128, NUM_STAGES=2, NUM_GROUPS=2, ORDERED=False, IS_CAUSAL=True,
           LONGEST_FIRST=False, PERSISTENT=False, MASK=True, EMPTY_ROWS=False, EVEN_M=False, CONSUMER_REGS=240, PRODUCER_REGS=24,
-          num_warps=4, FP8=False)),
+          num_warps=4, FP8=False, FP8_P="exp2")),
     (dict(BLOCK_M=256, BLOCK_N=64, num_warps=8, num_stages=3, loads="gluon_ws", tile_order="longest_first"),
      dict(head_dim=64, causal=False, q_len=512, kv_len=333),
      dict(HEAD_DIM=64, M_TILE=256, BLOCK_N=64, NUM_STAGES=3, NUM_GROUPS=1, ORDERED=False, IS_CAUSAL=False,
           LONGEST_FIRST=False, PERSISTENT=False, MASK=True, EMPTY_ROWS=False, EVEN_M=True, CONSUMER_REGS=240, PRODUCER_REGS=24,
-          num_warps=8, FP8=False)),
+          num_warps=8, FP8=False, FP8_P="exp2")),
     (dict(BLOCK_M=128, BLOCK_N=64, num_warps=4, num_stages=2, loads="gluon_pingpong_ordered",
           tile_order="longest_first"),
      dict(head_dim=256, causal=True, q_len=256, kv_len=128),
      dict(HEAD_DIM=256, M_TILE=64, BLOCK_N=64, NUM_STAGES=2, NUM_GROUPS=2, ORDERED=True, IS_CAUSAL=True,
           LONGEST_FIRST=True, PERSISTENT=False, MASK=True, EMPTY_ROWS=True, EVEN_M=True, CONSUMER_REGS=240, PRODUCER_REGS=24,
-          num_warps=4, FP8=False)),
+          num_warps=4, FP8=False, FP8_P="exp2")),
     # fp8 (issue 20 part F): the plan's FP8, which the kernel now declares, reaches it as it is.
     (dict(PINGPONG, use_fp8=True), dict(head_dim=128, causal=False, q_len=4096, kv_len=4096),
      dict(HEAD_DIM=128, M_TILE=64, BLOCK_N=128, NUM_STAGES=2, NUM_GROUPS=2, ORDERED=False, IS_CAUSAL=False,
           LONGEST_FIRST=False, PERSISTENT=False, MASK=False, EMPTY_ROWS=False, EVEN_M=True, CONSUMER_REGS=240,
-          PRODUCER_REGS=24, num_warps=4, FP8=True)),
+          PRODUCER_REGS=24, num_warps=4, FP8=True, FP8_P="exp2")),
 ]
 
 

@@ -1,0 +1,88 @@
+"""Count the SASS instructions of configs compiled for a GPU model on this machine (no GPU).
+
+Why: a change to a kernel's inner loop (a multiply folded away, shuffles replaced by
+in-thread permutes) shows in the instruction mix before any device time is spent. Each
+config is compiled as ``objectives.aot`` compiles it, its cubin disassembled with the
+``cuobjdump`` Triton's wheel carries, and the opcodes (``FMUL``, ``SHFL``, ``PRMT``,
+``MUFU``, ...; modifiers dropped) counted over the whole kernel.
+
+    python -m flashtune.experiments.evaluation.sass_count --workload 2,32,8192,128 \
+        --config '{"loads": "gluon_pingpong", "BLOCK_M": 128, "BLOCK_N": 128, "num_warps": 4,
+                   "num_stages": 2, "use_fp8": true}' --fp8-p multiply --json counts.json
+
+Run without ``TRITON_INTERPRET`` (the interpreter's kernels do not compile).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import re
+import subprocess
+import sys
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+
+from flashtune.kernels.config import Value
+from flashtune.kernels.space import validate_config
+from flashtune.objectives.aot import _triton_tool, compiling_for, resource_usage
+from flashtune.objectives.hardware import HardwareSpec, load_spec
+from flashtune.objectives.precompile import compile_config
+from flashtune.objectives.types import Workload
+
+#: One instruction line of ``cuobjdump -sass``: ``/*0a30*/  @!P0 FMUL.FTZ R3, R4, 448 ;``.
+_INSTRUCTION = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)")
+
+
+def opcode_counts(sass: str) -> collections.Counter[str]:
+    """Opcodes (without modifiers) of a ``cuobjdump -sass`` listing, counted."""
+    return collections.Counter(match.group(1) for match in _INSTRUCTION.finditer(sass))
+
+
+def compiled_sass(config: Mapping[str, Value], workload: Workload, hardware: HardwareSpec,
+                  fp8_p: str | None = None) -> tuple[str, dict[str, int]]:
+    """(the SASS listing, cuobjdump's resource usage) of ``config`` compiled for ``hardware``
+    (``fp8_p``: an fp8 Gluon config's P form, kernels/gluon.py; None: the op's)."""
+    with compiling_for(hardware):
+        kernel = compile_config(validate_config(config), workload, device="cpu", fp8_p=fp8_p)
+    cubin = kernel.asm["cubin"]
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "kernel.cubin"
+        path.write_bytes(cubin)
+        sass = subprocess.run([str(_triton_tool("cuobjdump")), "-sass", str(path)], capture_output=True, text=True,
+                              check=True).stdout
+    return sass, resource_usage(cubin)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workload", required=True, help="B,HQ[/HKV],NQ[/NK],D[,causal] as flashtune tune takes it")
+    parser.add_argument("--config", action="append", required=True, help="a config as JSON (repeatable)")
+    parser.add_argument("--fp8-p", default=None, help="an fp8 Gluon config's P form (kernels/gluon.py FP8_P_FORMS)")
+    parser.add_argument("--gpu", default="h200", help="a shipped hardware spec (objectives/specs)")
+    parser.add_argument("--ops", default="FMUL,FADD,FFMA,MUFU,SHFL,PRMT,F2FP,F2F,FSEL,FMNMX,HGMMA,BAR,SYNCS",
+                        help="opcodes printed per config (all of them go to --json)")
+    parser.add_argument("--json", type=Path, help="write every config's full counts and resources here")
+    args = parser.parse_args(argv)
+    workload, hardware = Workload.parse(args.workload), load_spec(args.gpu)
+    ops = args.ops.split(",")
+    print("\t".join(["total", *ops, "REG", "spills", "config"]))
+    rows = []
+    for text in args.config:
+        config = json.loads(text)
+        sass, usage = compiled_sass(config, workload, hardware, args.fp8_p)
+        counts = opcode_counts(sass)
+        spills = (usage.get("STACK", 0) + usage.get("LOCAL", 0)) // 4
+        print("\t".join([str(sum(counts.values())), *(str(counts.get(op, 0)) for op in ops), str(usage["REG"]),
+                         str(spills), text]))
+        rows.append({"config": config, "workload": args.workload, "fp8_p": args.fp8_p, "total": sum(counts.values()),
+                     "counts": dict(sorted(counts.items())), "registers": usage["REG"], "spills": spills})
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
