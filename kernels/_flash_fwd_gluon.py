@@ -205,12 +205,32 @@ _LOG2_FP8_MAX = gl.constexpr(8.807354922057604)
 
 
 @gluon.jit
+def _exp2_h2(x):
+    """exp2 of fp32 ``x`` in half precision, two elements an instruction (PTX ``ex2.approx.f16x2``,
+    one MUFU for two weights): f16 P. fp8's P needs only e4m3's 3 mantissa bits, and the
+    argument range fits f16: at most log2 448 < 9 (the shifted maximum), and very negative
+    (or -inf, masked) arguments underflow to 0 as they should."""
+    # cvt.rn.f16x2.f32 d, a, b puts a in the upper half: element 0 ($1) goes low.
+    return gl.inline_asm_elementwise(
+        "{ .reg .b32 t; cvt.rn.f16x2.f32 t, $2, $1; ex2.approx.f16x2 $0, t; }",
+        "=r,r,r", [x], dtype=gl.float16, is_pure=True, pack=2)
+
+
+@gluon.jit
+def _row_sum(p, rows: gl.constexpr):
+    """P's row sums in fp32, in the layout ``rows`` (f16 P, ``permuted_h2``: summed in fp32 too;
+    a block's f16 sum would hold, but l runs on across blocks)."""
+    return gl.convert_layout(gl.sum(p.to(gl.float32), 1), rows)
+
+
+@gluon.jit
 def _scores(s, m_i, start_n, mask_from, limit, offs_n, qk_scale,
-            MASK: gl.constexpr, EMPTY_ROWS: gl.constexpr, SHIFT: gl.constexpr):
+            MASK: gl.constexpr, EMPTY_ROWS: gl.constexpr, SHIFT: gl.constexpr, H2: gl.constexpr):
     """Block scores -> (P in fp32, the new row maxima, the rescale factor of what came before).
 
     P's weights are in [0, 1], with ``SHIFT`` (fp8) in [0, 448]: the shift is one subtraction a row,
-    not a multiply a score. The row maxima and the rescale factor are the unshifted ones, so
+    not a multiply a score; with ``H2`` (``permuted_h2``) P is f16, exp2'd two at a time. The
+    row maxima and the rescale factor are the unshifted ones, so
     the running sum l carries the same 448 as the accumulator and it cancels in acc / l.
     (A weight that rounds a hair past 448 converts to 448: e4m3's conversion saturates.)
     """
@@ -224,7 +244,9 @@ def _scores(s, m_i, start_n, mask_from, limit, offs_n, qk_scale,
         m_sub = gl.where(m_new == float("-inf"), 0.0, m_new)
     else:
         m_sub = m_new
-    if SHIFT:
+    if H2:
+        p = _exp2_h2(s * qk_scale - (m_sub - _LOG2_FP8_MAX)[:, None])
+    elif SHIFT:
         p = gl.exp2(s * qk_scale - (m_sub - _LOG2_FP8_MAX)[:, None])
     else:
         p = gl.exp2(s * qk_scale - m_sub[:, None])
@@ -248,7 +270,7 @@ def _p_operand(p, dtype: gl.constexpr, p_layout: gl.constexpr, FP8: gl.constexpr
     if FP8 and FP8_P == "multiply":
         p = p * 448.0
     p = p.to(dtype)
-    if FP8 and FP8_P == "permuted":
+    if FP8 and (FP8_P == "permuted" or FP8_P == "permuted_h2"):
         M: gl.constexpr = p.shape[0]
         N: gl.constexpr = p.shape[1]
         p = p.reshape([M, N // 16, 2, 4, 2]).permute((0, 1, 3, 2, 4)).reshape([M, N])
@@ -348,8 +370,8 @@ def _consumer_tile(group, q_tile, q_ready, q_phase, q_prev_empty, has_prev, k_sm
         mbarrier.arrive(k_empty.index(first), count=1)
         m_i = gl.full([M_TILE], float("-inf"), gl.float32, layout=s_rows)
         p, m_i, alpha = _scores(s, m_i, 0, mask_from, limit, offs_n, qk_scale, MASK, EMPTY_ROWS,
-                                    FP8 and FP8_P != "multiply")
-        l_i = gl.convert_layout(gl.sum(p, 1), o_rows)
+                                    FP8 and FP8_P != "multiply", FP8 and FP8_P == "permuted_h2")
+        l_i = _row_sum(p, o_rows)
         _release_previous(q_prev_empty, has_prev, PERSISTENT)
         for j in range(1, n_blocks):
             stage = (it + j) % NUM_STAGES
@@ -373,12 +395,12 @@ def _consumer_tile(group, q_tile, q_ready, q_phase, q_prev_empty, has_prev, k_sm
             s = warpgroup_mma_wait(1, deps=[s_tok])
             mbarrier.arrive(k_empty.index(stage), count=1)
             p, m_i, alpha = _scores(s, m_i, j * BLOCK_N, mask_from, limit, offs_n, qk_scale, MASK, EMPTY_ROWS,
-                                    FP8 and FP8_P != "multiply")
+                                    FP8 and FP8_P != "multiply", FP8 and FP8_P == "permuted_h2")
             acc = _pv_done(o_tok, p_op, FP8)
             mbarrier.arrive(v_empty.index(prev), count=1)
             alpha_o = gl.convert_layout(alpha, o_rows)
             acc = acc * alpha_o[:, None]
-            l_i = l_i * alpha_o + gl.convert_layout(gl.sum(p, 1), o_rows)
+            l_i = l_i * alpha_o + _row_sum(p, o_rows)
         last = (it + n_blocks - 1) % NUM_STAGES
         mbarrier.wait(v_ready.index(last), ((it + n_blocks - 1) // NUM_STAGES) & 1)
         p_op = _p_operand(p, dtype, p_layout, FP8, FP8_P)

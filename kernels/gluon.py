@@ -43,8 +43,13 @@ CONSUMER_REGS = 240
 #: stretch folded into exp2 (the row maximum less log2 448: no multiply a score);
 #: ``"permuted"``: that, and FA3's key order inside each 16-key group, so the conversion is
 #: in-thread byte permutes; it reads V^T written in that order (``quantize_fp8(...,
-#: v_order="fa3")``), and the launcher picks it from the V^T it is given.
-FP8_P_FORMS = ("multiply", "exp2", "permuted")
+#: v_order="fa3")``), and the launcher picks it from the V^T it is given; ``"permuted_h2"``:
+#: that, with the exponentials taken two at a time in half precision (PTX ``ex2.approx.f16x2``:
+#: half the MUFU instructions; e4m3 keeps 3 mantissa bits, f16 10), P converted to e4m3 from
+#: f16 pairs, the row sum in fp32.
+FP8_P_FORMS = ("multiply", "exp2", "permuted", "permuted_h2")
+#: The forms that read V^T in FA3's key order (``quantize_fp8(..., v_order="fa3")``).
+FA3_ORDER_FORMS = ("permuted", "permuted_h2")
 #: The form the op runs (``flash_attention`` and ``launch`` quantize V^T in its key order).
 DEFAULT_FP8_P = "permuted"
 
@@ -263,14 +268,21 @@ def _check_operands(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torc
                          f"as quantize_fp8 makes it; got shape {tuple(v.shape)}, strides {v.stride()}")
 
 
+def fp8_p_v_order(fp8_p: str) -> str:
+    """The key order (``quantize_fp8``'s ``v_order``) V^T must be written in for P form ``fp8_p``."""
+    if fp8_p not in FP8_P_FORMS:
+        raise ValueError(f"fp8_p must be one of {FP8_P_FORMS}, got {fp8_p!r}")
+    return "fa3" if fp8_p in FA3_ORDER_FORMS else "keys"
+
+
 def _fp8_p_for(v: torch.Tensor, fp8_p: str | None) -> str:
-    """How P is formed for fp8 V^T ``v``: FA3's order (5-D V^T) needs ``"permuted"``, key order
-    one of the other forms (``"exp2"`` unless asked)."""
+    """How P is formed for fp8 V^T ``v``: FA3's order (5-D V^T) needs one of FA3_ORDER_FORMS
+    (``"permuted"`` unless asked), key order one of the other forms (``"exp2"`` unless asked)."""
     if v.dim() == 5:
-        if fp8_p not in (None, "permuted"):
+        if fp8_p is not None and fp8_p not in FA3_ORDER_FORMS:
             raise ValueError(f"fp8_p={fp8_p!r} reads V^T in key order, got V^T in FA3's key order (5-D)")
-        return "permuted"
-    if fp8_p == "permuted":
-        raise ValueError("fp8_p='permuted' reads V^T in FA3's key order (quantize_fp8(..., v_order='fa3')), "
+        return "permuted" if fp8_p is None else fp8_p
+    if fp8_p in FA3_ORDER_FORMS:
+        raise ValueError(f"fp8_p={fp8_p!r} reads V^T in FA3's key order (quantize_fp8(..., v_order='fa3')), "
                          "got V^T in key order")
     return "exp2" if fp8_p is None else fp8_p

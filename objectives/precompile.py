@@ -77,6 +77,7 @@ def compile_config(cfg: Config, w: Workload, device: str = "cuda", fp8_p: str | 
         quantize_fp8,
     )
     from flashtune.kernels.decode import warm_up  # the pool process only, as above
+    from flashtune.kernels.gluon import fp8_p_v_order
 
     plan = launch_plan(cfg)
     if plan.variant == "decode":
@@ -94,7 +95,7 @@ def compile_config(cfg: Config, w: Workload, device: str = "cuda", fp8_p: str | 
         if fp8_p is not None:
             if plan.variant != "gluon" or not plan.constexprs["FP8"]:
                 raise ValueError(f"fp8_p={fp8_p!r} is a form of the Gluon kernel's fp8, not of {cfg.to_dict()}")
-            q8, k8, v8_t, scales = quantize_fp8(q, k, v, v_order="fa3" if fp8_p == "permuted" else "keys")
+            q8, k8, v8_t, scales = quantize_fp8(q, k, v, v_order=fp8_p_v_order(fp8_p))
             return launch_quantized(q8, k8, v8_t, scales, out, causal=w.causal, scale=1 / math.sqrt(w.head_dim),
                                     config=cfg, warmup=True, fp8_p=fp8_p)
         return launch(q, k, v, out, causal=w.causal, scale=1 / math.sqrt(w.head_dim), config=cfg, warmup=True)

@@ -31,7 +31,7 @@ from pathlib import Path
 from flashtune.experiments.evaluation.best_configs import best_configs
 from flashtune.kernels.attention import fp8_v_order, launch, launch_quantized, quantize_fp8
 from flashtune.kernels.config import Config
-from flashtune.kernels.gluon import FP8_P_FORMS
+from flashtune.kernels.gluon import FP8_P_FORMS, fp8_p_v_order
 from flashtune.kernels.launch_plan import launch_plan
 from flashtune.kernels.reference import reference_attention, relative_error
 from flashtune.kernels.space import validate_config
@@ -165,7 +165,7 @@ def run_case(workload: Workload, table: str, *, rounds: int, top_fp8: int, also:
     for i, c in enumerate(bf16):
         fns[f"bf16#{i}"] = ours(f"bf16#{i}", lambda c, o: launch(q, k, v, o, causal=False, scale=scale, config=c), c)
     def quantized(c, o, form):
-        order = fp8_v_order(c) if form is None else "fa3" if form == "permuted" else "keys"
+        order = fp8_v_order(c) if form is None else fp8_p_v_order(form)
         return launch_quantized(*qz[order], o, causal=False, scale=scale, config=c, fp8_p=form)
 
     for i, c in enumerate(fp8):

@@ -6,7 +6,8 @@ queries against 1000 keys and back, where causal rows see no key), 4096, causal
 bottom-right, grouped-query heads, strided inputs; and one 16-bit launch through the same
 kernel beside them (the fp8 edit touched its arguments). The op runs P in FA3's key order
 (kernels/gluon.py ``DEFAULT_FP8_P``); the two other P forms (``FP8_P_FORMS``: the first one,
-x448 after exp2, and the stretch folded into exp2) are checked beside it at two hard cases.
+x448 after exp2, the stretch folded into exp2, and the permuted one with f16 exponentials) are
+checked beside it at two hard cases.
 
 The interpreter runs no Gluon and Triton's interpreter no fp8 wgmma: these are the path's
 only numerics; the CPU checks its declarations, plumbing and sm90 compile
@@ -147,16 +148,20 @@ def test_the_16_bit_path_of_the_same_kernel_still_matches(hardware):
 @pytest.mark.parametrize("case", range(len(FORM_CASES)), ids=["d128-causal-gqa-333x1000", "d256-ordered-1000x333"])
 def test_every_p_form_is_within_the_gate_and_the_permuted_one_sums_the_same_pairs(case, hardware):
     from flashtune.kernels.attention import launch_quantized, quantize_fp8
+    from flashtune.kernels.gluon import FP8_P_FORMS, fp8_p_v_order
 
     w, config = FORM_CASES[case]
     q, k, v = make_inputs(w, seed=11, dev=torch.device("cuda"))
     ref = reference_attention(q, k, v, causal=True)
     outs = {}
-    for form in ("multiply", "exp2", "permuted"):
-        quantized = quantize_fp8(q, k, v, v_order="fa3" if form == "permuted" else "keys")
+    for form in FP8_P_FORMS:
+        quantized = quantize_fp8(q, k, v, v_order=fp8_p_v_order(form))
         outs[form] = torch.full_like(q, float("nan"))  # every element must be written
         launch_quantized(*quantized, outs[form], causal=True, scale=w.head_dim ** -0.5, config=config, fp8_p=form)
     errors = {form: relative_error(out, ref) for form, out in outs.items()}
     assert all(1e-3 < err < FP8_TOLERANCE for err in errors.values()), errors
     # The same e4m3 weights and values, summed in another order inside each 16-key group.
     assert relative_error(outs["permuted"], outs["exp2"].float()) < 1e-3, errors
+    # f16 exponentials (permuted_h2): the same weights but where an f16 exp2 rounds to the other
+    # side of an e4m3 step, so close to the fp32 one, not equal to it.
+    assert relative_error(outs["permuted_h2"], outs["permuted"].float()) < 1e-2, errors

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from flashtune.kernels.attention import fa3_key_order, fp8_v_order, launch_quantized, quantize_fp8
-from flashtune.kernels.gluon import gluon_variant_for, launch_gluon, launch_options
+from flashtune.kernels.gluon import FP8_P_FORMS, fp8_p_v_order, gluon_variant_for, launch_gluon, launch_options
 from flashtune.kernels.space import validate_config
 
 PINGPONG_FP8 = dict(BLOCK_M=128, BLOCK_N=64, num_warps=4, num_stages=2, loads="gluon_pingpong", use_fp8=True)
@@ -90,7 +90,9 @@ def test_the_form_follows_v_transposed_and_a_mismatch_is_named():
     with pytest.raises(ValueError, match="FA3's key order must be contiguous"):
         launch_gluon(q8, k8, fa3[..., :3, :], out, **call)
     # Matching pairs pass every check (refused only by the interpreter, which runs no Gluon).
-    for v8, form in [(fa3, None), (fa3, "permuted"), (plain, None), (plain, "multiply")]:
+    with pytest.raises(ValueError, match="fp8_p='permuted_h2' reads V\\^T in FA3's key order"):
+        launch_gluon(q8, k8, plain, out, fp8_p="permuted_h2", **call)
+    for v8, form in [(fa3, None), (fa3, "permuted"), (fa3, "permuted_h2"), (plain, None), (plain, "multiply")]:
         with pytest.raises(ValueError, match="TRITON_INTERPRET"):
             launch_gluon(q8, k8, v8, out, fp8_p=form, **call)
     with pytest.raises(ValueError, match="fp8_p must be one of"):
@@ -118,3 +120,49 @@ def test_bench_fp8_times_the_forms_of_gluon_configs_only():
     assert gluon_forms(validate_config(PINGPONG_FP8), ["exp2", "permuted"]) == ["exp2", "permuted"]
     assert gluon_forms(validate_config({**PINGPONG_FP8, "loads": "lean_ws_oneloop"}), ["exp2"]) == [None]
     assert gluon_forms(validate_config(PINGPONG_FP8), []) == [None]
+
+
+def test_each_p_form_names_the_key_order_its_v_transposed_is_written_in():
+    assert {form: fp8_p_v_order(form) for form in FP8_P_FORMS} == {
+        "multiply": "keys", "exp2": "keys", "permuted": "fa3", "permuted_h2": "fa3"}
+    with pytest.raises(ValueError, match="fp8_p must be one of"):
+        fp8_p_v_order("h2")
+
+
+#: Compiles one fp8 config for sm90 in each P form given on stdin, prints its f16 MUFU count,
+#: MUFU count and spilled bytes (a child process: the suite runs under TRITON_INTERPRET).
+_SASS_CHILD = """
+import json, sys
+from flashtune.experiments.evaluation.sass_count import compiled_sass, opcode_counts
+from flashtune.objectives.hardware import load_spec
+from flashtune.objectives.types import Workload
+config, workload, forms = json.loads(sys.stdin.read())
+rows = {}
+for form in forms:
+    sass, usage = compiled_sass(config, Workload.parse(workload), load_spec("h200"), form)
+    rows[form] = [sass.count("MUFU.EX2.F16"), opcode_counts(sass)["MUFU"], usage.get("STACK", 0) + usage.get("LOCAL", 0)]
+print(json.dumps(rows))
+"""
+
+
+@pytest.mark.slow
+def test_permuted_h2_takes_its_exponentials_in_half_precision_on_sm90():
+    # Compiled for sm90 here (no GPU): P's exponentials are f16 MUFUs, with no spills. ptxas
+    # splits ex2.approx.f16x2 into two of them on sm90, so there are as many MUFUs as with
+    # fp32 (BENCHMARKS.md, "part F, third step").
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["CUDA_VISIBLE_DEVICES"] = ""
+    job = [{**PINGPONG_FP8, "BLOCK_N": 128}, "1,2,1024,128", ["permuted", "permuted_h2"]]
+    done = subprocess.run([sys.executable, "-c", _SASS_CHILD], input=json.dumps(job), capture_output=True, text=True,
+                          env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = json.loads(done.stdout.strip().splitlines()[-1])
+    (f16_fp32, mufu_fp32, _), (f16_h2, mufu_h2, spilled) = rows["permuted"], rows["permuted_h2"]
+    assert f16_fp32 == 0 and f16_h2 >= 4 * 64  # four block bodies, 64 scores a thread each
+    assert spilled == 0
+    assert mufu_h2 == mufu_fp32
