@@ -54,7 +54,8 @@ in 16 bits; q and k's scales fold into the softmax scale, v's into the output's.
 (kernels/gluon.py ``FP8_P_FORMS``) says how P is formed: ``"permuted"`` (the op's) relabels
 P's keys inside each 16-key group in FA3's order, so that the accumulator's registers become
 the A operand's without leaving their threads, and reads V^T written in that order
-(``quantize_fp8(..., v_order="fa3")``); ``"exp2"`` converts P by warp shuffles; ``"multiply"``
+(``quantize_fp8(..., v_order="fa3")``); ``"permuted_h2"`` is that with the exponentials in f16 (``ex2.approx.f16x2``; two MUFUs on
+sm90 all the same, and slower); ``"exp2"`` converts P by warp shuffles; ``"multiply"``
 also stretches it by a multiply a score after exp2 (the first fp8 form, kept to time against). The output (16-bit, ``Out``'s
 type) goes out by the masked pointer store: Q's 8-bit buffer is too small to stage it (so
 no persistent grid with fp8: resources.known_failure).
@@ -206,8 +207,8 @@ _LOG2_FP8_MAX = gl.constexpr(8.807354922057604)
 
 @gluon.jit
 def _exp2_h2(x):
-    """exp2 of fp32 ``x`` in half precision, two elements an instruction (PTX ``ex2.approx.f16x2``,
-    one MUFU for two weights): f16 P. fp8's P needs only e4m3's 3 mantissa bits, and the
+    """exp2 of fp32 ``x`` in half precision, two elements a PTX instruction (``ex2.approx.f16x2``;
+    ptxas for sm90 still emits one MUFU.EX2.F16 an element): f16 P. fp8's P needs only e4m3's 3 mantissa bits, and the
     argument range fits f16: at most log2 448 < 9 (the shifted maximum), and very negative
     (or -inf, masked) arguments underflow to 0 as they should."""
     # cvt.rn.f16x2.f32 d, a, b puts a in the upper half: element 0 ($1) goes low.

@@ -44,9 +44,10 @@ CONSUMER_REGS = 240
 #: ``"permuted"``: that, and FA3's key order inside each 16-key group, so the conversion is
 #: in-thread byte permutes; it reads V^T written in that order (``quantize_fp8(...,
 #: v_order="fa3")``), and the launcher picks it from the V^T it is given; ``"permuted_h2"``:
-#: that, with the exponentials taken two at a time in half precision (PTX ``ex2.approx.f16x2``:
-#: half the MUFU instructions; e4m3 keeps 3 mantissa bits, f16 10), P converted to e4m3 from
-#: f16 pairs, the row sum in fp32.
+#: that, with the exponentials in half precision (PTX ``ex2.approx.f16x2``; e4m3 keeps 3
+#: mantissa bits, f16 10), P converted to e4m3 from f16 pairs, the row sum in fp32. On sm90
+#: ptxas splits each into two MUFU.EX2.F16, so it saves no MUFU and costs repacks: slower on
+#: the H200 (BENCHMARKS.md, part F, third step), kept to time against.
 FP8_P_FORMS = ("multiply", "exp2", "permuted", "permuted_h2")
 #: The forms that read V^T in FA3's key order (``quantize_fp8(..., v_order="fa3")``).
 FA3_ORDER_FORMS = ("permuted", "permuted_h2")

@@ -77,7 +77,7 @@ def compile_config(cfg: Config, w: Workload, device: str = "cuda", fp8_p: str | 
         quantize_fp8,
     )
     from flashtune.kernels.decode import warm_up  # the pool process only, as above
-    from flashtune.kernels.gluon import fp8_p_v_order
+    from flashtune.kernels.gluon import fp8_p_v_order  # the pool process only, as above
 
     plan = launch_plan(cfg)
     if plan.variant == "decode":
