@@ -25,6 +25,7 @@ from flashtune.experiments.evaluation.transfer import (
     file_pair,
     format_table,
     init_worker,
+    optimum_moves,
     run_one,
     smaller_spec,
     summarize,
@@ -77,13 +78,16 @@ def run_transfer(args: argparse.Namespace) -> int:
     specs = {False: load_spec("h200"), True: smaller_spec(args.smaller_shared_bytes)}
     landscapes = {(p.target, p.smaller): build_landscape(table_path(tables, p, "target"), specs[p.smaller])
                   for p in pairs}
-    if args.pair:  # fail here, naming the file, rather than in a worker
-        for p in pairs:
-            build_landscape(table_path(tables, p, "source"), specs[False])
+    # Every source as recorded (on the H200, or its own GPU): how far its best moves on the
+    # target (``optimum_moves``); built here, so a bad --pair file fails now, named, not in a worker.
+    sources = {path: build_landscape(path, specs[False])
+               for path in dict.fromkeys(table_path(tables, p, "source") for p in pairs)}
+    moves = {p: optimum_moves(sources[table_path(tables, p, "source")], landscapes[(p.target, p.smaller)])
+             for p in pairs}
     runs = [RunSpec(pair, name, seed, priors) for pair in pairs for name in strategies
             for seed in range(args.seeds) for priors in (False, True)]
     results = _execute(runs, args)
-    report = summarize(results, pairs, strategies, landscapes)
+    report = summarize(results, pairs, strategies, landscapes, moves)
     report.update(date=datetime.date.today().isoformat(), command=_command_line(args), seeds=args.seeds,
                   strategies=strategies, smaller_gpu=specs[True].to_dict(), tolerances=TOLERANCES,
                   target_ratio=TARGET_RATIO, worst_ratio=WORST_RATIO)
