@@ -59,3 +59,25 @@ def test_a_missing_pair_file_is_named(tmp_path, capsys) -> None:
     assert main(["transfer", "--pair", str(tmp_path / "nowhere.json.gz"), str(FOREIGN / "gemm_RTX_3090.json.gz"),
                  "--seeds", "1", "--jobs", "1"]) != 0
     assert "nowhere.json.gz" in capsys.readouterr().err
+
+
+def test_stable_pairs_are_the_pairs_whose_optimum_moves_little(tmp_path, capsys) -> None:
+    # Two D64 tables: each one's best is within 5 % of the other's optimum (3.3 % and 1.9 %).
+    folder = tmp_path / "tables"
+    folder.mkdir()
+    for name in ("b16_h16_n1024_d64_full_bfloat16", "b8_h16_n2048_d64_causal_bfloat16"):
+        (folder / f"{name}.jsonl").write_bytes((GROWN / f"{name}.jsonl").read_bytes())
+    report_path = tmp_path / "transfer.json"
+    assert main(["transfer", "--stable-pairs", str(folder), "--strategies", "random", "--seeds", "1",
+                 "--budget", "5", "--jobs", "1", "--json", str(report_path)]) == 0
+    report = json.loads(report_path.read_text())
+    assert sorted(p["name"] for p in report["pairs"]) == ["b16_h16_n1024_d64_full -> b8_h16_n2048_d64_causal",
+                                                          "b8_h16_n2048_d64_causal -> b16_h16_n1024_d64_full"]
+    assert all(p["source_best_on_target"] <= STABLE_OPTIMUM for p in report["pairs"])
+    assert report["target"]["stable_optimum"]["pairs"] == len(report["pairs"])
+    assert "--stable-pairs" in report["command"]
+
+
+def test_stable_pairs_needs_a_folder(tmp_path, capsys) -> None:
+    assert main(["transfer", "--stable-pairs", str(tmp_path / "nowhere"), "--seeds", "1"]) != 0
+    assert "nowhere" in capsys.readouterr().err
