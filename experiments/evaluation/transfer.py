@@ -21,6 +21,7 @@ when the space is exhausted; a run that never gets there counts as budget + 1.
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from collections import defaultdict
 from collections.abc import Sequence
@@ -263,7 +264,10 @@ def summarize(results: Sequence[RunResult], pairs: Sequence[Pair], strategies: S
             "target_optimum_ms": target.optimum_ms, "target_optimum_config": target.optimum_config.to_dict(),
             "target_within_2pct": target.within(0.02),
             "random_expected_evals_to_2pct": target.random_evals_to_within(0.02), "strategies": {},
-            "source_best_on_target": moves.get(pair),
+            # JSON has no inf: a source best that fails or does not fit on the target is None
+            # here, flagged apart (and never a pair whose optimum stays).
+            "source_best_on_target": moves[pair] if math.isfinite(moves.get(pair, math.inf)) else None,
+            "source_best_fails_on_target": pair in moves and not math.isfinite(moves[pair]),
         }
         for name in strategies:
             cold, warm = grouped[(pair, name, False)], grouped[(pair, name, True)]
@@ -324,7 +328,7 @@ def format_table(report: dict[str, Any]) -> str:
             cells.append(f"{_num(cell['cold_median'])} / {_num(cell['prior_median'])}{mark}")
         dropped = max(c["priors_dropped"] for c in pair["strategies"].values())
         moved = pair.get("source_best_on_target")
-        moved_text = "" if moved is None else "fails" if moved == float("inf") else f"{moved:.3f}"
+        moved_text = "fails" if pair.get("source_best_fails_on_target") else "" if moved is None else f"{moved:.3f}"
         lines.append(f"{pair['name']:<{name_width}s} {dropped:>5d} {moved_text:>6s} "
                      + " ".join(f"{c:>{width}s}" for c in cells))
     target = report["target"]
