@@ -80,6 +80,15 @@ class PriorBook:
             self._scores = scores
         return self._scores
 
+    def source_scores(self) -> list[dict[Config, float]]:
+        """Each source's own ``score`` of every config it tried (1.0: that source's best; inf: failed)."""
+        tables = []
+        for table in self._by_source.values():
+            best = min((v for v in table.values() if math.isfinite(v)), default=math.inf)
+            tables.append({c: v / best if math.isfinite(best) and math.isfinite(v) else math.inf
+                           for c, v in table.items()})
+        return tables
+
     def ranked(self) -> list[Config]:
         """Configs that ran somewhere, best first.
 
@@ -119,6 +128,15 @@ class PriorGuide:
     dropped after a few trials, and picked up again if later measurements (the model's
     own asks) show that it orders the space after all.
 
+    With priors from several sources, once ``min_checks`` measurements judge them, the
+    guide follows the source whose own ranking agrees best with the times here (the
+    leader), not the sources' merged turns: the merged order gives every source a turn at
+    each depth, so the source that orders this space right gets one ask in as many as
+    there are sources, and its fourth-best config (issue 21: held-out D64 causal B8, whose
+    optimum is the D64 full table's fourth and the merged order's sixteenth) comes after
+    a dozen configs of sources that do not. The leader is judged again at every ask; the
+    guide is trusted while the leader agrees (a single source: exactly as before).
+
     Args:
         book: the priors.
         complete: maps a prior's config to a config of the search space (fills knobs the
@@ -136,6 +154,10 @@ class PriorGuide:
         self._ranking: list[Config] | None = None
         self._scores: dict[Config, float] = {}
         self._checks: dict[Config, tuple[float, float]] = {}  # config -> (prior score, cost here)
+        # Per source, built at the first judgement of several sources: each source's score of
+        # the space's configs, and its open-to-be ranking of them (best first).
+        self._source_scores: list[dict[Config, float]] | None = None
+        self._source_rankings: list[list[Config]] | None = None
 
     def ranking(self) -> list[Config]:
         """Configs of the space the priors ranked, best first (fixed at the first call:
@@ -158,11 +180,39 @@ class PriorGuide:
             self._checks[config] = (score, cost_ms)
 
     def agreement(self) -> float | None:
-        """Spearman correlation of prior score and time here over the checked configs (None: too few)."""
+        """Spearman correlation of prior score and time here over the checked configs (None: too few).
+
+        With several sources, the leading source's (``leader``)."""
+        if self._book.n_sources > 1:
+            leader = self.leader()
+            return None if leader is None else leader[1]
         if len(self._checks) < self._min_checks:
             return None
         scores, costs = zip(*self._checks.values())
         return spearman(scores, costs)
+
+    def source_agreements(self) -> list[float | None]:
+        """Per source, the Spearman correlation of its own scores with the times here, over
+        the checked configs it tried (None: fewer than ``min_checks`` of them)."""
+        agreements: list[float | None] = []
+        for scores in self._per_source()[0]:
+            pairs = [(scores[c], cost) for c, (_, cost) in self._checks.items() if c in scores]
+            agreements.append(spearman(*zip(*pairs)) if len(pairs) >= self._min_checks else None)
+        return agreements
+
+    def leader(self) -> tuple[int, float] | None:
+        """The source (its position) whose ranking agrees best with the times here, and its
+        agreement; None until a source has been judged (or with a single source)."""
+        if self._book.n_sources < 2 or len(self._checks) < self._min_checks:
+            return None
+        judged = [(a, i) for i, a in enumerate(self.source_agreements()) if a is not None]
+        if not judged:
+            return None
+        best = max(a for a, _ in judged)
+        # Ties (small samples agree perfectly more than once) go to the first source in the
+        # merged order's terms: the one whose best open config the merged ranking puts first.
+        tied = [i for a, i in judged if a >= best - 1e-12]
+        return (tied[0] if len(tied) == 1 else self._first_in_merged(tied)), best
 
     @property
     def trusted(self) -> bool:
@@ -172,10 +222,43 @@ class PriorGuide:
         return agreement is None or agreement >= self._min_agreement
 
     def next_open(self, is_open: Callable[[Config], bool]) -> Config | None:
-        """The best-ranked config ``is_open`` accepts, while the priors are trusted."""
+        """The best-ranked config ``is_open`` accepts, while the priors are trusted: in the
+        leading source's ranking once sources are judged, else in the merged one."""
         if not self.trusted:
             return None
+        leader = self.leader()
+        if leader is not None:
+            config = next((c for c in self._per_source()[1][leader[0]] if is_open(c)), None)
+            if config is not None:
+                return config
         return next((c for c in self.ranking() if is_open(c)), None)
+
+    def _per_source(self) -> tuple[list[dict[Config, float]], list[list[Config]]]:
+        if self._source_scores is None:
+            completed: dict[Config, Config | None] = {}
+            self._source_scores, self._source_rankings = [], []
+            for table in self._book.source_scores():
+                scores: dict[Config, float] = {}
+                for prior, score in table.items():
+                    if prior not in completed:
+                        completed[prior] = self._complete(prior)
+                    config = completed[prior]
+                    if config is not None:
+                        scores[config] = min(score, scores.get(config, math.inf))
+                self._source_scores.append(scores)
+                finite = [c for c, v in scores.items() if math.isfinite(v)]
+                self._source_rankings.append(sorted(finite, key=lambda c: (scores[c], c.key())))
+        assert self._source_rankings is not None
+        return self._source_scores, self._source_rankings
+
+    def _first_in_merged(self, sources: list[int]) -> int:
+        position = {c: i for i, c in enumerate(self.ranking())}
+        rankings = self._per_source()[1]
+        checked = self._checks.keys()
+
+        def first_open(i: int) -> int:
+            return next((position.get(c, len(position)) for c in rankings[i] if c not in checked), len(position))
+        return min(sources, key=lambda i: (first_open(i), i))
 
 
 def spearman(x: Sequence[float], y: Sequence[float]) -> float:

@@ -18,11 +18,11 @@ import numpy as np
 
 from flashtune.experiments.evaluation.compare import (
     DEFAULT_TABLES,
-    EVALUATION,
     PRIOR_MODES,
     RunResult,
     RunSpec,
     aggregate,
+    evaluation_line,
     format_table,
     init_worker,
     run_one,
@@ -97,11 +97,11 @@ def run_compare(args: argparse.Namespace) -> int:
         date=datetime.date.today().isoformat(),
         command=_command_line(args, strategies, landscapes),
         seeds=args.seeds, budget=args.budget if args.budget is not None else "feasible",
-        priors=args.priors, evaluation=EVALUATION["none"], noise=args.noise, hardware=args.hardware, options=options,
+        priors=args.priors, evaluation=evaluation_line("none", options), noise=args.noise, hardware=args.hardware, options=options,
     )
     if args.priors != "none":
         report["held_out"] = {**aggregate(landscapes, by_mode[args.priors], strategies),
-                              "priors": args.priors, "evaluation": EVALUATION[args.priors],
+                              "priors": args.priors, "evaluation": evaluation_line(args.priors, options),
                               "same_as_cold": unchanged_by_priors(by_mode["none"], by_mode[args.priors])}
     if peer_strategies:
         report["kernel_tuner"] = same_run_peer(landscapes, report, peer_strategies, args.kernel_tuner_seeds,

@@ -10,12 +10,13 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from flashtune.experiments.evaluation.landscape import build_landscape
+from flashtune.experiments.evaluation.landscape import build_landscape, table_files
 from flashtune.experiments.evaluation.replay_batch import job_count, run_all, select_strategies, write_report
 from flashtune.experiments.evaluation.transfer import (
     DEFAULT_PAIRS,
     DEFAULT_TABLES,
     SMALLER_SHARED_BYTES,
+    STABLE_OPTIMUM,
     TARGET_RATIO,
     TOLERANCES,
     WORST_RATIO,
@@ -25,6 +26,7 @@ from flashtune.experiments.evaluation.transfer import (
     file_pair,
     format_table,
     init_worker,
+    optimum_moves,
     run_one,
     smaller_spec,
     summarize,
@@ -44,6 +46,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--pair", nargs=2, action="append", default=[], metavar=("SOURCE", "TARGET"), type=Path,
                    help="a pair of recorded tables of one kernel as files (a *.jsonl table, or a Kernel Tuner "
                         "cache or T4 file: *.json, *.json.gz); repeatable; replaces the default pairs")
+    p.add_argument("--stable-pairs", type=Path, default=None, metavar="FOLDER",
+                   help="every ordered pair of the tables in FOLDER (one kernel, one GPU or several) whose "
+                        f"optimum moves at most {100 * (STABLE_OPTIMUM - 1):.0f} %% (the source's best within that "
+                        "of the target's optimum, on the target); replaces the default pairs")
     p.add_argument("--budget", type=int, default=None,
                    help="most evaluations per run (default: the target's whole space)")
     p.add_argument("--strategies", default="", help="comma-separated strategy names (default: every registered one)")
@@ -65,8 +71,10 @@ def run_transfer(args: argparse.Namespace) -> int:
         return 0
     if args.budget is not None and args.budget < 1:
         raise ValueError(f"--budget must be >= 1, got {args.budget}")
-    if args.pair and args.pairs:
-        raise ValueError("give --pair files or --pairs numbers, not both")
+    if sum(map(bool, (args.pair, args.pairs, args.stable_pairs))) > 1:
+        raise ValueError("give one of --pair files, --pairs numbers or --stable-pairs FOLDER")
+    if args.stable_pairs is not None:
+        args.pair = _stable_pairs(args.stable_pairs)
     pairs = [file_pair(source, target) for source, target in args.pair] if args.pair else _select_pairs(args.pairs)
     strategies = select_strategies(args.strategies)
     tables = Path(args.tables)
@@ -77,13 +85,16 @@ def run_transfer(args: argparse.Namespace) -> int:
     specs = {False: load_spec("h200"), True: smaller_spec(args.smaller_shared_bytes)}
     landscapes = {(p.target, p.smaller): build_landscape(table_path(tables, p, "target"), specs[p.smaller])
                   for p in pairs}
-    if args.pair:  # fail here, naming the file, rather than in a worker
-        for p in pairs:
-            build_landscape(table_path(tables, p, "source"), specs[False])
+    # Every source as recorded (on the H200, or its own GPU): how far its best moves on the
+    # target (``optimum_moves``); built here, so a bad --pair file fails now, named, not in a worker.
+    sources = {path: build_landscape(path, specs[False])
+               for path in dict.fromkeys(table_path(tables, p, "source") for p in pairs)}
+    moves = {p: optimum_moves(sources[table_path(tables, p, "source")], landscapes[(p.target, p.smaller)])
+             for p in pairs}
     runs = [RunSpec(pair, name, seed, priors) for pair in pairs for name in strategies
             for seed in range(args.seeds) for priors in (False, True)]
     results = _execute(runs, args)
-    report = summarize(results, pairs, strategies, landscapes)
+    report = summarize(results, pairs, strategies, landscapes, moves)
     report.update(date=datetime.date.today().isoformat(), command=_command_line(args), seeds=args.seeds,
                   strategies=strategies, smaller_gpu=specs[True].to_dict(), tolerances=TOLERANCES,
                   target_ratio=TARGET_RATIO, worst_ratio=WORST_RATIO)
@@ -115,6 +126,21 @@ def _execute(runs: Sequence[RunSpec], args: argparse.Namespace) -> list[RunResul
     return results
 
 
+def _stable_pairs(folder: Path) -> list[tuple[Path, Path]]:
+    """The ordered pairs of ``folder``'s tables whose optimum moves at most ``STABLE_OPTIMUM``."""
+    if not folder.is_dir():
+        raise FileNotFoundError(f"--stable-pairs {folder}: not a folder of recorded tables")
+    spec = load_spec("h200")
+    files = table_files([folder])
+    landscapes = {f: build_landscape(f, spec) for f in files}
+    pairs = [(s, t) for s in files for t in files
+             if s != t and optimum_moves(landscapes[s], landscapes[t]) <= STABLE_OPTIMUM]
+    if not pairs:
+        raise ValueError(f"--stable-pairs {folder}: no pair of its {len(files)} tables has an optimum that moves "
+                         f"at most {100 * (STABLE_OPTIMUM - 1):.0f} %")
+    return pairs
+
+
 def _select_pairs(text: str) -> list[Pair]:
     items = [t.strip() for t in text.split(",") if t.strip()]
     if not items:
@@ -133,8 +159,11 @@ def _command_line(args: argparse.Namespace) -> str:
         parts += ["--tables", str(args.tables)]
     if args.pairs:
         parts += ["--pairs", args.pairs]
-    for source, target in args.pair:
-        parts += ["--pair", str(source), str(target)]
+    if args.stable_pairs is not None:
+        parts += ["--stable-pairs", str(args.stable_pairs)]
+    else:
+        for source, target in args.pair:
+            parts += ["--pair", str(source), str(target)]
     if args.budget is not None:
         parts += ["--budget", str(args.budget)]
     if args.strategies:

@@ -28,8 +28,9 @@ The report leads with the cold comparison (no priors): that is where strategies 
 compared. With ``--priors loo`` (the default) a held-out comparison follows it in the same
 report (JSON ``held_out``, ``curves_held_out*.png``): each workload's search is warm-started
 with the other recorded workloads' tables as priors (leave one workload out), never its
-own, and the strategies run with their registered defaults, so nothing a strategy learns
-comes from the workload it is scored on. Where the priors already place the optimum first
+own, so nothing a strategy learns comes from the workload it is scored on. The strategies
+run with their registered defaults unless ``--option`` sets some; the report's evaluation
+line says which (``evaluation_line``). Where the priors already place the optimum first
 for every strategy, a note says the strategies are not being compared there.
 ``--priors none`` runs the cold comparison only.
 """
@@ -40,7 +41,7 @@ import dataclasses
 import math
 import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -62,9 +63,19 @@ PRIOR_MODES = ("loo", "none")
 #: What the report says about where each search's knowledge came from.
 EVALUATION = {
     "loo": "held out (leave one workload out): each workload's search is warm-started with the other "
-           "workloads' tables as priors, never its own; strategy options are the registered defaults",
-    "none": "cold: no priors; strategy options are the registered defaults",
+           "workloads' tables as priors, never its own",
+    "none": "cold: no priors",
 }
+
+
+def evaluation_line(mode: str, options: Mapping[str, Mapping[str, Any]]) -> str:
+    """``EVALUATION[mode]`` and the strategy options the runs used: the registered defaults,
+    or the ones given (``--option``), so a report never claims defaults it did not run."""
+    given = [f"{strategy}.{name}={value!r}" for strategy, values in sorted(options.items())
+             for name, value in sorted(values.items())]
+    used = ("strategy options: " + ", ".join(given) + " (the rest the registered defaults)" if given
+            else "strategy options are the registered defaults")
+    return f"{EVALUATION[mode]}; {used}"
 
 
 @dataclasses.dataclass(frozen=True)

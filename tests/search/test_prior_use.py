@@ -65,6 +65,55 @@ def test_guide_is_trusted_until_the_measurements_contradict_it() -> None:
     assert guide.agreement() > 0.3 and guide.trusted
 
 
+def _two_source_book() -> PriorBook:
+    """Two sources over a = 0..19: "same" orders them as the study will (a ascending),
+    "other" the opposite way; their merged turns alternate between the two."""
+    book = PriorBook()
+    for a in range(20):
+        book.add(Measurement(config=Config(a=a), workload=WORKLOAD, status=Status.OK, median_ms=1.0 + a,
+                             source="prior", fingerprint="same"))
+        book.add(Measurement(config=Config(a=a), workload=WORKLOAD, status=Status.OK, median_ms=100.0 - a,
+                             source="prior", fingerprint="other"))
+    return book
+
+
+def test_with_several_sources_the_guide_follows_the_one_that_agrees_here() -> None:
+    guide = PriorGuide(_two_source_book(), lambda c: c)
+    # Before any judgement: the merged turns, each source's best in turn.
+    ranking = guide.ranking()
+    assert ranking[:2] == [Config(a=0), Config(a=19)] and set(ranking[2:4]) == {Config(a=1), Config(a=18)}
+    measured = [0, 19, 1, 18, 10]  # the two bests, the two runners-up, the middle
+    for a in measured:
+        guide.observe(Config(a=a), 1.0 + a)  # here the "same" source's order holds
+    assert guide.source_agreements() == [pytest.approx(1.0), pytest.approx(-1.0)]
+    assert guide.leader() == (0, pytest.approx(1.0)) and guide.trusted
+    # The leader's next open configs, not the merged order's (which would give a=17 its turn).
+    is_open = lambda c: c["a"] not in measured  # noqa: E731
+    assert guide.next_open(is_open) == Config(a=2)
+    measured.append(2)
+    assert guide.next_open(is_open) == Config(a=3)
+
+
+def test_a_single_source_keeps_the_merged_order() -> None:
+    book = PriorBook()
+    for a in range(20):
+        book.add(Measurement(config=Config(a=a), workload=WORKLOAD, status=Status.OK, median_ms=1.0 + a,
+                             source="prior"))
+    guide = PriorGuide(book, lambda c: c)
+    for a in range(MIN_CHECKS):
+        guide.observe(Config(a=a), 1.0 + a)
+    assert guide.leader() is None and guide.agreement() == pytest.approx(1.0)
+    assert guide.next_open(lambda c: c["a"] >= MIN_CHECKS) == Config(a=MIN_CHECKS)
+
+
+def test_when_no_source_agrees_the_guide_is_dropped() -> None:
+    guide = PriorGuide(_two_source_book(), lambda c: c)
+    for a, ms in {0: 3.0, 1: 2.0, 10: 5.0, 18: 1.0, 19: 4.0}.items():
+        guide.observe(Config(a=a), ms)  # an order neither source gives: agreements +0.1 and -0.1
+    assert guide.source_agreements() == [pytest.approx(0.1), pytest.approx(-0.1)]
+    assert not guide.trusted and guide.next_open(lambda c: True) is None
+
+
 def test_a_guide_without_priors_is_never_followed() -> None:
     guide = PriorGuide(PriorBook(), lambda c: c)
     assert not guide.trusted and guide.next_open(lambda c: True) is None

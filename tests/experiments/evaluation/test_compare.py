@@ -111,6 +111,19 @@ def test_a_target_never_reached_counts_as_budget_plus_one(recorded_tables, tmp_p
     assert detail["evals_to_2pct"]["reached"] == 0.0
 
 
+def test_the_evaluation_line_names_the_options_given(recorded_tables, tmp_path, capsys) -> None:
+    """Defaults are claimed only when no --option was given; given ones are named."""
+    common = ["compare", "--tables", str(recorded_tables[0]), "--seeds", "1", "--budget", "3",
+              "--strategies", "random,tpe", "--jobs", "1", "--priors", "none"]
+    defaults, given = tmp_path / "defaults.json", tmp_path / "given.json"
+    assert main([*common, "--json", str(defaults)]) == 0
+    assert main([*common, "--option", "tpe.n_startup=2", "--json", str(given)]) == 0
+    assert json.loads(defaults.read_text())["evaluation"] == "cold: no priors; strategy options are the registered defaults"
+    line = json.loads(given.read_text())["evaluation"]
+    assert "tpe.n_startup=2" in line and "are the registered defaults" not in line
+    assert "evaluation: cold: no priors; strategy options: tpe.n_startup=2" in capsys.readouterr().out
+
+
 def test_held_out_priors_are_the_other_workloads_even_when_one_is_selected(recorded_tables, tmp_path) -> None:
     """Held out is the default; a workload selected alone still gets the others as priors."""
     cold, held_out = tmp_path / "cold.json", tmp_path / "held_out.json"

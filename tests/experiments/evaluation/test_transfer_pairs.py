@@ -6,8 +6,12 @@ import json
 from pathlib import Path
 
 from flashtune.experiments.cli.main import main
+from flashtune.experiments.evaluation.landscape import build_landscape
+from flashtune.experiments.evaluation.transfer import STABLE_OPTIMUM, optimum_moves
+from flashtune.objectives.hardware import load_spec
 
 FOREIGN = Path(__file__).parents[3] / "experiments" / "data" / "foreign"
+GROWN = Path(__file__).parents[3] / "experiments" / "data" / "h200_grown"
 
 
 def test_the_default_pairs_apply_the_priors(tmp_path) -> None:
@@ -32,10 +36,48 @@ def test_a_pair_of_kernel_tuner_caches_of_two_gpus(tmp_path, capsys) -> None:
     cell = pair["strategies"]["random"]
     assert cell["priors_told"] == 1849 and cell["priors_dropped"] == 0
     assert 1 <= cell["prior_median"] <= 31 and "--pair" in report["command"]
-    assert "gemm_RTX_2080_Ti -> gemm_RTX_3090" in capsys.readouterr().out
+    # The 2080 Ti's best is 1.47x the 3090's optimum there: not a pair whose optimum stays.
+    assert pair["source_best_on_target"] > STABLE_OPTIMUM
+    assert report["target"]["stable_optimum"] == {"threshold": STABLE_OPTIMUM, "pairs": 0, "cells": 0, "met": 0}
+    printed = capsys.readouterr().out
+    assert "gemm_RTX_2080_Ti -> gemm_RTX_3090" in printed and "where the optimum moves at most 5 % (0 pair(s))" in printed
+
+
+def test_how_far_the_optimum_moves_between_two_recorded_workloads() -> None:
+    spec = load_spec("h200")
+    d64_full = build_landscape(GROWN / "b16_h16_n1024_d64_full_bfloat16.jsonl", spec)
+    d64_causal = build_landscape(GROWN / "b8_h16_n2048_d64_causal_bfloat16.jsonl", spec)
+    assert optimum_moves(d64_causal, d64_causal) == 1.0
+    # D64 full's best (128x64, 8 warps, 3 stages) is 3.3 % slower than D64 causal B8's optimum
+    # (64x64, 4 warps) there, measured: a pair whose optimum moves less than 5 %.
+    moved = optimum_moves(d64_full, d64_causal)
+    assert moved == d64_causal.cost(d64_full.optimum_config) / d64_causal.optimum_ms
+    assert 1.02 < moved < STABLE_OPTIMUM
 
 
 def test_a_missing_pair_file_is_named(tmp_path, capsys) -> None:
     assert main(["transfer", "--pair", str(tmp_path / "nowhere.json.gz"), str(FOREIGN / "gemm_RTX_3090.json.gz"),
                  "--seeds", "1", "--jobs", "1"]) != 0
     assert "nowhere.json.gz" in capsys.readouterr().err
+
+
+def test_stable_pairs_are_the_pairs_whose_optimum_moves_little(tmp_path, capsys) -> None:
+    # Two D64 tables: each one's best is within 5 % of the other's optimum (3.3 % and 1.9 %).
+    folder = tmp_path / "tables"
+    folder.mkdir()
+    for name in ("b16_h16_n1024_d64_full_bfloat16", "b8_h16_n2048_d64_causal_bfloat16"):
+        (folder / f"{name}.jsonl").write_bytes((GROWN / f"{name}.jsonl").read_bytes())
+    report_path = tmp_path / "transfer.json"
+    assert main(["transfer", "--stable-pairs", str(folder), "--strategies", "random", "--seeds", "1",
+                 "--budget", "5", "--jobs", "1", "--json", str(report_path)]) == 0
+    report = json.loads(report_path.read_text())
+    assert sorted(p["name"] for p in report["pairs"]) == ["b16_h16_n1024_d64_full -> b8_h16_n2048_d64_causal",
+                                                          "b8_h16_n2048_d64_causal -> b16_h16_n1024_d64_full"]
+    assert all(p["source_best_on_target"] <= STABLE_OPTIMUM for p in report["pairs"])
+    assert report["target"]["stable_optimum"]["pairs"] == len(report["pairs"])
+    assert "--stable-pairs" in report["command"]
+
+
+def test_stable_pairs_needs_a_folder(tmp_path, capsys) -> None:
+    assert main(["transfer", "--stable-pairs", str(tmp_path / "nowhere"), "--seeds", "1"]) != 0
+    assert "nowhere" in capsys.readouterr().err
