@@ -158,7 +158,7 @@ def key_range_mask(batch_size: int, q_length: int | None = None, kv_length: int 
         continued = _continued_ranges(attention_mask, batch_size, q_length, kv_length, q_offset)
         if continued is not None:
             return continued
-    _start_chain(None)  # a chain starts only at a mask checked below and found without holes
+    _forget_chain()  # a chain starts only at a mask checked below and found without holes
     if end == kv_length and (attention_mask is None or _all_real(attention_mask, kv_length)):
         return None  # every key real, no empty slot: the plain causal kernel
     ranges, holes, full, to_end = key_ranges(attention_mask, batch_size=batch_size, q_length=q_length,
@@ -188,13 +188,17 @@ def key_range_mask(batch_size: int, q_length: int | None = None, kv_length: int 
 _CHAIN = threading.local()
 
 
-def _start_chain(attention_mask: torch.Tensor | None, ranges: torch.Tensor | None = None, batch_size: int = 0,
-                 kv_length: int = 0) -> None:
+def _forget_chain() -> None:
+    """Forget the last checked mask: the next static step is built and checked in full."""
+    _CHAIN.state = None
+
+
+def _start_chain(attention_mask: torch.Tensor, ranges: torch.Tensor, batch_size: int, kv_length: int) -> None:
     """Remember a static-cache mask that was read, has no holes and whose real keys reach its
-    end (see :func:`_continued_ranges`); None forgets the last one."""
+    end (see :func:`_continued_ranges`)."""
     # A copy: a mask that is a view of a buffer the caller writes into would otherwise
     # change with it, and the next step's comparison would see no change.
-    _CHAIN.state = None if attention_mask is None else (attention_mask.clone(), ranges[0, :, 0, 0], batch_size, kv_length)
+    _CHAIN.state = (attention_mask.clone(), ranges[0, :, 0, 0], batch_size, kv_length)
 
 
 def _continued_ranges(attention_mask: torch.Tensor, batch_size: int, q_length: int, kv_length: int,

@@ -256,7 +256,7 @@ def test_a_static_cache_decode_step_continuing_a_checked_mask_runs_few_ops_and_o
     # one plus one real key is checked by a few ops and one read (it then has no holes); any
     # other mask is built in full (and checked) and starts a new chain, or none.
     pytest.importorskip("transformers")
-    hf_attention._start_chain(None)
+    hf_attention._forget_chain()
     mask = torch.ones(2, 9, dtype=torch.bool)
     mask[1, :3] = False  # left padding
     # The prefill (generate passes its offset as an int) is built and checked in full.
