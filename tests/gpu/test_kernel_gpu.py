@@ -66,8 +66,8 @@ def precompiled(hardware):
     pool.close()
 
 
-# Hours on one H200 since the space grew to 9,600 configs (a 2026-12-02 call of this file ran past
-# 400 s inside the precompile): a device call of its own; `-m "gpu and not slow"` skips it.
+# Thousands of compiles since the space grew to 9,600 configs (alone on the H200, 2026-12-02, it ran
+# past 400 s inside the precompile): a device call of its own; `-m "gpu and not slow"` skips it.
 @pytest.mark.slow
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"d{s[0]}-{'causal' if s[1] else 'full'}-g{s[2]}")
