@@ -32,7 +32,7 @@ def _catches(pid: int, signum: int) -> bool:
 def test_a_signal_in_the_first_instants_is_one_line(signum, code, words, replay_dir, stores, tmp_path) -> None:
     if not Path("/proc/self/status").exists():
         pytest.skip("needs /proc to see when the handler is in place")
-    proc = subprocess.Popen(flashtune_command(*tune_args(stores, replay_dir, "--trials", "3")), cwd=tmp_path,
+    proc = subprocess.Popen(flashtune_command(*tune_args(stores, replay_dir, "--trials", "1000")), cwd=tmp_path,
                             env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         # The moment main() is running (its SIGTERM handler in place): still importing.
@@ -44,8 +44,7 @@ def test_a_signal_in_the_first_instants_is_one_line(signum, code, words, replay_
     finally:
         if proc.poll() is None:
             proc.kill()
-    if proc.returncode == 0:
-        pytest.skip("the study finished before the signal arrived")
+    # A budget no machine finishes in the instants before the signal: the signal is always tested.
     assert proc.returncode == code, err
     assert "Traceback" not in err and words in err.strip().splitlines()[-1], err
 
