@@ -15,7 +15,7 @@ from flashtune.kernels.decode import check_cache_seqlens, check_kv_start, defaul
 from flashtune.kernels.dtypes import DTYPES, interpreting
 from flashtune.kernels.gluon import DEFAULT_FP8_P, gluon_variant_for, launch_gluon
 from flashtune.kernels.launch_plan import launch_plan
-from flashtune.kernels.launch_support import LOG2_E, device_sm_count, use_descriptor_scratch
+from flashtune.kernels.launch_support import LOG2_E, LengthTwins, device_sm_count, use_descriptor_scratch
 from flashtune.kernels.lean import launch_lean, variant_for
 from flashtune.kernels.resources import COMPILER_ERROR_MARKERS, known_failure, shared_memory_bytes
 from flashtune.kernels.space import (
@@ -178,8 +178,12 @@ def _launch_kernel(q, k, v, out, scales, stride_v, *, causal: bool, scale: float
     options = compile_options(config, head_dim=head_dim, causal=causal, has_seqlens=seqlens is not None,
                               has_kv_start=kv_start is not None)
     if warmup:
-        return attention_forward_kernel.warmup(*args, grid=grid, **options)
-    return attention_forward_kernel[grid](*args, **options)
+        return forward_kernel_for(q_len, k.shape[2]).warmup(*args, grid=grid, **options)
+    return forward_kernel_for(q_len, k.shape[2])[grid](*args, **options)
+
+#: The forward kernel to launch for a pair of lengths (one token: the twin,
+#: launch_support.LengthTwins); every launch and warm-up of it asks here.
+forward_kernel_for = LengthTwins(attention_forward_kernel)
 
 
 def kernel_arguments(q: Any, k: Any, v: Any, out: Any, scales: Any, *, stride_q: tuple[int, ...],

@@ -21,12 +21,13 @@ from typing import Any
 
 import torch
 import triton
+from triton.experimental import gluon
 
 from flashtune.kernels._flash_fwd_gluon import gluon_attention_kernel
 from flashtune.kernels.config import Value
 from flashtune.kernels.dtypes import interpreting
 from flashtune.kernels.launch_plan import launch_plan
-from flashtune.kernels.launch_support import LOG2_E
+from flashtune.kernels.launch_support import LOG2_E, LengthTwins
 
 #: Registers a thread of the producer warp keeps (FA3's producer: 24-56); the rest of the
 #: register file goes to the consumers. A worker partition's count must be a multiple of
@@ -105,6 +106,8 @@ _GLUON_FIELDS = {"BLOCK_M": "BLOCK_M", "BLOCK_N": "BLOCK_N", "NUM_GROUPS": "grou
 _GLUON_OPTIONS = ("num_warps", "num_stages")
 #: Every argument the kernel declares: of the plan's other constexprs it takes those (FP8).
 _DECLARED = frozenset(gluon_attention_kernel.arg_names)
+#: The kernel to launch for a pair of lengths (one token: the twin, launch_support.LengthTwins).
+_GLUON_KERNEL = LengthTwins(gluon_attention_kernel, jit=gluon.jit)
 
 
 def gluon_variant_for(config: Mapping[str, Value]) -> GluonVariant:
@@ -239,8 +242,8 @@ def launch_gluon(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.T
             scale * LOG2_E)
     options = launch_options(variant, head_dim=head_dim, causal=causal, q_len=q_len, kv_len=kv_len, fp8_p=fp8_p)
     if warmup:
-        return gluon_attention_kernel.warmup(*args, grid=grid, **options)
-    return gluon_attention_kernel[grid](*args, **options)
+        return _GLUON_KERNEL(q_len, kv_len).warmup(*args, grid=grid, **options)
+    return _GLUON_KERNEL(q_len, kv_len)[grid](*args, **options)
 
 
 def _check_operands(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,

@@ -1,5 +1,6 @@
 """What every launcher of the package's kernels shares: the exp2 constant, the GPU's SM
-count and the scratch allocator of device-side tensor descriptors.
+count, the scratch allocator of device-side tensor descriptors and the kernels' twins for
+sequences of one token.
 
 Its own module so that the prefill launcher (``attention``) and the decode launcher
 (``decode``) both import it, and ``attention`` can import ``decode`` without a cycle.
@@ -8,9 +9,12 @@ Its own module so that the prefill launcher (``attention``) and the decode launc
 from __future__ import annotations
 
 import functools
+from typing import Any
 
 import torch
 import triton
+
+from flashtune.kernels.dtypes import interpreting
 
 #: log2(e): the kernels compute softmax with exp2, the scale folded into qk.
 LOG2_E = 1.4426950408889634
@@ -35,3 +39,33 @@ def _descriptor_scratch(size: int, alignment: int, stream: int | None) -> torch.
 def use_descriptor_scratch() -> None:
     """Device-side tensor descriptors live in a scratch buffer Triton asks for at launch."""
     triton.set_allocator(_descriptor_scratch)
+
+
+#: The prefill kernels' integer arguments that equal 1 when a sequence is one token long.
+LENGTH_ARGUMENTS = ("q_len", "kv_len")
+
+
+class LengthTwins:
+    """A jit kernel and its twin compiled without Triton's specialization of the lengths.
+
+    Triton compiles an integer argument equal to 1 into the kernel as a constant. A query or
+    key sequence of one token then builds a kernel of its own, one nobody measured: compiled
+    for sm90 (objectives/aot.py, Triton 3.6, 2026-12-03) the lean kernel's persistent
+    256x32, 5-stage config asks for 483,416 B of shared memory at one key (213,080 B at 2 or
+    17 keys: the H200 allows 232,448), ``lean_ws`` 128x64 at 4 stages fails its
+    warp-specialization pass at one query, ``tma_ws`` 128x128 persistent its pipeliner at one
+    key; each built at every other length. So a launch with a length of 1 takes the twin,
+    which builds what a length like 17 builds (the feasibility model's figures), and every
+    other launch keeps the specialized kernel (its multiple-of-16 hints: the timed tables').
+    """
+
+    def __init__(self, kernel: Any, jit: Any = None) -> None:
+        self.kernel = kernel
+        if interpreting():  # the interpreter specializes nothing
+            self.any_length = kernel
+        else:
+            self.any_length = (jit or triton.jit)(do_not_specialize=list(LENGTH_ARGUMENTS))(kernel.fn)
+
+    def __call__(self, q_len: int, kv_len: int) -> Any:
+        """The kernel to launch for these lengths."""
+        return self.any_length if 1 in (q_len, kv_len) else self.kernel

@@ -18,7 +18,7 @@ from flashtune.kernels._flash_fwd_lean import lean_attention_kernel
 from flashtune.kernels._flash_fwd_oneloop import one_loop_attention_kernel, specializes
 from flashtune.kernels.config import Value
 from flashtune.kernels.launch_plan import launch_plan
-from flashtune.kernels.launch_support import LOG2_E, device_sm_count, use_descriptor_scratch
+from flashtune.kernels.launch_support import LOG2_E, LengthTwins, device_sm_count, use_descriptor_scratch
 
 DESC_MODES = ("head", "flat", "rank4")
 #: The descriptor layout the op's lean path uses where the inputs allow it (flat needs
@@ -94,6 +94,9 @@ _LEAN_FIELDS = {"BLOCK_M": "BLOCK_M", "BLOCK_N": "BLOCK_N", "WARP_SPECIALIZE": "
 _LEAN_OPTIONS = ("num_warps", "num_stages")
 #: The variants of ``launch_plan`` this launcher runs, and whether each is the one-loop kernel.
 LEAN_VARIANTS = {"lean": False, "oneloop": True}
+#: The kernels to launch for a pair of lengths (one token: the twin, launch_support.LengthTwins).
+_LEAN_KERNEL = LengthTwins(lean_attention_kernel)
+_ONE_LOOP_KERNEL = LengthTwins(one_loop_attention_kernel)
 
 
 def variant_for(config: Mapping[str, Value], *tensors: torch.Tensor) -> LeanVariant:
@@ -210,8 +213,8 @@ def launch_lean(
         **dict(variant.options),
     )
     if warmup:
-        return lean_attention_kernel.warmup(*args, grid=grid, **options)
-    return lean_attention_kernel[grid](*args, **options)
+        return _LEAN_KERNEL(q_len, kv_len).warmup(*args, grid=grid, **options)
+    return _LEAN_KERNEL(q_len, kv_len)[grid](*args, **options)
 
 
 def _launch_one_loop(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, *, causal: bool,
@@ -236,8 +239,8 @@ def _launch_one_loop(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: tor
                    num_warps=variant.num_warps, num_stages=variant.num_stages, **dict(variant.extra),
                    **dict(variant.options))
     if warmup:
-        return one_loop_attention_kernel.warmup(*args, grid=grid, **options)
-    return one_loop_attention_kernel[grid](*args, **options)
+        return _ONE_LOOP_KERNEL(q_len, kv_len).warmup(*args, grid=grid, **options)
+    return _ONE_LOOP_KERNEL(q_len, kv_len)[grid](*args, **options)
 
 
 def _sm_count(device: torch.device) -> int:

@@ -13,6 +13,10 @@ loop is the prefill kernel's (the same K/V buffers per stage). Its mma.sync scra
 its P tile, 2 x block_h x BLOCK_N bytes, and its register estimate counts the K and V
 tiles (fitted to the H200 decode sweep, experiments/data/h200_decode).
 
+The figures hold at every length: a launch with a query or key length of 1 compiles
+without Triton's specialization of integers equal to 1 (``launch_support.LengthTwins``),
+which built kernels of their own there (up to twice the shared memory, failed passes).
+
 Registers: the fp32 accumulator (BLOCK_M x HEAD_DIM), the fp32 score tile
 (BLOCK_M x BLOCK_N) and Q (BLOCK_M x HEAD_DIM, 16-bit) spread over the program's
 threads. Past 255 per thread the compiler spills, which is legal but slow.

@@ -68,8 +68,8 @@ def compile_config(cfg: Config, w: Workload, device: str = "cuda", fp8_p: str | 
     # In the pool process only: the parent keeps torch and Triton unloaded (see module doc).
     from flashtune.kernels.attention import (
         TORCH_DTYPES,
-        attention_forward_kernel,
         compile_options,
+        forward_kernel_for,
         fp8_v_row,
         kernel_arguments,
         launch,
@@ -117,7 +117,7 @@ def compile_config(cfg: Config, w: Workload, device: str = "cuda", fp8_p: str | 
                             stride_v=stride_v, stride_o=stride_q, batch=w.batch, q_heads=w.q_heads,
                             kv_heads=w.kv_heads, q_len=w.q_len, kv_len=w.kv_len,
                             scale=1 / math.sqrt(w.head_dim))
-    return attention_forward_kernel.warmup(*args, **compile_options(cfg, head_dim=w.head_dim, causal=w.causal),
+    return forward_kernel_for(w.q_len, w.kv_len).warmup(*args, **compile_options(cfg, head_dim=w.head_dim, causal=w.causal),
                                            grid=(1,))
 
 

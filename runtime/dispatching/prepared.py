@@ -26,9 +26,9 @@ from typing import Any
 import torch
 
 from flashtune.kernels.attention import (
-    attention_forward_kernel,
     check_descriptor_alignment,
     compile_options,
+    forward_kernel_for,
     kernel_arguments,
     launch_grid,
     resolve_scale,
@@ -103,7 +103,7 @@ class PreparedCall:
         args = kernel_arguments(q, k, v, out, q, stride_k=k_strides[:3], stride_v=v_strides,
                                 kv_len=shape[2], scale=self.scale, seqlens=cache_seqlens, kv_start=kv_start,
                                 **self.static)
-        attention_forward_kernel[self.grid](*args, **self.options)
+        forward_kernel_for(self.static["q_len"], shape[2])[self.grid](*args, **self.options)
         return out
 
 

@@ -168,3 +168,40 @@ except ValueError as exc:
 @pytest.mark.slow  # one compile for sm90 in a fresh process: ~13 s on 2 cores
 def test_a_plain_dict_config_compiles_like_the_kernel_takes_it() -> None:
     assert _run_child(_PLAIN_DICT_CHILD).stdout.split()[-4:] == ["True", "True", "refused", "True"]
+
+
+_ONE_TOKEN_CHILD = """
+import json
+from flashtune.objectives.aot import CompileFailed, compiled_resources
+from flashtune.objectives.hardware import load_spec
+from flashtune.objectives.types import Workload
+h200 = load_spec("h200")
+configs = [  # each failed to build, or outgrew the H200, at a length of 1 before the twins
+    {"BLOCK_M": 256, "BLOCK_N": 32, "num_warps": 4, "num_stages": 5, "loads": "lean", "grid": "persistent"},
+    {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 4, "num_stages": 4, "loads": "lean_ws", "grid": "tiles"},
+    {"BLOCK_M": 128, "BLOCK_N": 128, "num_warps": 8, "num_stages": 3, "loads": "tma_ws", "grid": "persistent"},
+]
+out = []
+for config in configs:
+    row = []
+    for q_len, kv_len in ((300, 1), (1, 300), (1, 1), (300, 17)):
+        try:
+            row.append(compiled_resources({**config, "use_fp8": False}, Workload(1, 8, 2, q_len, kv_len, 128,
+                                                                                "bfloat16", False), h200).shared_bytes)
+        except CompileFailed as exc:
+            row.append(str(exc)[:200])
+    out.append(row)
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.slow  # twelve compiles for sm90: ~40 s on 2 cores
+def test_a_length_of_one_builds_what_other_lengths_build() -> None:
+    # Triton compiles an integer equal to 1 into the kernel; one token took a kernel of its own
+    # (launch_support.LengthTwins). Now lengths 1 and 17 build the same shared memory, which
+    # fits the H200.
+    rows = json.loads(_run_child(_ONE_TOKEN_CHILD).stdout.strip().splitlines()[-1])
+    limit = load_spec("h200").shared_memory_per_block_bytes
+    for row in rows:
+        assert all(isinstance(shared, int) for shared in row), row  # every one compiled
+        assert len(set(row)) == 1 and row[0] <= limit, row

@@ -9,7 +9,6 @@ import math
 import pytest
 import torch
 
-import flashtune.kernels._flash_fwd as flash_fwd
 import flashtune.kernels.attention as attention
 import flashtune.kernels.lean as lean
 from flashtune.kernels import Config
@@ -49,9 +48,9 @@ def _summary(args: tuple) -> list:
 def test_warmup_arguments_match_the_launch(config, monkeypatch) -> None:
     w = Workload(2, 8, 2, 200, 333, 64, "float16", causal=True)
     recorder = _Recorder()
-    monkeypatch.setattr(attention, "attention_forward_kernel", recorder)
-    monkeypatch.setattr(flash_fwd, "attention_forward_kernel", recorder)
-    monkeypatch.setattr(lean, "lean_attention_kernel", recorder)
+    # Launch and warm-up pick their kernel by the lengths (launch_support.LengthTwins).
+    monkeypatch.setattr(attention, "forward_kernel_for", lambda q_len, kv_len: recorder)
+    monkeypatch.setattr(lean, "_LEAN_KERNEL", lambda q_len, kv_len: recorder)
     empty = torch.empty
     monkeypatch.setattr(torch, "empty", lambda *a, device=None, **k: empty(*a, **k))  # no GPU here
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0), raising=False)
