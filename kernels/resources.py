@@ -39,6 +39,9 @@ from flashtune.kernels.space import DECODE_MIN_BLOCK_H, SPECIALIZED_MIN_BLOCK_M,
 #: launcher's and the Gluon kernel's).
 _HOST_DESCRIPTOR_VARIANTS = ("lean", "oneloop", "gluon")
 
+#: Bytes of an output element: the kernels write fp16/bf16, fp8 inputs included.
+OUTPUT_BYTES = 2
+
 MAX_REGISTERS_PER_THREAD = 255
 # Registers beyond the tiles: indices, pointers, softmax state, loop bookkeeping.
 _REGISTER_OVERHEAD = 40
@@ -83,11 +86,20 @@ def shared_memory_bytes(
     if plan.variant in _HOST_DESCRIPTOR_VARIANTS:
         # Measured on the H200 (bench_prefill, 2026-12-01): the lean kernel's persistent
         # loop stages O for its descriptor store in a buffer of its own (tiles reuse the
-        # pipeline's), and lean_overlap keeps one more K tile in flight.
+        # pipeline's), and lean_overlap keeps one more K tile in flight. Compiled for sm90
+        # (objectives/aot.py, Triton 3.6, 2026-12-03: head dims 64 and 128, BLOCK_M 64-256,
+        # BLOCK_N 64 and 128, 2-3 stages, 4 and 8 warps, bf16 and fp8; within 1 KB on each):
+        # O's buffer holds the 16-bit output whatever the inputs (fp8 configs asked up to
+        # 65 KB more than an 8-bit buffer, past the H200's limit on some); the overlap's
+        # extra K tile exists only with a ring to overlap (2+ stages: the H200's 1-stage rows
+        # hold none), and at 8 warps on 64 rows it comes with a 64-column slice of K more
+        # (BLOCK_N x 64 elements at every head dim: the H200's rows at 64-256, the compiles).
         if plan.constexprs["PERSISTENT"]:
-            extra += block_m * head_dim * dtype_bytes
-        if plan.constexprs.get("OVERLAP", False):
+            extra += block_m * head_dim * OUTPUT_BYTES
+        if plan.constexprs.get("OVERLAP", False) and stages > 1:
             extra += block_n * head_dim * dtype_bytes
+            if warps == 8 and block_m == 64:
+                extra += block_n * 64 * dtype_bytes
     if (plan.variant == "oneloop" and plan.constexprs["WARP_SPECIALIZE"] and warps == 4
             and uses_wgmma(config, compute_capability, block_h)):
         # Compiled for sm90 (objectives/aot.py, Triton 3.6, 2026-12-01: bf16 and fp8, head
