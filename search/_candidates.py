@@ -42,6 +42,10 @@ class CandidatePool:
     def __len__(self) -> int:
         return len(self.configs)
 
+    def __contains__(self, config: object) -> bool:
+        """Whether ``config`` is a feasible config of the space (open or not)."""
+        return config in self._position
+
     @property
     def n_open(self) -> int:
         return int(self.open.sum())

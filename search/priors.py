@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from flashtune.kernels.config import Config
-from flashtune.objectives.types import Measurement, Workload
+from flashtune.objectives.types import Measurement, Status, Workload
 
 Source = tuple[Workload, str]
 
@@ -29,6 +29,10 @@ MIN_CHECKS = 5
 #: space roughly right (as another head dim's table does here) and drops one that does
 #: no better than chance.
 MIN_AGREEMENT = 0.3
+#: Failures that say the config did not fit the source's workload or GPU (rejected by the static
+#: model, out of resources at launch), not that the config is broken: another head dim or GPU
+#: may run it. A compile error, a crash or a wrong result are the config's own and fail here too.
+RESOURCE_FAILURES = (Status.INFEASIBLE, Status.OUT_OF_RESOURCES)
 
 
 class PriorBook:
@@ -36,6 +40,7 @@ class PriorBook:
 
     def __init__(self) -> None:
         self._by_source: dict[Source, dict[Config, float]] = defaultdict(dict)
+        self._did_not_fit: set[Config] = set()  # configs a source failed for its resources
         # Built once per change: every strategy of a portfolio reads them.
         self._scores: dict[Config, float] | None = None  # every config's score
         self._ranked: list[Config] | None = None
@@ -53,6 +58,8 @@ class PriorBook:
         ok = measurement.ok and math.isfinite(measurement.median_ms) and measurement.median_ms > 0
         table = self._by_source[(measurement.workload, measurement.fingerprint)]
         value = measurement.median_ms if ok else math.inf
+        if not ok and measurement.status in RESOURCE_FAILURES:
+            self._did_not_fit.add(measurement.config)
         table[measurement.config] = min(value, table.get(measurement.config, math.inf))
         self._scores = self._ranked = None
 
@@ -79,6 +86,12 @@ class PriorBook:
                     scores[config] = min(value, scores.get(config, math.inf))
             self._scores = scores
         return self._scores
+
+    def did_not_fit(self) -> list[Config]:
+        """Configs that failed wherever they were tried, for the resources of a source at least once
+        (``RESOURCE_FAILURES``): the priors say nothing of how they run where they fit."""
+        scores = self.scores()
+        return [c for c in self._did_not_fit if math.isinf(scores.get(c, math.inf))]
 
     def source_scores(self) -> list[dict[Config, float]]:
         """Each source's own ``score`` of every config it tried (1.0: that source's best; inf: failed)."""
@@ -171,6 +184,12 @@ class PriorGuide:
                     self._scores[config] = self._book.score(prior) or math.inf
             self._ranking = list(ranking)
         return self._ranking
+
+    def did_not_fit(self) -> set[Config]:
+        """Configs of the space that did not fit any source that tried them (``PriorBook.did_not_fit``)."""
+        ranked = set(self.ranking())
+        configs = {self._complete(prior) for prior in self._book.did_not_fit()}
+        return {c for c in configs if c is not None and c not in ranked}
 
     def observe(self, config: Config, cost_ms: float) -> None:
         """A measurement here (``inf`` for a failure); configs the priors never scored are ignored."""

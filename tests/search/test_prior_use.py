@@ -297,3 +297,31 @@ def test_at_most_three_prior_trials_per_source() -> None:
             book.add(m)
         assert [t.config for t in history.trials][:first] == book.ranked()[:first]
         assert history.trials[first].config not in book.ranked()[:6]  # then the center, not a seventh prior
+
+
+def test_the_cover_counts_the_priors_as_seen_unless_part_of_the_space_did_not_fit_them() -> None:
+    """Priors that ran the whole space stand in for the cover's landmarks they show; priors whose
+    source could not fit a share of it (another head dim's shared memory) are blind there, and
+    the cover is the one a cold start measures, the configs they could not run included; a
+    config that failed for its own sake (a compile error) fails here too and does not count
+    (issue 21)."""
+    space, priors, _ = _twin_priors_and_evaluate()
+    cold_lead, _ = make_strategy("gp", space, seed=0)._plan_start()
+
+    def failing(status: Status) -> list[Measurement]:  # every config with a = 11: a twelfth of the space
+        return [dataclasses.replace(m, status=status, median_ms=math.inf) if m.config["a"] == 11 else m
+                for m in priors]
+
+    leads = {}
+    for name, told in (("ran everything", priors), ("did not fit", failing(Status.OUT_OF_RESOURCES)),
+                       ("broken", failing(Status.COMPILE_ERROR))):
+        warm = make_strategy("gp", space, seed=0)
+        warm.warm_start(told)
+        leads[name], _ = warm._plan_start()
+        first = warm.guide.ranking()[:3]
+        assert leads[name][:3] == first and Config(a=0, b=0) in first
+    assert leads["did not fit"][3:] == cold_lead
+    assert Config(a=11, b=0) in cold_lead  # an end the source could not run: measured here
+    # The priors' best shows a = 0 and b = 0: counted as seen, the cover needs one config less.
+    assert leads["ran everything"][3:] != cold_lead and len(leads["ran everything"]) < len(leads["did not fit"])
+    assert leads["broken"] == leads["ran everything"]
