@@ -32,8 +32,11 @@ def _catches(pid: int, signum: int) -> bool:
 def test_a_signal_in_the_first_instants_is_one_line(signum, code, words, replay_dir, stores, tmp_path) -> None:
     if not Path("/proc/self/status").exists():
         pytest.skip("needs /proc to see when the handler is in place")
+    # SIGINT at its default, as in a terminal: a test run started in the background by a
+    # shell (CI's, nohup's) inherits SIGINT ignored, and Python then keeps ignoring Ctrl-C.
     proc = subprocess.Popen(flashtune_command(*tune_args(stores, replay_dir, "--trials", "1000")), cwd=tmp_path,
-                            env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         # The moment main() is running (its SIGTERM handler in place): still importing.
         deadline = time.monotonic() + 120
