@@ -1,9 +1,12 @@
 """Optuna behind the ask/tell interface: shared by the TPE and GP adapters.
 
-Each tunable is one Optuna parameter. ``encoding="ordinal"`` (the default) makes it the
+Each tunable is one Optuna parameter. ``encoding="ordinal"`` (TPE's default) makes it the
 index of its value (``IntDistribution``), so the sampler sees that BLOCK_M 128 lies
 between 64 and 256; ``"categorical"`` hides that order (Optuna's usual way with
-choices, and what docs/reference.md found no better than random).
+choices, and what docs/reference.md found no better than random); ``"mixed"`` (GP's
+default) keeps numbers ordinal and makes only the choices (load modes, grids, tile orders,
+whose listed order is arbitrary) categorical: Optuna's GP then measures them by Hamming
+distance, with no length scale along an order that does not exist.
 
 Optuna's own trials follow the configs measured, not the ones proposed: a proposal that
 ``CandidatePool`` had to move is closed as FAIL (samplers skip failed trials) and the
@@ -28,7 +31,7 @@ from flashtune.kernels.config import Config
 from flashtune.search._pooled import PooledStrategy
 from flashtune.search.space import SearchSpace
 
-ENCODINGS = ("ordinal", "categorical")
+ENCODINGS = ("ordinal", "categorical", "mixed")
 
 
 class OptunaStrategy(PooledStrategy):
@@ -52,10 +55,10 @@ class OptunaStrategy(PooledStrategy):
         """The Optuna sampler, seeded with ``seed``."""
 
     def _build_distributions(self) -> dict[str, BaseDistribution]:
-        ordinal = self.options["encoding"] == "ordinal"
+        encoding = self.options["encoding"]
         return {
             name: IntDistribution(0, len(self.space.values(name)) - 1)
-            if ordinal
+            if encoding == "ordinal" or (encoding == "mixed" and self.space.is_ordered(name))
             else CategoricalDistribution(list(range(len(self.space.values(name)))))
             for name in self.space.names
         }

@@ -204,6 +204,18 @@ def test_categorical_encoding_runs(name, needle_space, needle_evaluate) -> None:
     assert len({t.config for t in history.trials}) == 10
 
 
+def test_gp_models_choices_as_categories_and_numbers_as_ordinals(needle_space) -> None:
+    from optuna.distributions import CategoricalDistribution, IntDistribution
+
+    gp = make_strategy("gp", needle_space, seed=0)  # the default encoding, "mixed"
+    for name in needle_space.names:
+        kind = IntDistribution if needle_space.is_ordered(name) else CategoricalDistribution
+        assert isinstance(gp._distributions[name], kind), name
+    # A space of numbers only (every Kernel Tuner space) is modelled exactly as "ordinal".
+    numbers = SearchSpace({"a": (1, 2, 4), "b": (16, 32)})
+    assert make_strategy("gp", numbers)._distributions == make_strategy("gp", numbers, encoding="ordinal")._distributions
+
+
 @pytest.mark.parametrize("name", ["tpe", "gp"])
 def test_optuna_study_holds_the_measured_configs(name, needle_space, needle_evaluate) -> None:
     strategy = make_strategy(name, needle_space, seed=0, n_startup=4)
