@@ -29,6 +29,9 @@ SUPPORTED_HEAD_DIMS = (32, 64, 128, 256)
 #: Torch dtype of each supported dtype name (``dtypes.DTYPE_BYTES``: the one table).
 TORCH_DTYPES = {name: getattr(torch, name) for name in DTYPES}
 SUPPORTED_DTYPES = tuple(TORCH_DTYPES.values())
+#: The forward kernel to launch for a pair of lengths (a length of 1: its twin,
+#: launch_support.LengthTwins); every launch and warm-up of it asks here.
+forward_kernel_for = LengthTwins(attention_forward_kernel)
 
 
 def check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
@@ -180,10 +183,6 @@ def _launch_kernel(q, k, v, out, scales, stride_v, *, causal: bool, scale: float
     if warmup:
         return forward_kernel_for(q_len, k.shape[2]).warmup(*args, grid=grid, **options)
     return forward_kernel_for(q_len, k.shape[2])[grid](*args, **options)
-
-#: The forward kernel to launch for a pair of lengths (one token: the twin,
-#: launch_support.LengthTwins); every launch and warm-up of it asks here.
-forward_kernel_for = LengthTwins(attention_forward_kernel)
 
 
 def kernel_arguments(q: Any, k: Any, v: Any, out: Any, scales: Any, *, stride_q: tuple[int, ...],

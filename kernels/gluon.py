@@ -106,7 +106,7 @@ _GLUON_FIELDS = {"BLOCK_M": "BLOCK_M", "BLOCK_N": "BLOCK_N", "NUM_GROUPS": "grou
 _GLUON_OPTIONS = ("num_warps", "num_stages")
 #: Every argument the kernel declares: of the plan's other constexprs it takes those (FP8).
 _DECLARED = frozenset(gluon_attention_kernel.arg_names)
-#: The kernel to launch for a pair of lengths (one token: the twin, launch_support.LengthTwins).
+#: The kernel to launch for a pair of lengths (a length of 1: its twin, launch_support.LengthTwins).
 _GLUON_KERNEL = LengthTwins(gluon_attention_kernel, jit=gluon.jit)
 
 

@@ -54,18 +54,25 @@ class LengthTwins:
     256x32, 5-stage config asks for 483,416 B of shared memory at one key (213,080 B at 2 or
     17 keys: the H200 allows 232,448), ``lean_ws`` 128x64 at 4 stages fails its
     warp-specialization pass at one query, ``tma_ws`` 128x128 persistent its pipeliner at one
-    key; each built at every other length. So a launch with a length of 1 takes the twin,
-    which builds what a length like 17 builds (the feasibility model's figures), and every
-    other launch keeps the specialized kernel (its multiple-of-16 hints: the timed tables').
+    key; each built at every other length. So a launch with a length of 1 takes a twin
+    compiled without the specialization of that length (``do_not_specialize`` drops its
+    multiple-of-16 hint too), which builds what a length like 17 builds (the feasibility
+    model's figures); the other length keeps its hints (a decode step's 1 query x 4,096 keys),
+    and every other launch keeps the specialized kernel the tables timed.
     """
 
     def __init__(self, kernel: Any, jit: Any = None) -> None:
         self.kernel = kernel
-        if interpreting():  # the interpreter specializes nothing
-            self.any_length = kernel
-        else:
-            self.any_length = (jit or triton.jit)(do_not_specialize=list(LENGTH_ARGUMENTS))(kernel.fn)
+        self._jit = jit or triton.jit
+        self._interpreted = interpreting()  # the interpreter specializes nothing
+        self._twins: dict[tuple[str, ...], Any] = {}  # by the arguments equal to 1, made on first use
 
     def __call__(self, q_len: int, kv_len: int) -> Any:
         """The kernel to launch for these lengths."""
-        return self.any_length if 1 in (q_len, kv_len) else self.kernel
+        if (q_len != 1 and kv_len != 1) or self._interpreted:
+            return self.kernel
+        ones = tuple(name for name, length in zip(LENGTH_ARGUMENTS, (q_len, kv_len)) if length == 1)
+        twin = self._twins.get(ones)
+        if twin is None:
+            twin = self._twins[ones] = self._jit(do_not_specialize=list(ones))(self.kernel.fn)
+        return twin

@@ -94,7 +94,7 @@ _LEAN_FIELDS = {"BLOCK_M": "BLOCK_M", "BLOCK_N": "BLOCK_N", "WARP_SPECIALIZE": "
 _LEAN_OPTIONS = ("num_warps", "num_stages")
 #: The variants of ``launch_plan`` this launcher runs, and whether each is the one-loop kernel.
 LEAN_VARIANTS = {"lean": False, "oneloop": True}
-#: The kernels to launch for a pair of lengths (one token: the twin, launch_support.LengthTwins).
+#: The kernels to launch for a pair of lengths (a length of 1: its twin, launch_support.LengthTwins).
 _LEAN_KERNEL = LengthTwins(lean_attention_kernel)
 _ONE_LOOP_KERNEL = LengthTwins(one_loop_attention_kernel)
 

@@ -117,8 +117,8 @@ def compile_config(cfg: Config, w: Workload, device: str = "cuda", fp8_p: str | 
                             stride_v=stride_v, stride_o=stride_q, batch=w.batch, q_heads=w.q_heads,
                             kv_heads=w.kv_heads, q_len=w.q_len, kv_len=w.kv_len,
                             scale=1 / math.sqrt(w.head_dim))
-    return forward_kernel_for(w.q_len, w.kv_len).warmup(*args, **compile_options(cfg, head_dim=w.head_dim, causal=w.causal),
-                                           grid=(1,))
+    return forward_kernel_for(w.q_len, w.kv_len).warmup(
+        *args, **compile_options(cfg, head_dim=w.head_dim, causal=w.causal), grid=(1,))
 
 
 class CompilePool:
