@@ -46,6 +46,10 @@ def check(config: Mapping[str, Value], workload: Workload, hardware: HardwareSpe
                                             f"{hardware.name} is {hardware.arch}")
     if plan.constexprs.get("FP8") and hardware.compute_capability < (8, 9):
         return Verdict(False, shared, regs, f"use_fp8 needs compute capability >= 8.9, {hardware.name} is {hardware.arch}")
+    if plan.variant == "gluon":
+        unsupported = gluon_unsupported(workload)
+        if unsupported:
+            return Verdict(False, shared, regs, unsupported)
     failure = known_failure(config, hardware.compute_capability)
     if failure:
         return Verdict(False, shared, regs, failure)
@@ -55,6 +59,22 @@ def check(config: Mapping[str, Value], workload: Workload, hardware: HardwareSpe
             f"needs {shared} B of shared memory, {hardware.name} allows {hardware.shared_memory_per_block_bytes} B per block",
         )
     return Verdict(True, shared, regs)
+
+
+#: Input dtypes the Gluon kernel reads (fp8 configs quantize fp16/bf16 inputs themselves).
+GLUON_DTYPES = ("float16", "bfloat16")
+
+
+def gluon_unsupported(workload: Workload) -> str:
+    """Why the Gluon kernel cannot run ``workload`` ("" when it can): its register tiles are
+    (rows, head_dim) tensors, which Gluon builds only with power-of-2 sizes (sm90 compile,
+    2026-12-03: head_dim 80 and 96 fail "Shape element 1 must be a power of 2"), and its
+    launcher takes fp16 and bf16 only."""
+    if workload.dtype not in GLUON_DTYPES:
+        return f"the Gluon kernel reads {' or '.join(GLUON_DTYPES)} inputs, not {workload.dtype}"
+    if workload.head_dim & (workload.head_dim - 1):
+        return f"the Gluon kernel needs a power-of-2 head_dim, got {workload.head_dim}"
+    return ""
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,7 @@ import argparse
 import contextlib
 import json
 import platform
+import statistics
 import sys
 import time
 from collections.abc import Callable
@@ -118,7 +119,11 @@ def reference(t: dict[str, torch.Tensor]) -> torch.Tensor:
 
 
 def time_calls(call: Callable[[], Any], calls: int, sync: Callable[[], None]) -> dict[str, float]:
-    """Host and wall microseconds per call of ``calls`` asynchronous calls, then one sync."""
+    """Host and wall microseconds per call of ``calls`` asynchronous calls, then one sync;
+    and ``idle_us``, the median host time of ``calls`` calls each issued to an idle GPU (a
+    sync before each): a call's own host cost, whatever its kernel's length. Back to back,
+    a call whose kernel outlasts its host work queues behind the GPU, and its host time can
+    then include waits for the driver's queue (decode 8,32/8,8192: about 60 us of kernel)."""
     for _ in range(50):
         call()
     sync()
@@ -128,7 +133,15 @@ def time_calls(call: Callable[[], Any], calls: int, sync: Callable[[], None]) ->
     issued = time.perf_counter()
     sync()
     done = time.perf_counter()
-    return {"host_us": (issued - began) / calls * 1e6, "wall_us": (done - began) / calls * 1e6}
+    alone = []
+    for _ in range(calls):
+        sync()
+        start = time.perf_counter()
+        call()
+        alone.append(time.perf_counter() - start)
+    sync()
+    return {"host_us": (issued - began) / calls * 1e6, "wall_us": (done - began) / calls * 1e6,
+            "idle_us": statistics.median(alone) * 1e6}
 
 
 def synchronizes(call: Callable[[], Any]) -> bool:
@@ -170,25 +183,28 @@ def measure(batch: int, kv_len: int, calls: int) -> dict[str, dict[str, float]]:
         result[label] = {"max_abs_error": error, "correct": error <= TOLERANCE and not synced,
                          "host_sync": synced, **timing}
         print(f"{batch},{Q_HEADS}/{KV_HEADS},1/{kv_len} {label}: host {timing['host_us']:.1f} us, "
-              f"wall {timing['wall_us']:.1f} us, max |err| {error:.2e}{', SYNCS WITH THE GPU' if synced else ''}",
+              f"to an idle GPU {timing['idle_us']:.1f} us, wall {timing['wall_us']:.1f} us, "
+              f"max |err| {error:.2e}{', SYNCS WITH THE GPU' if synced else ''}",
               flush=True)
     return result
 
 
-def table(results: dict[str, dict[str, dict[str, float]]]) -> str:
-    """Host µs per call, one row per op, one column per shape (ratios to sdpa cudnn after)."""
+def table(results: dict[str, dict[str, dict[str, float]]], measure: str = "host_us") -> str:
+    """µs per call of ``measure`` (``host_us`` back to back, ``idle_us`` to an idle GPU), one
+    row per op, one column per shape (ratios to sdpa cudnn after)."""
     shapes = list(results)
     labels = list(next(iter(results.values())))
-    lines = [f"{'host us / call':30s}" + "".join(f"{s:>26s}" for s in shapes)]
+    title = {"host_us": "host us / call, back to back", "idle_us": "host us / call, idle GPU"}[measure]
+    lines = [f"{title:30s}" + "".join(f"{s:>26s}" for s in shapes)]
     for label in labels:
         row = f"{label:30s}"
         for s in shapes:
             r, peer = results[s][label], results[s].get("sdpa cudnn", {})
-            if "host_us" not in r:
+            if measure not in r:
                 row += f"{'failed':>26s}"
                 continue
-            ratio = f" ({r['host_us'] / peer['host_us']:.2f}x cudnn)" if "host_us" in peer else ""
-            row += f"{r['host_us']:>8.1f}{ratio:>18s}" + ("" if r["correct"] else " WRONG")
+            ratio = f" ({r[measure] / peer[measure]:.2f}x cudnn)" if measure in peer else ""
+            row += f"{r[measure]:>8.1f}{ratio:>18s}" + ("" if r["correct"] else " WRONG")
         lines.append(row)
     return "\n".join(lines)
 
@@ -206,6 +222,7 @@ def main(argv: list[str] | None = None) -> int:
     get_dispatcher()  # the store is read on the first call of each shape, outside the loops
     results = {f"{b},{Q_HEADS}/{KV_HEADS},1/{n}": measure(b, n, args.calls) for b, n in SHAPES}
     print(table(results))
+    print(table(results, "idle_us"))
     if args.json:
         payload = {"date": time.strftime("%Y-%m-%d"), "gpu": torch.cuda.get_device_name(),
                    "torch": torch.__version__, "python": platform.python_version(), "calls": args.calls,

@@ -10,7 +10,8 @@ Modes:
   its forward compiled (``torch.compile``, CUDA graphs) for the decode steps.
 
 tokens/s = batch x new tokens / wall time of the whole ``generate`` (prefill included),
-median of ``--rounds``, SDPA and the op interleaved. Agreement is teacher-forced: the
+median of ``--rounds``, SDPA and the op interleaved (``paired``: the median of each round's
+own ratio, what drifts between rounds left out). Agreement is teacher-forced: the
 prompt and SDPA's greedy tokens are fed to both implementations (the prompt at once, then
 one token a step through the cache of the mode: dynamic, or a static cache, with the
 padding mask), and the logits of every step are compared (max absolute difference, argmax
@@ -195,10 +196,13 @@ def run_case(model: Any, name: str, *, mode: str, batch: int, prompt: int, new_t
             set_attention(model, impl)
             logits[impl] = teacher_forced(model, ids, mask, tokens[SDPA], static)
     tps = {impl: batch * new_tokens / statistics.median(t) for impl, t in times.items()}
+    # Interleaved, each round's two generates ran minutes apart at most: the median of the
+    # rounds' own ratios leaves out what drifts between rounds (the host's load, the clock).
+    paired = None if static else statistics.median(s / o for s, o in zip(times[SDPA], times[name]))
     diff = logits[name] - logits[SDPA]
     return {
         "mode": mode, "batch": batch, "prompt": prompt, "new_tokens": new_tokens,
-        "tokens_per_s": tps, "ratio": tps[name] / tps[SDPA], "generate_s": times,
+        "tokens_per_s": tps, "ratio": tps[name] / tps[SDPA], "paired_ratio": paired, "generate_s": times,
         "teacher_forced": {"max_abs": float(diff.abs().max()),
                            "logit_scale": float(logits[SDPA].abs().max()),
                            "argmax_agree": float((logits[name].argmax(-1) == logits[SDPA].argmax(-1)).float().mean())},
@@ -310,14 +314,15 @@ def _time_calls(call: Any, calls: int, repeats: int) -> dict[str, float]:
 
 def table(result: dict[str, Any]) -> str:
     lines = [f"{'mode':>7} {'batch':>5} {'prompt':>6} {'SDPA tok/s':>11} {'op tok/s':>10} {'op/SDPA':>8} "
-             f"{'TF max|dlogit|':>15} {'TF argmax':>10} fallback"]
+             f"{'paired':>7} {'TF max|dlogit|':>15} {'TF argmax':>10} fallback"]
     for c in result["cases"]:
         if "error" in c:
             lines.append(f"{c['mode']:>7} {c['batch']:>5} {c['prompt']:>6} error: {c['error'][:80]}")
             continue
         tf = c["teacher_forced"]
         lines.append(f"{c['mode']:>7} {c['batch']:>5} {c['prompt']:>6} {c['tokens_per_s'][SDPA]:>11.1f} "
-                     f"{c['tokens_per_s'][c['attention']]:>10.1f} {c['ratio']:>8.3f} {tf['max_abs']:>15.4f} "
+                     f"{c['tokens_per_s'][c['attention']]:>10.1f} {c['ratio']:>8.3f} "
+                     f"{'-' if c.get('paired_ratio') is None else format(c['paired_ratio'], '.3f'):>7} {tf['max_abs']:>15.4f} "
                      f"{tf['argmax_agree']:>10.3f} {len(c['fallback'])}")
     return "\n".join(lines)
 

@@ -26,6 +26,7 @@ Pure Python: the search and the store read baselines without torch.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from flashtune.kernels.config import Config
@@ -82,6 +83,25 @@ def _rows(arch: str, head_dim: int, causal: bool | None, *entries: tuple[Config,
     return [Baseline(arch, head_dim, causal, config, label) for config, label in entries]
 
 
+def _gluon(block_m: int, block_n: int, stages: int) -> Config:
+    return validate_config(Config(loads="gluon_pingpong", BLOCK_M=block_m, BLOCK_N=block_n, num_warps=4,
+                                  num_stages=stages, grid="tiles", tile_order="longest_first"))
+
+
+def _sm90_gluon_rows() -> list[Baseline]:
+    # The Gluon kernel (FA3's ping-pong: Hopper's wgmma, so sm90 only, not sm100) where the
+    # H200 tables rank it first by a margin: at head_dim 128, 128x128 3 stages makes 591-601
+    # TFLOP/s causal and 598 full against the pointer rows' 426-474 (experiments/data/h200_gluon
+    # and h200_grown, 2026-12-02); at 256, 128x64 2 stages 682 against 514. At head_dim 64 it
+    # is not ahead (371/327 against 374/342), so the pointer rows stay first there. The rows
+    # below stay as the next choices (a dtype or head_dim the Gluon kernel does not take).
+    note = "measured here: H200 Gluon table's best or within 2 % of it (experiments/data/h200_gluon)"
+    return [
+        *_rows("sm90", 128, None, (_gluon(128, 128, 3), note)),
+        *_rows("sm90", 256, None, (_gluon(128, 64, 2), note)),
+    ]
+
+
 def _hopper_rows(arch: str, note: str) -> list[Baseline]:
     return [
         *_rows(arch, 32, None, (_c(128, 64, 8, 3), _TUTORIAL_HOPPER + note), (_c(128, 128, 4, 2), _FA2 + " hd32 (128x128, 4 warps), 2 stages" + note)),
@@ -117,6 +137,7 @@ BASELINES: tuple[Baseline, ...] = (
     *_rows("sm80", 256, None, (_c(128, 64, 8, 1), _FA2 + " hd256 A100 (128x64, 8 warps), one stage fits 163 KB"), (_c(64, 64, 4, 2), _FA2 + " hd256 sm8x/H100 tile (64x64, 4 warps), 2 stages")),
     *_sm8x_rows("sm86"),
     *_sm8x_rows("sm89"),
+    *_sm90_gluon_rows(),
     *_hopper_rows("sm90", ""),
     # No public tuning data for this kernel on Blackwell: Hopper's rows, same 227 KB.
     *_hopper_rows("sm100", "; assumed for sm100 from sm90 (same 227 KB per block), not measured"),
@@ -227,19 +248,22 @@ def decode_default(hardware: HardwareSpec | None, workload: Workload) -> tuple[C
     return config, why
 
 
-def fallback_config(hardware: HardwareSpec | None, workload: Workload) -> Config:
+def fallback_config(hardware: HardwareSpec | None, workload: Workload,
+                    accept: Callable[[Config], bool] | None = None) -> Config:
     """The one config the runtime launches when it knows nothing better.
 
     Decode workloads (q_len <= ``DECODE_MAX_Q_LEN``) get :func:`decode_default`. Prefill:
-    the architecture's primary baseline, shrunk to fit ``hardware``; the kernel's
-    ``SAFE_DEFAULT`` without a spec (CPU, interpreter) or when nothing fits (the launcher
-    then reports the shared-memory problem itself).
+    the architecture's first baseline that ``accept`` takes (None: any), shrunk to fit
+    ``hardware``; the kernel's ``SAFE_DEFAULT`` without a spec (CPU, interpreter) or when
+    nothing fits (the launcher then reports the shared-memory problem itself).
     """
     if uses_decode_kernel(workload.q_len):
         return decode_default(hardware, workload)[0]
     if hardware is None:
         return SAFE_DEFAULT
     for baseline in baselines_for(arch_of(hardware), workload.head_dim, workload.causal):
+        if accept is not None and not accept(baseline.config):
+            continue
         fitted = fit(baseline.config, workload, hardware)
         if fitted is not None:
             return fitted

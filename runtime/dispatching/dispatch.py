@@ -29,6 +29,7 @@ from flashtune.kernels.decode import default_decode_config
 from flashtune.kernels.source_hash import kernel_source_hash
 from flashtune.kernels.space import SAFE_DEFAULT, uses_decode_kernel
 from flashtune.objectives.hardware import HardwareSpec
+from flashtune.runtime.dispatching.baselines import fallback_config
 from flashtune.runtime.dispatching.prepared import PreparedCall
 from flashtune.runtime.dispatching.prepared import prepare as _prepare
 from flashtune.runtime.dispatching.resolve import Resolution, resolve, uses_fp8
@@ -136,6 +137,9 @@ class Dispatcher:
         self._configs: dict[CacheKey, Config] = {}
         self._resolutions: dict[CacheKey, tuple[Bucket, Resolution]] = {}
         self._calls: dict[CallKey, PreparedCall] = {}
+        #: Cache key -> the config that serves its calls with key ranges when the bucket's own
+        #: config cannot take them (:meth:`_launch_ranged`).
+        self._ranged: dict[CacheKey, Config] = {}
         # While an online tuner is attached: call key -> (cache key, the config served, the
         # one launched for it, its prepared call, causal, scale); the tuner still sees (and
         # may time) every call.
@@ -159,6 +163,7 @@ class Dispatcher:
         self._resolutions.clear()
         self._calls.clear()
         self._routed.clear()
+        self._ranged.clear()
 
     @property
     def store(self) -> Store:
@@ -323,9 +328,9 @@ class Dispatcher:
         if config is None:
             config = self._miss(key)
         if extra and not takes_key_ranges(config):
-            # Per-sequence ranges with a config whose kernel cannot take them (fp8, the
-            # lean kernel): the launcher's default for the shape serves.
-            return _launcher(q, k, v, causal=causal, scale=scale, config=None, **extra)
+            # Per-sequence ranges with a config whose kernel cannot take them (fp8, the lean
+            # and Gluon kernels): the architecture's first baseline that takes them serves.
+            return self._launch_ranged(key, q, k, v, causal, scale, extra)
         served = config
         resolution = self._resolutions.get(key)
         measured = resolution is not None and resolution[1].origin in STORE_ORIGINS
@@ -351,6 +356,25 @@ class Dispatcher:
             if prepared is not None:
                 self._calls[ckey] = prepared
         return out
+
+    def _launch_ranged(self, key: CacheKey, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
+                       scale: float | None, extra: dict[str, Any]) -> torch.Tensor:
+        """A call with per-sequence key ranges for a bucket whose config cannot take them."""
+        config = self._ranged.get(key)
+        if config is None:
+            bucket = self.bucket_of(key)
+            spec = self.hardware_for(key[0])[0]
+            config = (fallback_config(spec, bucket.representative(), accept=takes_key_ranges)
+                      if bucket is not None else SAFE_DEFAULT)
+            self._ranged[key] = config
+        try:
+            return _launcher(q, k, v, causal=causal, scale=scale, config=config, **extra)
+        except Exception:
+            if config == SAFE_DEFAULT:
+                raise
+            # A baseline these inputs do not suit: the launcher's default (and its error
+            # naming the argument, when the inputs are at fault).
+            return _launcher(q, k, v, causal=causal, scale=scale, config=None, **extra)
 
     def _launch(self, key: CacheKey, config: Config, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                 causal: bool, scale: float | None, extra: dict[str, Any]) -> torch.Tensor:

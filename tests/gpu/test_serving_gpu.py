@@ -86,3 +86,29 @@ def test_compiled_step_with_key_ranges_is_captured_and_replays_new_lengths(tmp_p
         out = compiled(q, k, v, ranges).clone()
         expected = _reference(q, k, v, ranges[0].tolist(), ends)
         assert relative_error(out, expected) < BF16_TOL, ends
+
+
+@pytest.mark.parametrize("head_dim,causal,lengths", [
+    (128, True, (4096, 4096)), (128, False, (1000, 1000)), (128, True, (333, 1000)), (256, False, (1000, 1000)),
+    (64, True, (2048, 2048)),
+])
+def test_an_empty_store_serves_the_hopper_baseline_and_matches_the_reference(tmp_path, head_dim, causal, lengths):
+    # No store: an H100/H200 serves the architecture's first baseline (the Gluon ping-pong at
+    # head_dim 128 and 256, runtime/dispatching/baselines.py); transformers' layout (q a
+    # transposed view, GQA 32/8), then the same bucket with key ranges, which the Gluon kernel
+    # cannot take: a baseline that can serves those.
+    dispatcher = Dispatcher(tmp_path / "none.json")
+    q_len, kv_len = lengths
+    q, k, v = _qkv(2, 32, 8, q_len, kv_len, head_dim, seed=head_dim)
+    q = q.transpose(1, 2).contiguous().transpose(1, 2)  # (b, s, h, d) storage, as transformers passes it
+    resolution = dispatcher.explain(q, k, causal)
+    hopper = torch.cuda.get_device_capability() == (9, 0)
+    if hopper:
+        assert resolution.origin == "baseline"
+        assert (resolution.config["loads"] == "gluon_pingpong") == (head_dim != 64), resolution.detail
+    ref = reference_attention(q, k, v, causal=causal)
+    assert relative_error(dispatcher(q, k, v, causal=causal), ref) < BF16_TOL
+    ends = torch.full((2,), kv_len, dtype=torch.int32, device="cuda")
+    starts = torch.tensor([0, 7], dtype=torch.int32, device="cuda")
+    ranged = dispatcher(q, k, v, causal=causal, cache_seqlens=ends, kv_start=starts)
+    assert relative_error(ranged, _reference(q, k, v, [0, 7], [kv_len, kv_len], causal=causal)) < BF16_TOL

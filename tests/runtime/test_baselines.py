@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from flashtune.kernels.attention import SUPPORTED_HEAD_DIMS
+from flashtune.kernels.attention import SUPPORTED_HEAD_DIMS, takes_key_ranges
 from flashtune.kernels.space import SAFE_DEFAULT, validate_config
 from flashtune.objectives.feasibility import check
 from flashtune.objectives.hardware import HardwareSpec, known_specs
@@ -115,3 +115,26 @@ def test_fallback_fits_float32_and_defaults_without_a_spec():
             workload = Workload(1, 4, 4, 1024, 1024, head_dim, "float32", True)
             assert check(fallback_config(spec, workload), workload, spec).feasible
     assert fallback_config(None, SUITE[0]) == SAFE_DEFAULT
+
+
+def test_hopper_serves_the_gluon_kernel_where_the_h200_ranked_it_first_and_pointer_loads_elsewhere(h200):
+    def loads(head_dim: int, dtype: str = "bfloat16", causal: bool = True, spec: HardwareSpec = h200,
+              **kw) -> str:
+        return str(fallback_config(spec, Workload(1, 32, 8, 2048, 2048, head_dim, dtype, causal), **kw)["loads"])
+
+    assert loads(128) == loads(128, causal=False) == loads(256) == loads(128, "float16") == "gluon_pingpong"
+    assert loads(64) == loads(32) == "pointer"  # not ahead at head_dim 64 on the H200's tables
+    assert loads(128, "float32") == "pointer"  # the Gluon kernel reads fp16 and bf16 only
+    assert loads(128, spec=arch_specs("sm100")[0]) == "pointer"  # Hopper's wgmma: sm90's rows only
+    # What a call with per-sequence key ranges needs (the Gluon kernel takes none):
+    assert loads(128, accept=takes_key_ranges) == "pointer"
+
+
+def test_the_gluon_kernel_is_infeasible_for_float32_and_head_dims_not_a_power_of_two(h200):
+    gluon = baselines_for("sm90", 128, True)[0].config
+    assert gluon["loads"] == "gluon_pingpong"
+    verdict = check(gluon, Workload(1, 8, 8, 1024, 1024, 128, "float32", True), h200)
+    assert not verdict.feasible and "float32" in verdict.reason
+    verdict = check(gluon, Workload(1, 8, 8, 1024, 1024, 96, "bfloat16", True), h200)
+    assert not verdict.feasible and "power-of-2 head_dim, got 96" in verdict.reason
+    assert check(gluon, Workload(1, 8, 8, 1024, 1024, 64, "float16", True), h200).feasible

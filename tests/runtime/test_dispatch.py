@@ -7,8 +7,9 @@ import torch
 from runtime_helpers import cfg, entry, store_warnings
 
 import flashtune.runtime as runtime
+from flashtune.kernels.attention import takes_key_ranges
 from flashtune.kernels.reference import reference_attention, relative_error
-from flashtune.kernels.space import SAFE_DEFAULT
+from flashtune.kernels.space import SAFE_DEFAULT, validate_config
 from flashtune.objectives.hardware import load_spec
 from flashtune.objectives.types import Workload
 from flashtune.runtime.dispatching.baselines import fallback_config
@@ -247,3 +248,23 @@ def test_fp8_entries_are_served_only_when_allowed(store_path, h200, recorder):
     assert allowed.explain(q, k).config == fp8
     with pytest.raises(TypeError, match="allow_fp8"):
         Dispatcher(store_path, allow_fp8="yes")  # type: ignore[arg-type]
+
+
+def test_key_ranges_for_a_bucket_whose_config_cannot_take_them_get_a_baseline_that_can(dispatcher, store_path, h200):
+    # The store's config for this bucket is the lean kernel (no per-sequence ranges): a call
+    # with ranges runs the architecture's first baseline that takes them, and matches the
+    # reference over each sequence's keys (the interpreter, fp32).
+    lean = validate_config(cfg(64, 64, 4, 2).replace(loads="lean"))
+    bucket = Bucket("float32", True, 64, 2, 128, 128)
+    Store(store_path).merge([entry(h200, bucket, lean)])
+    q, k, v = _qkv(batch=2, q_len=100, kv_len=100, dtype=torch.float32)
+    assert dispatcher.explain(q, k, causal=True).config == lean
+    ends = torch.tensor([100, 60], dtype=torch.int32)
+    starts = torch.tensor([0, 9], dtype=torch.int32)
+    out = dispatcher(q, k, v, causal=True, cache_seqlens=ends, kv_start=starts)
+    for b, (s, e) in enumerate(((0, 100), (9, 60))):
+        ref = reference_attention(q[b:b + 1], k[b:b + 1, :, s:e], v[b:b + 1, :, s:e], causal=True)
+        assert relative_error(out[b:b + 1], ref) < 1e-4
+    served = dispatcher._ranged[next(iter(dispatcher._ranged))]
+    assert takes_key_ranges(served) and served == fallback_config(h200, bucket.representative(),
+                                                                  accept=takes_key_ranges)
