@@ -368,12 +368,7 @@ def decode_default_for(*, batch: int, q_heads: int, kv_heads: int, q_len: int, k
       programs per SM: then residency, not depth, keeps the memory busy (batch 64: 136 us
       at 2 stages, 148 at 3);
     * num_splits from :func:`choose_num_splits`;
-    * the combine fused into the split kernel, except with per-sequence lengths: on the
-      H200 (bench_decode, 2026-12-01) fused was 35 vs 83 us at 1,32/8,4096, 79.2 vs 88.1 at
-      q_len 4 and 79.6 vs 82.1 at 8,32/8,8192, within 1 % at 32k-128k keys, but 65.9 vs
-      56.5 with per-sequence lengths (its last split waits for the longest sequence's);
-      a batch of one sequence waits for no other, so it keeps the fused combine (one launch
-      a call: a static cache's decode step at batch 1).
+    * the combine: :func:`default_combine`.
     """
     group = q_heads // kv_heads
     programs = batch * kv_heads * triton.cdiv(group * q_len, decode_block_h(group, q_len))
@@ -382,7 +377,28 @@ def decode_default_for(*, batch: int, q_heads: int, kv_heads: int, q_len: int, k
     block_n = min(max(DEFAULT_TILE_BYTES // (head_dim * 2), 32), 128)
     stages = 2 if programs >= PROGRAMS_PER_SM_TARGET * sm_count else 3
     return Config(kernel="decode", BLOCK_N=block_n, num_splits=splits, num_warps=4, num_stages=stages,
-                  loads="pointer", combine="launch" if per_sequence_lengths and batch > 1 else "fused")
+                  loads="pointer", combine=default_combine(batch=batch, kv_len=kv_len,
+                                                           per_sequence_lengths=per_sequence_lengths))
+
+
+#: Longest cache (keys) for which a batch with per-sequence lengths keeps the fused combine.
+#: The fused combine's last split waits for the longest sequence's: on the H200 (bench_decode,
+#: 2026-12-01) 65.9 against 56.5 us at batch 8 with lengths 0-8192, a wait that scales with
+#: the length (about 5 us at 4,096 keys). A second launch costs about 8 us of host time a
+#: call (op with key ranges, batch 8: 34 us against 26 with one launch, H200 2026-12-03) and
+#: a gap on the device, which is more than the wait below this length.
+FUSED_WITH_LENGTHS_MAX_KEYS = 4096
+
+
+def default_combine(*, batch: int, kv_len: int, per_sequence_lengths: bool) -> str:
+    """The default ``combine``: fused into the split kernel (one launch a call), except for a
+    batch with per-sequence lengths past :data:`FUSED_WITH_LENGTHS_MAX_KEYS` keys. Without
+    lengths fused was faster everywhere on the H200 (35 against 83 us at 1,32/8,4096, 79.2
+    against 88.1 at q_len 4, 79.6 against 82.1 at 8,32/8,8192, within 1 % at 32k-128k); a
+    batch of one sequence waits for no other."""
+    if per_sequence_lengths and batch > 1 and kv_len > FUSED_WITH_LENGTHS_MAX_KEYS:
+        return "launch"
+    return "fused"
 
 
 #: Set to 0 to launch every prepared decode call through Triton's jit dispatcher.

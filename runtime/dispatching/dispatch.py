@@ -25,7 +25,7 @@ import torch
 from flashtune.kernels.attention import TORCH_DTYPES, takes_key_ranges
 from flashtune.kernels.attention import flash_attention as _launcher
 from flashtune.kernels.config import Config
-from flashtune.kernels.decode import default_decode_config
+from flashtune.kernels.decode import default_combine, default_decode_config
 from flashtune.kernels.source_hash import kernel_source_hash
 from flashtune.kernels.space import SAFE_DEFAULT, uses_decode_kernel
 from flashtune.objectives.hardware import HardwareSpec
@@ -334,10 +334,10 @@ class Dispatcher:
         served = config
         resolution = self._resolutions.get(key)
         measured = resolution is not None and resolution[1].origin in STORE_ORIGINS
-        if extra and config.get("combine") == "fused" and not measured and q.shape[0] > 1:
-            # The default's fused combine is slower with per-sequence lengths (its last
-            # split waits for the longest sequence: kernels.decode.decode_default_for);
-            # one sequence waits for no other, and keeps the one launch.
+        if (extra and config.get("combine") == "fused" and not measured
+                and default_combine(batch=q.shape[0], kv_len=k.shape[2], per_sequence_lengths=True) == "launch"):
+            # The default's fused combine is slower with per-sequence lengths in a long
+            # cache (its last split waits for the longest sequence: kernels.decode.default_combine).
             config = config.replace(combine="launch")
         online = self._online
         if online is not None:

@@ -152,10 +152,12 @@ def test_default_config_follows_the_shape():
     assert default(1, 32, 8, 4096, 128) == _decode(1, block_n=64, stages=2).replace(combine="fused")
     assert default(1, 4, 1, 4096, 128) == _decode(8, block_n=64, stages=3).replace(combine="fused")
     assert default(1, 4, 1, 4096, 64)["BLOCK_N"] == 128 and default(1, 4, 1, 4096, 256)["BLOCK_N"] == 32
-    # Per-sequence lengths: more splits, and the launched combine (the fused one was slower
-    # there: its last split waits for the longest sequence), except for a single sequence.
-    with_lengths = default(2, 4, 1, 4096, 128, per_sequence_lengths=True)
+    # Per-sequence lengths: more splits, and in a long cache the launched combine (the fused
+    # one was slower there: its last split waits for the longest sequence), except for a
+    # single sequence; up to FUSED_WITH_LENGTHS_MAX_KEYS the one launch.
+    with_lengths = default(2, 4, 1, 8192, 128, per_sequence_lengths=True)
     assert with_lengths["num_splits"] == 16 and with_lengths["combine"] == "launch"
+    assert default(2, 4, 1, 4096, 128, per_sequence_lengths=True)["combine"] == "fused"
     one = default(1, 4, 1, 4096, 128, per_sequence_lengths=True)
     assert one["num_splits"] == 32 and one["combine"] == "fused"
 

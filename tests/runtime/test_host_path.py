@@ -128,20 +128,22 @@ def test_the_eager_mask_builder_of_a_dynamic_cache_step_reads_once_and_runs_few_
     assert counted.ops == []
 
 
-@pytest.mark.parametrize("batch,combine", [(1, "fused"), (2, "launch")])
-def test_key_ranges_keep_the_fused_combine_for_a_single_sequence(tmp_path, batch, combine):
+@pytest.mark.parametrize("batch,kv_len,combine", [(1, 8192, "fused"), (2, 1024, "fused"), (2, 8192, "launch")])
+def test_key_ranges_keep_the_fused_combine_for_a_single_sequence_or_a_short_cache(tmp_path, batch, kv_len, combine):
     # A static cache's decode step at batch 1: no other sequence to wait for, so the one-launch
-    # fused combine serves (batch 2 takes the launched combine); both match SDPA.
+    # fused combine serves; so it does for a batch in a short cache (the wait for the longest
+    # sequence is short there: kernels.decode.default_combine); a batch in a long cache takes
+    # the launched combine. Each matches SDPA.
     dispatcher = Dispatcher(tmp_path / "none.json")
     g = torch.Generator().manual_seed(3)
     q = torch.randn(batch, 4, 1, 32, generator=g)
-    k, v = torch.randn(2, batch, 2, 1024, 32, generator=g)
-    starts, ends = [5, 0][:batch], [700, 1024][:batch]
+    k, v = torch.randn(2, batch, 2, kv_len, 32, generator=g)
+    starts, ends = [5, 0][:batch], [700, kv_len][:batch]
     ranges = {"kv_start": torch.tensor(starts, dtype=torch.int32), "cache_seqlens": torch.tensor(ends, dtype=torch.int32)}
     out = dispatcher(q, k, v, causal=True, **ranges)
     (prepared,) = dispatcher._calls.values()
     assert prepared.splits > 1 and prepared.config["combine"] == combine
-    cols = torch.arange(1024)
+    cols = torch.arange(kv_len)
     keep = (cols >= torch.tensor(starts)[:, None]) & (cols < torch.tensor(ends)[:, None])
     ref = torch.nn.functional.scaled_dot_product_attention(q, k.repeat_interleave(2, 1), v.repeat_interleave(2, 1),
                                                            attn_mask=keep[:, None, None, :])

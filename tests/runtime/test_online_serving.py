@@ -122,13 +122,14 @@ def test_an_attached_tuner_sees_every_call_of_a_prepared_key_and_a_swap_takes_th
 
 
 def test_an_attached_tuner_launches_the_launched_combine_for_ranges_of_a_batch(tmp_path):
-    # Per-sequence key ranges at batch 2 take the launched combine (the default's fused one
-    # waits for the longest sequence): with a tuner attached too, which tracks the served config.
+    # Per-sequence key ranges at batch 2 in a long cache take the launched combine (the
+    # default's fused one waits for the longest sequence): with a tuner attached too, which
+    # tracks the served config.
     dispatcher = Dispatcher(tmp_path / "none.json")
     g = torch.Generator().manual_seed(3)
     q = torch.randn(2, 4, 1, 32, generator=g)
-    k, v = torch.randn(2, 2, 2, 1024, 32, generator=g)
-    ranges = {"kv_start": torch.tensor([5, 0], dtype=torch.int32), "cache_seqlens": torch.tensor([700, 1024], dtype=torch.int32)}
+    k, v = torch.randn(2, 2, 2, 8192, 32, generator=g)
+    ranges = {"kv_start": torch.tensor([5, 0], dtype=torch.int32), "cache_seqlens": torch.tensor([700, 8192], dtype=torch.int32)}
     world = World(slow=None)
     tuner = OnlineTuner(dispatcher, options=OPTIONS, timing=InjectedTiming(world.latency), benchmark=world.benchmark,
                         clock=world.clock, candidates=lambda key, current, workload: [])
@@ -138,8 +139,8 @@ def test_an_attached_tuner_launches_the_launched_combine_for_ranges_of_a_batch(t
         (routed,) = dispatcher._routed.values()
     served, prepared = routed[1], routed[3]
     assert served["combine"] == "fused" and prepared.splits > 1 and prepared.config["combine"] == "launch"
-    cols = torch.arange(1024)
-    keep = (cols >= torch.tensor([5, 0])[:, None]) & (cols < torch.tensor([700, 1024])[:, None])
+    cols = torch.arange(8192)
+    keep = (cols >= torch.tensor([5, 0])[:, None]) & (cols < torch.tensor([700, 8192])[:, None])
     ref = torch.nn.functional.scaled_dot_product_attention(q, k.repeat_interleave(2, 1), v.repeat_interleave(2, 1),
                                                            attn_mask=keep[:, None, None, :])
     torch.testing.assert_close(first, ref, atol=1e-4, rtol=1e-4)
