@@ -61,6 +61,7 @@ type) goes out by the masked pointer store: Q's 8-bit buffer is too small to sta
 no persistent grid with fp8: resources.known_failure).
 """
 
+import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
@@ -217,6 +218,63 @@ def _exp2_h2(x):
         "=r,r,r", [x], dtype=gl.float16, is_pure=True, pack=2)
 
 
+#: Exponentials a thread computes together in ``_exp2_split`` (its registers in order), of which
+#: ``EXP2_POLY`` go to the FMA pipe: the share is counted in sixteenths (every tile's thread
+#: holds a multiple of 16 scores: at least 64 rows by 32 keys over 128 threads).
+_PACK = 16
+_EXP2_PACK = gl.constexpr(_PACK)
+#: The asm's operands: ``_PACK`` results, then ``_PACK`` arguments, 32-bit registers each.
+_EXP2_OPERANDS = gl.constexpr(",".join(["=r"] * _PACK + ["r"] * _PACK))
+
+
+@triton.constexpr_function
+def _exp2_split_asm(poly):
+    """PTX for ``_EXP2_PACK`` exp2s of fp32 arguments <= 127 (here x - row max <= 0): the first
+    ``poly`` (``EXP2_POLY``) on the FMA and integer pipes, the rest on MUFU (``ex2.approx``).
+
+    FA4's emulation (Cody-Waite): 2^x = 2^floor(x) * 2^f with f = x - floor(x) in [0, 1).
+    floor(x) comes from one add rounded down to 1.5 * 2^23 (the integer lands in the
+    mantissa's low bits), 2^f from a degree-3 minimax polynomial (FA4's coefficients: relative
+    error about 1e-4, below bf16's 4e-3 step that P is rounded to), and 2^floor(x) by adding
+    floor(x) << 23 to the polynomial's exponent field. -inf (a masked key) clamps to -127 and
+    gives 2^-127 * p(0), a denormal weight, not 0: so no emulation where a whole row can be
+    masked (``EMPTY_ROWS``: such a row must keep l = 0).
+    """
+    lines = ["{", ".reg .b32 c, r, f, p;"]
+    for i in range(_PACK):
+        out, x = f"${i}", f"${_PACK + i}"
+        if i < poly:
+            lines += [
+                f"max.ftz.f32 c, {x}, 0fC2FE0000;",  # -127 (and -inf -> -127)
+                "add.rm.ftz.f32 r, c, 0f4B400000;",  # + 1.5 * 2^23, rounded down: floor(x) in the low bits
+                "sub.rn.ftz.f32 f, r, 0f4B400000;",  # floor(x), exactly
+                "sub.rn.ftz.f32 f, c, f;",  # the fraction, in [0, 1)
+                "fma.rn.ftz.f32 p, f, 0f3D9DF09D, 0f3E6906A4;",  # 0.0771190897 f + 0.2275643945
+                "fma.rn.ftz.f32 p, p, f, 0f3F31F519;",  # ... f + 0.6951461434
+                "fma.rn.ftz.f32 p, p, f, 0f3F800000;",  # ... f + 1: 2^f in [1, 2)
+                "shl.b32 r, r, 23;",  # floor(x) << 23 (the 1.5 * 2^23 bits shift out)
+                f"add.s32 {out}, r, p;",  # into the exponent field
+            ]
+        else:
+            lines.append(f"ex2.approx.ftz.f32 {out}, {x};")
+    lines.append("}")
+    return " ".join(lines)
+
+
+@gluon.jit
+def _exp2_split(x, POLY: gl.constexpr):
+    """exp2 of fp32 ``x`` (<= 127), ``POLY`` of every ``_EXP2_PACK`` of a thread's elements on
+    the FMA pipe (``_exp2_split_asm``), the others on MUFU.
+
+    At D64 a block's exp2s on MUFU (16 a cycle an SM) take as long as its two GEMMs on the
+    tensor cores: the softmax of one consumer group no longer fits under the other's GEMMs.
+    The FMA pipe has room beside the softmax's other arithmetic (FA4's balance on Blackwell);
+    every thread takes the same share, so every warp's MUFU and FMA work is even.
+    """
+    return gl.inline_asm_elementwise(
+        _exp2_split_asm(POLY), _EXP2_OPERANDS, [x], dtype=gl.float32, is_pure=True, pack=_EXP2_PACK)
+
+
 @gluon.jit
 def _row_sum(p, rows: gl.constexpr):
     """P's row sums in fp32, in the layout ``rows`` (f16 P, ``permuted_h2``: summed in fp32 too;
@@ -226,7 +284,8 @@ def _row_sum(p, rows: gl.constexpr):
 
 @gluon.jit
 def _scores(s, m_i, start_n, mask_from, limit, offs_n, qk_scale,
-            MASK: gl.constexpr, EMPTY_ROWS: gl.constexpr, SHIFT: gl.constexpr, H2: gl.constexpr):
+            MASK: gl.constexpr, EMPTY_ROWS: gl.constexpr, SHIFT: gl.constexpr, H2: gl.constexpr,
+            POLY: gl.constexpr):
     """Block scores -> (P in fp32, the new row maxima, the rescale factor of what came before).
 
     P's weights are in [0, 1], with ``SHIFT`` (fp8) in [0, 448]: the shift is one subtraction a row,
@@ -234,6 +293,8 @@ def _scores(s, m_i, start_n, mask_from, limit, offs_n, qk_scale,
     row maxima and the rescale factor are the unshifted ones, so
     the running sum l carries the same 448 as the accumulator and it cancels in acc / l.
     (A weight that rounds a hair past 448 converts to 448: e4m3's conversion saturates.)
+    ``POLY`` (16-bit P, ``EXP2_POLY``): that many of every 16 exp2s of P on the FMA pipe
+    (``_exp2_split``), none where a row may see no key.
     """
     if MASK:
         if start_n >= mask_from:
@@ -249,6 +310,8 @@ def _scores(s, m_i, start_n, mask_from, limit, offs_n, qk_scale,
         p = _exp2_h2(s * qk_scale - (m_sub - _LOG2_FP8_MAX)[:, None])
     elif SHIFT:
         p = gl.exp2(s * qk_scale - (m_sub - _LOG2_FP8_MAX)[:, None])
+    elif POLY > 0 and not EMPTY_ROWS:
+        p = _exp2_split(s * qk_scale - m_sub[:, None], POLY)
     else:
         p = gl.exp2(s * qk_scale - m_sub[:, None])
     alpha = gl.exp2(m_i - m_sub)
@@ -322,7 +385,7 @@ def _consumer_tile(group, q_tile, q_ready, q_phase, q_prev_empty, has_prev, k_sm
                    qk_scale, HEAD_DIM: gl.constexpr, M_TILE: gl.constexpr, BLOCK_N: gl.constexpr,
                    NUM_STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, MASK: gl.constexpr, EMPTY_ROWS: gl.constexpr,
                    EVEN_M: gl.constexpr, ORDERED: gl.constexpr, PERSISTENT: gl.constexpr, FP8: gl.constexpr, FP8_P: gl.constexpr,
-                   num_warps: gl.constexpr):
+                   EXP2_POLY: gl.constexpr, num_warps: gl.constexpr):
     """One consumer warpgroup's rows [q_start + group * M_TILE, + M_TILE) of one tile of its
     (batch, head), whose row 0 is row ``head_row`` of the flat Q and O; the tile's blocks are
     the program's ``it``-th on, its turns (``ORDERED``) the group's ``turn``-th on.
@@ -371,7 +434,8 @@ def _consumer_tile(group, q_tile, q_ready, q_phase, q_prev_empty, has_prev, k_sm
         mbarrier.arrive(k_empty.index(first), count=1)
         m_i = gl.full([M_TILE], float("-inf"), gl.float32, layout=s_rows)
         p, m_i, alpha = _scores(s, m_i, 0, mask_from, limit, offs_n, qk_scale, MASK, EMPTY_ROWS,
-                                    FP8 and FP8_P != "multiply", FP8 and FP8_P == "permuted_h2")
+                                    FP8 and FP8_P != "multiply", FP8 and FP8_P == "permuted_h2",
+                                    0 if FP8 else EXP2_POLY)
         l_i = _row_sum(p, o_rows)
         _release_previous(q_prev_empty, has_prev, PERSISTENT)
         for j in range(1, n_blocks):
@@ -396,7 +460,8 @@ def _consumer_tile(group, q_tile, q_ready, q_phase, q_prev_empty, has_prev, k_sm
             s = warpgroup_mma_wait(1, deps=[s_tok])
             mbarrier.arrive(k_empty.index(stage), count=1)
             p, m_i, alpha = _scores(s, m_i, j * BLOCK_N, mask_from, limit, offs_n, qk_scale, MASK, EMPTY_ROWS,
-                                    FP8 and FP8_P != "multiply", FP8 and FP8_P == "permuted_h2")
+                                    FP8 and FP8_P != "multiply", FP8 and FP8_P == "permuted_h2",
+                                    0 if FP8 else EXP2_POLY)
             acc = _pv_done(o_tok, p_op, FP8)
             mbarrier.arrive(v_empty.index(prev), count=1)
             alpha_o = gl.convert_layout(alpha, o_rows)
@@ -451,7 +516,8 @@ def _consumer(group, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty,
               HEAD_DIM: gl.constexpr, M_TILE: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr,
               NUM_GROUPS: gl.constexpr, IS_CAUSAL: gl.constexpr, LONGEST_FIRST: gl.constexpr,
               PERSISTENT: gl.constexpr, Q_BUFS: gl.constexpr, MASK: gl.constexpr, EMPTY_ROWS: gl.constexpr,
-              EVEN_M: gl.constexpr, ORDERED: gl.constexpr, FP8: gl.constexpr, FP8_P: gl.constexpr, num_warps: gl.constexpr):
+              EVEN_M: gl.constexpr, ORDERED: gl.constexpr, FP8: gl.constexpr, FP8_P: gl.constexpr,
+              EXP2_POLY: gl.constexpr, num_warps: gl.constexpr):
     """One consumer warpgroup over the program's tiles, in the producer's order."""
     if PERSISTENT:
         it = 0  # K/V blocks of the program's tiles so far (the ring's position)
@@ -467,7 +533,8 @@ def _consumer(group, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty,
                            k_smem, v_smem,
                            k_ready, k_empty, v_ready, v_empty, turns, o_desc, Out, Scales, pid_zh, head_row, q_start,
                            q_len, kv_len, n_program, n_ordered, it, turn, qk_scale, HEAD_DIM, M_TILE, BLOCK_N,
-                           NUM_STAGES, IS_CAUSAL, MASK, EMPTY_ROWS, EVEN_M, ORDERED, PERSISTENT, FP8, FP8_P, num_warps)
+                           NUM_STAGES, IS_CAUSAL, MASK, EMPTY_ROWS, EVEN_M, ORDERED, PERSISTENT, FP8, FP8_P, EXP2_POLY,
+                           num_warps)
             it += n_program
             # Each group takes a turn at every block but the first of those both read.
             turn += gl.maximum(n_ordered - 1, 0)
@@ -481,7 +548,7 @@ def _consumer(group, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty,
                        v_smem, k_ready, k_empty,
                        v_ready, v_empty, turns, o_desc, Out, Scales, pid_zh, head_row, q_start, q_len, kv_len,
                        n_program, n_ordered, 0, 0, qk_scale, HEAD_DIM, M_TILE, BLOCK_N, NUM_STAGES, IS_CAUSAL, MASK,
-                       EMPTY_ROWS, EVEN_M, ORDERED, PERSISTENT, FP8, FP8_P, num_warps)
+                       EMPTY_ROWS, EVEN_M, ORDERED, PERSISTENT, FP8, FP8_P, EXP2_POLY, num_warps)
 
 
 @gluon.jit
@@ -490,12 +557,13 @@ def _consumer_worker(q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty,
                      HEAD_DIM: gl.constexpr, M_TILE: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr,
                      NUM_GROUPS: gl.constexpr, IS_CAUSAL: gl.constexpr, LONGEST_FIRST: gl.constexpr,
                      PERSISTENT: gl.constexpr, Q_BUFS: gl.constexpr, MASK: gl.constexpr, EMPTY_ROWS: gl.constexpr,
-                     EVEN_M: gl.constexpr, ORDERED: gl.constexpr, FP8: gl.constexpr, FP8_P: gl.constexpr, CONSUMER_WARPS: gl.constexpr):
+                     EVEN_M: gl.constexpr, ORDERED: gl.constexpr, FP8: gl.constexpr, FP8_P: gl.constexpr,
+                     EXP2_POLY: gl.constexpr, CONSUMER_WARPS: gl.constexpr):
     """Consumer group 1 (a worker partition)."""
     _consumer(1, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready, v_empty, turns, o_desc, Out,
               Scales, first, step, n_tiles, n_m, n_bh, q_heads, kv_heads, q_len, kv_len, qk_scale,
               HEAD_DIM, M_TILE, BLOCK_N, NUM_STAGES, NUM_GROUPS, IS_CAUSAL, LONGEST_FIRST, PERSISTENT, Q_BUFS,
-              MASK, EMPTY_ROWS, EVEN_M, ORDERED, FP8, FP8_P, CONSUMER_WARPS)
+              MASK, EMPTY_ROWS, EVEN_M, ORDERED, FP8, FP8_P, EXP2_POLY, CONSUMER_WARPS)
 
 
 @gluon.jit
@@ -505,12 +573,12 @@ def _consumer_default(q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty
                       NUM_STAGES: gl.constexpr, NUM_GROUPS: gl.constexpr, IS_CAUSAL: gl.constexpr,
                       LONGEST_FIRST: gl.constexpr, PERSISTENT: gl.constexpr, Q_BUFS: gl.constexpr,
                       MASK: gl.constexpr, EMPTY_ROWS: gl.constexpr, EVEN_M: gl.constexpr, ORDERED: gl.constexpr,
-                      FP8: gl.constexpr, FP8_P: gl.constexpr, CONSUMER_WARPS: gl.constexpr):
+                      FP8: gl.constexpr, FP8_P: gl.constexpr, EXP2_POLY: gl.constexpr, CONSUMER_WARPS: gl.constexpr):
     """Consumer group 0 (the default partition)."""
     _consumer(0, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready, v_empty, turns, o_desc, Out,
               Scales, first, step, n_tiles, n_m, n_bh, q_heads, kv_heads, q_len, kv_len, qk_scale,
               HEAD_DIM, M_TILE, BLOCK_N, NUM_STAGES, NUM_GROUPS, IS_CAUSAL, LONGEST_FIRST, PERSISTENT, Q_BUFS,
-              MASK, EMPTY_ROWS, EVEN_M, ORDERED, FP8, FP8_P, CONSUMER_WARPS)
+              MASK, EMPTY_ROWS, EVEN_M, ORDERED, FP8, FP8_P, EXP2_POLY, CONSUMER_WARPS)
 
 
 @gluon.jit
@@ -534,12 +602,15 @@ def gluon_attention_kernel(
     CONSUMER_REGS: gl.constexpr,
     PRODUCER_REGS: gl.constexpr,
     num_warps: gl.constexpr,
+    EXP2_POLY: gl.constexpr = 0,
 ):
     """Grid: (query tiles of NUM_GROUPS * M_TILE rows, batch * q_heads), one program a tile;
     with ``PERSISTENT``, (programs,), program p taking tiles p, p + programs, ...
 
     ``Scales``: fp8's per-tensor scales [q, k, v] (float32; read only with ``FP8``).
     ``FP8_P``: how fp8's P is formed (module docstring; read only with ``FP8``).
+    ``EXP2_POLY``: of every 16 exponentials of 16-bit P, how many a polynomial on the FMA pipe
+    computes (``_exp2_split``; ``loads="gluon_pingpong_poly"``), 0: all on MUFU.
     """
     BLOCK_M: gl.constexpr = NUM_GROUPS * M_TILE
     n_m = gl.cdiv(q_len, BLOCK_M)
@@ -590,12 +661,12 @@ def gluon_attention_kernel(
                                  o_desc, Out, Scales, first, step, n_tiles, n_m, n_bh, q_heads, kv_heads, q_len, kv_len,
                                  qk_scale, HEAD_DIM, M_TILE, BLOCK_N, NUM_STAGES, NUM_GROUPS, IS_CAUSAL,
                                  LONGEST_FIRST, PERSISTENT, Q_BUFS, MASK, EMPTY_ROWS, EVEN_M, ORDERED, FP8, FP8_P,
-                                 num_warps)),
+                                 EXP2_POLY, num_warps)),
             (_consumer_worker, (q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready, v_empty, turns,
                                 o_desc, Out, Scales, first, step, n_tiles, n_m, n_bh, q_heads, kv_heads, q_len, kv_len,
                                 qk_scale, HEAD_DIM, M_TILE, BLOCK_N, NUM_STAGES, NUM_GROUPS, IS_CAUSAL,
                                 LONGEST_FIRST, PERSISTENT, Q_BUFS, MASK, EMPTY_ROWS, EVEN_M, ORDERED, FP8, FP8_P,
-                                 num_warps)),
+                                 EXP2_POLY, num_warps)),
             (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready,
                          v_empty, first, step, n_tiles, n_m, n_bh, q_heads, kv_heads, q_len, kv_len,
                          M_TILE, BLOCK_N, NUM_STAGES, NUM_GROUPS, IS_CAUSAL, LONGEST_FIRST, PERSISTENT, Q_BUFS,
@@ -607,7 +678,7 @@ def gluon_attention_kernel(
                                  o_desc, Out, Scales, first, step, n_tiles, n_m, n_bh, q_heads, kv_heads, q_len, kv_len,
                                  qk_scale, HEAD_DIM, M_TILE, BLOCK_N, NUM_STAGES, NUM_GROUPS, IS_CAUSAL,
                                  LONGEST_FIRST, PERSISTENT, Q_BUFS, MASK, EMPTY_ROWS, EVEN_M, ORDERED, FP8, FP8_P,
-                                 num_warps)),
+                                 EXP2_POLY, num_warps)),
             (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready,
                          v_empty, first, step, n_tiles, n_m, n_bh, q_heads, kv_heads, q_len, kv_len,
                          M_TILE, BLOCK_N, NUM_STAGES, NUM_GROUPS, IS_CAUSAL, LONGEST_FIRST, PERSISTENT, Q_BUFS,

@@ -95,7 +95,9 @@ class GluonVariant:
     def label(self) -> str:
         parts = [f"{self.BLOCK_M}x{self.BLOCK_N}", f"{self.num_warps}w", f"{self.num_stages}st",
                  "gluon_ws" if self.groups == 1 else "gluon_pingpong_ordered" if self.ordered else "gluon_pingpong"]
-        return " ".join(parts + (["longest"] if self.longest_first else []) + (["pers"] if self.persistent else []))
+        poly = dict(self.extra).get("EXP2_POLY", 0)
+        return " ".join(parts + (["longest"] if self.longest_first else []) + (["pers"] if self.persistent else [])
+                        + ([f"poly {poly}/16"] if poly else []))
 
 
 #: The plan's constexprs (``launch_plan``) the Gluon variant takes, as GluonVariant fields.

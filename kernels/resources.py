@@ -209,6 +209,10 @@ def _gluon_failure(config: Mapping[str, Value], compute_capability: tuple[int, i
         # Not written: the persistent loop stages its output in Q's buffer for a TMA store (the
         # masked pointer store spilled there), and an 8-bit Q buffer is too small for it.
         return f"loads={loads!r} with fp8 has no persistent grid (Q's 8-bit buffer cannot stage the output)"
+    if _fp8(plan) and plan.constexprs.get("EXP2_POLY", 0):
+        # Not written: fp8's P keeps its exponentials on MUFU (the polynomial's share is for
+        # 16-bit P); the config would time what gluon_pingpong times.
+        return f"loads={loads!r}: the exp2 polynomial is for 16-bit P, fp8 has none"
     groups = int(plan.constexprs["NUM_GROUPS"])
     rows = int(plan.constexprs["BLOCK_M"]) // groups
     if rows < 16 * int(plan.options["num_warps"]):

@@ -3,12 +3,15 @@
 fp16 against the float32 reference at head dims 64, 128 and 256, ragged lengths (1000, and
 333 queries against 1000 keys and back, where causal rows see no key), 4096, causal
 bottom-right, grouped-query heads (32 query heads on 8 K/V heads) and strided inputs; the
-tiles grid and the persistent one (also with three programs for many tiles).
+tiles grid and the persistent one (also with three programs for many tiles); the ping-pong
+free-running, ordered, and with a share of P's exp2 as a polynomial (``gluon_pingpong_poly``).
 
 The interpreter runs no Gluon, so these are the kernel's only numerics; the CPU checks its
 declarations and its sm90 compile (tests/kernels/test_gluon_declarations.py). fp8:
 tests/gpu/test_gluon_fp8_gpu.py.
 """
+
+import dataclasses
 
 import pytest
 import torch
@@ -75,22 +78,29 @@ def hardware():
     return HardwareSpec.from_device()
 
 
-@pytest.fixture(scope="module", autouse=True)
+@pytest.fixture(scope="module")
 def precompiled(hardware):
-    """Compiled ahead in a pool of processes (Triton compiles one kernel at a time here)."""
+    """``precompiled(pingpong)``: every case's configs of that ping-pong compiled ahead in a pool
+    of processes (Triton compiles one kernel at a time here), once, when a test first needs
+    them (a run filtered to one ping-pong compiles only its configs)."""
     from flashtune.objectives.precompile import CompilePool
 
-    pool = CompilePool(16)
-    pairs = [(c, _workload(case)) for case in CASES for loads in PINGPONG for c in configs(case[0], loads)]
-    pairs = [(c, w) for c, w in pairs if check(c, w, hardware).feasible]
-    for c, w in pairs:
-        pool.submit(c, w)
-    for c, w in pairs:
-        pool.wait(c, w)
-    pool.close()
+    done = set()
 
+    def compile_for(pingpong: str) -> None:
+        if pingpong in done:
+            return
+        pool = CompilePool(16)
+        pairs = [(c, _workload(case)) for case in CASES for c in configs(case[0], pingpong)]
+        pairs = [(c, w) for c, w in pairs if check(c, w, hardware).feasible]
+        for c, w in pairs:
+            pool.submit(c, w)
+        for c, w in pairs:
+            pool.wait(c, w)
+        pool.close()
+        done.add(pingpong)
 
-PINGPONG = ("gluon_pingpong", "gluon_pingpong_ordered")
+    return compile_for
 
 
 def _check_all(w: Workload, hardware, q=None, k=None, v=None, pingpong: str = "gluon_pingpong") -> int:
@@ -111,15 +121,44 @@ def _check_all(w: Workload, hardware, q=None, k=None, v=None, pingpong: str = "g
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"d{c[0]}-{'causal' if c[1] else 'full'}-{c[2]}x{c[3]}"
                                                      f"-{c[4]}x{c[5]}-{c[6]}")
-def test_matches_the_float32_reference(case, hardware):
+def test_matches_the_float32_reference(case, hardware, precompiled):
+    precompiled("gluon_pingpong")
     assert _check_all(_workload(case), hardware) == len(configs(case[0]))
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"d{c[0]}-{'causal' if c[1] else 'full'}-{c[2]}x{c[3]}"
                                                      f"-{c[4]}x{c[5]}-{c[6]}")
-def test_ordered_pingpong_matches_the_float32_reference(case, hardware):
+def test_ordered_pingpong_matches_the_float32_reference(case, hardware, precompiled):
     # Causal: the groups take turns over the blocks both read, then the later group runs alone.
+    precompiled("gluon_pingpong_ordered")
     assert _check_all(_workload(case), hardware, pingpong="gluon_pingpong_ordered") == len(configs(case[0]))
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"d{c[0]}-{'causal' if c[1] else 'full'}-{c[2]}x{c[3]}"
+                                                     f"-{c[4]}x{c[5]}-{c[6]}")
+def test_poly_pingpong_matches_the_float32_reference(case, hardware, precompiled):
+    # A share of P's exp2 by the polynomial (Cody-Waite), masked keys (-inf) among them; the
+    # ragged causal cases where queries outnumber keys (rows that see no key) keep MUFU's.
+    precompiled("gluon_pingpong_poly")
+    assert _check_all(_workload(case), hardware, pingpong="gluon_pingpong_poly") == len(configs(case[0]))
+
+
+@pytest.mark.parametrize("poly", [0, 1, 3, 8, 16])
+def test_every_share_of_the_polynomial_matches_the_reference(poly):
+    # The knob declares one share (kernels/knobs.py); the kernel takes any, none to all 16 of 16.
+    from flashtune.kernels.gluon import gluon_variant_for, launch_gluon
+
+    w = Workload(2, 16, 4, 1000, 1000, 64, "bfloat16", True)
+    q, k, v = make_inputs(w, seed=5, dev=torch.device("cuda"))
+    ref = reference_attention(q, k, v, causal=True)
+    config = validate_config(dict(BLOCK_M=128, BLOCK_N=128, num_warps=4, num_stages=2, loads="gluon_pingpong_poly",
+                                  grid="persistent"))
+    variant = gluon_variant_for(config)
+    variant = dataclasses.replace(variant, extra=tuple((name, poly if name == "EXP2_POLY" else value)
+                                                       for name, value in variant.extra))
+    out = torch.empty_like(q)
+    launch_gluon(q, k, v, out, causal=True, scale=w.head_dim ** -0.5, variant=variant, programs=132)
+    assert relative_error(out, ref) <= TOLERANCE[w.dtype], poly
 
 
 def test_strided_inputs(hardware):
@@ -134,7 +173,7 @@ def test_strided_inputs(hardware):
 @pytest.mark.parametrize("case", [(128, True, 32, 8, 1000, 1000, "bfloat16"), (64, False, 16, 4, 1000, 333, "float16"),
                                   (128, True, 8, 8, 333, 1000, "float16")],
                          ids=["d128-causal-gqa", "d64-full-ragged-keys", "d128-causal-short-queries"])
-@pytest.mark.parametrize("loads", ["gluon_pingpong", "gluon_pingpong_ordered", "gluon_ws"])
+@pytest.mark.parametrize("loads", ["gluon_pingpong", "gluon_pingpong_ordered", "gluon_ws", "gluon_pingpong_poly"])
 def test_persistent_programs_loop_over_many_tiles(case, loads, hardware):
     # Three programs for 64-512 tiles: the K/V ring's phases, Q's two buffers and the
     # ordered turns run on across many tiles of unequal length (causal) in one program.
