@@ -92,7 +92,7 @@ def main() -> int:
         print(f"\n{name} (SM clock {timed.sm_clock_mhz}): SDPA cuDNN {row['SDPA cuDNN']:.0f}, flash {row['SDPA flash']:.0f}")
         for label in beside:
             print(f"  {label:40s} {row[label]:6.1f} TFLOP/s  {row[label] / cudnn:.3f}x cuDNN")
-    args.json.write_text(json.dumps(results, indent=2) + "\n")
+        args.json.write_text(json.dumps(results, indent=2) + "\n")  # each workload as it is done
     return 0
 
 
