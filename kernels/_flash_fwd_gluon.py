@@ -145,8 +145,25 @@ def _tile(t, n_m, n_bh, q_heads, kv_heads, q_len, kv_len,
 
 
 @gluon.jit
+def _program_tiles(first, step, flip, n_tiles):
+    """How many of the ``n_tiles`` tiles persistent program ``first`` of ``step`` takes: one a
+    round of ``step`` tiles, the last round (``rem`` tiles) if its index there is inside it."""
+    # Plain operators only: tests/kernels/test_gluon_zigzag.py runs these two on Python ints.
+    rounds = (n_tiles + step - 1) // step
+    rem = n_tiles - (rounds - 1) * step
+    return rounds - 1 + (first + ((rounds - 1) & 1) * flip < rem)
+
+
+@gluon.jit
+def _program_tile(i, first, step, flip):
+    """The ``i``-th tile of persistent program ``first`` of ``step``: index ``first`` of each round,
+    with ``ZIGZAG`` (``flip = step - 1 - 2 * first``) index ``step - 1 - first`` of the odd rounds."""
+    return i * step + first + (i & 1) * flip
+
+
+@gluon.jit
 def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready, v_empty,
-              first, step, n_tiles, n_m, n_bh, q_heads, kv_heads, q_len, kv_len,
+              first, step, flip, n_tiles, n_m, n_bh, q_heads, kv_heads, q_len, kv_len,
               M_TILE: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr, NUM_GROUPS: gl.constexpr,
               IS_CAUSAL: gl.constexpr, LONGEST_FIRST: gl.constexpr, PERSISTENT: gl.constexpr,
               Q_BUFS: gl.constexpr, HEAD_DIM: gl.constexpr, FP8: gl.constexpr):
@@ -156,14 +173,13 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, 
     last products and epilogue)."""
     if PERSISTENT:
         it = 0  # K/V blocks the program loaded so far (the ring's position)
-        i = 0  # tiles of the program so far
-        for t in range(first, n_tiles, step):
+        for i in range(_program_tiles(first, step, flip, n_tiles)):  # i: tiles of the program so far
+            t = _program_tile(i, first, step, flip)
             n_program = _produce_tile(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready,
                                       k_empty, v_ready, v_empty, t, i, it, n_m, n_bh, q_heads, kv_heads, q_len, kv_len,
                                       M_TILE, BLOCK_N, NUM_STAGES, NUM_GROUPS, IS_CAUSAL, LONGEST_FIRST, PERSISTENT,
                                       Q_BUFS, HEAD_DIM, FP8)
             it += n_program
-            i += 1
     else:
         # No loop around a single tile (one in a tiles grid cost a D64 tile two spilled words).
         _produce_tile(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready,
@@ -512,7 +528,7 @@ def _consumer_tile(group, q_tile, q_ready, q_phase, q_prev_empty, has_prev, k_sm
 
 @gluon.jit
 def _consumer(group, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready, v_empty, turns, o_desc,
-              Out, Scales, first, step, n_tiles, n_m, n_bh, q_heads, kv_heads, q_len, kv_len, qk_scale,
+              Out, Scales, first, step, flip, n_tiles, n_m, n_bh, q_heads, kv_heads, q_len, kv_len, qk_scale,
               HEAD_DIM: gl.constexpr, M_TILE: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr,
               NUM_GROUPS: gl.constexpr, IS_CAUSAL: gl.constexpr, LONGEST_FIRST: gl.constexpr,
               PERSISTENT: gl.constexpr, Q_BUFS: gl.constexpr, MASK: gl.constexpr, EMPTY_ROWS: gl.constexpr,
@@ -522,8 +538,8 @@ def _consumer(group, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty,
     if PERSISTENT:
         it = 0  # K/V blocks of the program's tiles so far (the ring's position)
         turn = 0  # ORDERED: the group's turns so far
-        i = 0  # tiles of the program so far
-        for t in range(first, n_tiles, step):
+        for i in range(_program_tiles(first, step, flip, n_tiles)):  # i: tiles of the program so far
+            t = _program_tile(i, first, step, flip)
             pid_zh, head_row, q_start, kv_row, n_program, n_ordered = _tile(
                 t, n_m, n_bh, q_heads, kv_heads, q_len, kv_len, M_TILE, BLOCK_N, NUM_GROUPS, IS_CAUSAL,
                 LONGEST_FIRST, PERSISTENT)
@@ -538,7 +554,6 @@ def _consumer(group, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty,
             it += n_program
             # Each group takes a turn at every block but the first of those both read.
             turn += gl.maximum(n_ordered - 1, 0)
-            i += 1
         tma.store_wait(0)
     else:
         pid_zh, head_row, q_start, kv_row, n_program, n_ordered = _tile(
@@ -553,7 +568,7 @@ def _consumer(group, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty,
 
 @gluon.jit
 def _consumer_worker(q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready, v_empty, turns, o_desc,
-                     Out, Scales, first, step, n_tiles, n_m, n_bh, q_heads, kv_heads, q_len, kv_len, qk_scale,
+                     Out, Scales, first, step, flip, n_tiles, n_m, n_bh, q_heads, kv_heads, q_len, kv_len, qk_scale,
                      HEAD_DIM: gl.constexpr, M_TILE: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr,
                      NUM_GROUPS: gl.constexpr, IS_CAUSAL: gl.constexpr, LONGEST_FIRST: gl.constexpr,
                      PERSISTENT: gl.constexpr, Q_BUFS: gl.constexpr, MASK: gl.constexpr, EMPTY_ROWS: gl.constexpr,
@@ -561,14 +576,14 @@ def _consumer_worker(q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty,
                      EXP2_POLY: gl.constexpr, CONSUMER_WARPS: gl.constexpr):
     """Consumer group 1 (a worker partition)."""
     _consumer(1, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready, v_empty, turns, o_desc, Out,
-              Scales, first, step, n_tiles, n_m, n_bh, q_heads, kv_heads, q_len, kv_len, qk_scale,
+              Scales, first, step, flip, n_tiles, n_m, n_bh, q_heads, kv_heads, q_len, kv_len, qk_scale,
               HEAD_DIM, M_TILE, BLOCK_N, NUM_STAGES, NUM_GROUPS, IS_CAUSAL, LONGEST_FIRST, PERSISTENT, Q_BUFS,
               MASK, EMPTY_ROWS, EVEN_M, ORDERED, FP8, FP8_P, EXP2_POLY, CONSUMER_WARPS)
 
 
 @gluon.jit
 def _consumer_default(q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready, v_empty, turns, o_desc,
-                      Out, Scales, first, step, n_tiles, n_m, n_bh, q_heads, kv_heads, q_len, kv_len, qk_scale,
+                      Out, Scales, first, step, flip, n_tiles, n_m, n_bh, q_heads, kv_heads, q_len, kv_len, qk_scale,
                       HEAD_DIM: gl.constexpr, M_TILE: gl.constexpr, BLOCK_N: gl.constexpr,
                       NUM_STAGES: gl.constexpr, NUM_GROUPS: gl.constexpr, IS_CAUSAL: gl.constexpr,
                       LONGEST_FIRST: gl.constexpr, PERSISTENT: gl.constexpr, Q_BUFS: gl.constexpr,
@@ -576,7 +591,7 @@ def _consumer_default(q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty
                       FP8: gl.constexpr, FP8_P: gl.constexpr, EXP2_POLY: gl.constexpr, CONSUMER_WARPS: gl.constexpr):
     """Consumer group 0 (the default partition)."""
     _consumer(0, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready, v_empty, turns, o_desc, Out,
-              Scales, first, step, n_tiles, n_m, n_bh, q_heads, kv_heads, q_len, kv_len, qk_scale,
+              Scales, first, step, flip, n_tiles, n_m, n_bh, q_heads, kv_heads, q_len, kv_len, qk_scale,
               HEAD_DIM, M_TILE, BLOCK_N, NUM_STAGES, NUM_GROUPS, IS_CAUSAL, LONGEST_FIRST, PERSISTENT, Q_BUFS,
               MASK, EMPTY_ROWS, EVEN_M, ORDERED, FP8, FP8_P, EXP2_POLY, CONSUMER_WARPS)
 
@@ -603,12 +618,14 @@ def gluon_attention_kernel(
     PRODUCER_REGS: gl.constexpr,
     num_warps: gl.constexpr,
     EXP2_POLY: gl.constexpr = 0,
+    ZIGZAG: gl.constexpr = False,
 ):
     """Grid: (query tiles of NUM_GROUPS * M_TILE rows, batch * q_heads), one program a tile;
     with ``PERSISTENT``, (programs,), program p taking tiles p, p + programs, ...
 
     ``Scales``: fp8's per-tensor scales [q, k, v] (float32; read only with ``FP8``).
     ``FP8_P``: how fp8's P is formed (module docstring; read only with ``FP8``).
+    ``ZIGZAG``: the persistent programs take the odd rounds of tiles in reverse (``_program_tile``).
     ``EXP2_POLY``: of every 16 exponentials of 16-bit P, how many a polynomial on the FMA pipe
     computes (``_exp2_split``; ``loads="gluon_pingpong_poly"``), 0: all on MUFU.
     """
@@ -623,6 +640,15 @@ def gluon_attention_kernel(
         first = gl.program_id(0) + gl.program_id(1) * gl.num_programs(0)
         step = 1
         n_tiles = first + 1
+    # ZIGZAG (grid="persistent_zigzag"): the odd rounds of tiles go to the programs in reverse,
+    # so a program that took a long causal tile in one round takes a short one in the next.
+    # Program p alone took every step-th tile: at 8 x 16 heads of 16 causal tiles on 132 SMs,
+    # the busiest program had 1.21 times the blocks of the mean (132 = 4 mod 16: a program
+    # saw only 4 of a head's 16 lengths); reversed every other round, 1.03.
+    if PERSISTENT and ZIGZAG:
+        flip = step - 1 - 2 * first
+    else:
+        flip = 0
     # A persistent program double-buffers Q: the producer loads the next tile's while the
     # consumers still read this one's (or store its output through it).
     Q_BUFS: gl.constexpr = 2 if PERSISTENT else 1
@@ -658,29 +684,29 @@ def gluon_attention_kernel(
     if NUM_GROUPS == 2:
         gl.warp_specialize([
             (_consumer_default, (q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready, v_empty, turns,
-                                 o_desc, Out, Scales, first, step, n_tiles, n_m, n_bh, q_heads, kv_heads, q_len, kv_len,
+                                 o_desc, Out, Scales, first, step, flip, n_tiles, n_m, n_bh, q_heads, kv_heads, q_len, kv_len,
                                  qk_scale, HEAD_DIM, M_TILE, BLOCK_N, NUM_STAGES, NUM_GROUPS, IS_CAUSAL,
                                  LONGEST_FIRST, PERSISTENT, Q_BUFS, MASK, EMPTY_ROWS, EVEN_M, ORDERED, FP8, FP8_P,
                                  EXP2_POLY, num_warps)),
             (_consumer_worker, (q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready, v_empty, turns,
-                                o_desc, Out, Scales, first, step, n_tiles, n_m, n_bh, q_heads, kv_heads, q_len, kv_len,
+                                o_desc, Out, Scales, first, step, flip, n_tiles, n_m, n_bh, q_heads, kv_heads, q_len, kv_len,
                                 qk_scale, HEAD_DIM, M_TILE, BLOCK_N, NUM_STAGES, NUM_GROUPS, IS_CAUSAL,
                                 LONGEST_FIRST, PERSISTENT, Q_BUFS, MASK, EMPTY_ROWS, EVEN_M, ORDERED, FP8, FP8_P,
                                  EXP2_POLY, num_warps)),
             (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready,
-                         v_empty, first, step, n_tiles, n_m, n_bh, q_heads, kv_heads, q_len, kv_len,
+                         v_empty, first, step, flip, n_tiles, n_m, n_bh, q_heads, kv_heads, q_len, kv_len,
                          M_TILE, BLOCK_N, NUM_STAGES, NUM_GROUPS, IS_CAUSAL, LONGEST_FIRST, PERSISTENT, Q_BUFS,
                          HEAD_DIM, FP8)),
         ], [num_warps, 1], [CONSUMER_REGS, PRODUCER_REGS])
     else:
         gl.warp_specialize([
             (_consumer_default, (q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready, v_empty, turns,
-                                 o_desc, Out, Scales, first, step, n_tiles, n_m, n_bh, q_heads, kv_heads, q_len, kv_len,
+                                 o_desc, Out, Scales, first, step, flip, n_tiles, n_m, n_bh, q_heads, kv_heads, q_len, kv_len,
                                  qk_scale, HEAD_DIM, M_TILE, BLOCK_N, NUM_STAGES, NUM_GROUPS, IS_CAUSAL,
                                  LONGEST_FIRST, PERSISTENT, Q_BUFS, MASK, EMPTY_ROWS, EVEN_M, ORDERED, FP8, FP8_P,
                                  EXP2_POLY, num_warps)),
             (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready,
-                         v_empty, first, step, n_tiles, n_m, n_bh, q_heads, kv_heads, q_len, kv_len,
+                         v_empty, first, step, flip, n_tiles, n_m, n_bh, q_heads, kv_heads, q_len, kv_len,
                          M_TILE, BLOCK_N, NUM_STAGES, NUM_GROUPS, IS_CAUSAL, LONGEST_FIRST, PERSISTENT, Q_BUFS,
                          HEAD_DIM, FP8)),
         ], [1], [PRODUCER_REGS])

@@ -136,9 +136,6 @@ PREFILL_KNOBS: tuple[Knob, ...] = (
     # ping-pong); num_warps: a consumer group's warps; num_stages: the K/V ring's depth;
     # bf16/fp16 and fp8 (V^T tiles); a tiles or a persistent grid (fp8: tiles only), whose causal
     # longest_first order goes head by head, each head's longest tile first).
-    # ``gluon_pingpong_poly``: the free-running ping-pong with EXP2_POLY of every 16 of P's
-    # exponentials on the FMA pipe (a Cody-Waite split and a degree-3 polynomial, FA4's; the
-    # rest on MUFU): at D64 the MUFU's exp2s take as long as the block's GEMMs (16-bit only).
     # The variants: ``forward`` (kernels/_flash_fwd.py), ``lean``, ``oneloop``, ``gluon`` (the
     # launchers' table in kernels/attention.py and kernels/lean.py).
     Knob.choice("loads", {
@@ -152,7 +149,6 @@ PREFILL_KNOBS: tuple[Knob, ...] = (
         "gluon_ws": sets("gluon", NUM_GROUPS=1, ORDERED=False),
         "gluon_pingpong": sets("gluon", NUM_GROUPS=2, ORDERED=False),
         "gluon_pingpong_ordered": sets("gluon", NUM_GROUPS=2, ORDERED=True),
-        "gluon_pingpong_poly": sets("gluon", NUM_GROUPS=2, ORDERED=False, EXP2_POLY=3),
     }, implied="pointer"),
     # e4m3 Q, K, V with per-tensor scales (Hopper, Ada); checked against its own budget.
     # The launcher quantizes the inputs when the constexpr is on.
@@ -160,7 +156,11 @@ PREFILL_KNOBS: tuple[Knob, ...] = (
     # How programs map to tiles: one program per (query block, batch, head) tile, or a
     # persistent grid of one program per SM, each looping over tiles (BENCHMARKS.md,
     # "The knee": many short tiles pay a fixed cost per program that nothing overlaps).
-    Knob.choice("grid", {"tiles": sets(PERSISTENT=False), "persistent": sets(PERSISTENT=True)}, implied="tiles"),
+    # ``persistent_zigzag`` (the Gluon kernel's): the persistent grid whose programs take every
+    # other round of tiles in reverse order, so that causal tiles of unequal length even out
+    # over a program's tiles (a program taking every programs-th tile saw few of a head's lengths).
+    Knob.choice("grid", {"tiles": sets(PERSISTENT=False), "persistent": sets(PERSISTENT=True),
+                         "persistent_zigzag": sets(PERSISTENT=True, ZIGZAG=True)}, implied="tiles"),
     # Which tiles start first: a head's query blocks side by side (they share K/V in
     # L2), or every head's longest causal tiles first (the (batch, head) index varies
     # fastest; balances the causal triangle across SMs).

@@ -185,6 +185,10 @@ def known_failure(config: Mapping[str, Value], compute_capability: tuple[int, in
         # were not run with deeper rings).
         return ("loads='lean_ws_oneloop' with a K/V ring of 3 or more stages gives non-finite outputs on the "
                 "H200 (Triton 3.6's warp-specialized loop, 128-row tiles): 1 or 2 stages only")
+    if plan.constexprs.get("ZIGZAG") and plan.variant != "gluon":
+        # Not written: the zigzag order of the persistent programs is the Gluon kernel's (the
+        # other kernels would run their persistent grid and time it twice).
+        return "grid='persistent_zigzag' is the Gluon kernel's (loads gluon_*): the other kernels have no zigzag order"
     if plan.variant == "gluon":
         failure = _gluon_failure(config, compute_capability)
         if failure:
@@ -209,10 +213,6 @@ def _gluon_failure(config: Mapping[str, Value], compute_capability: tuple[int, i
         # Not written: the persistent loop stages its output in Q's buffer for a TMA store (the
         # masked pointer store spilled there), and an 8-bit Q buffer is too small for it.
         return f"loads={loads!r} with fp8 has no persistent grid (Q's 8-bit buffer cannot stage the output)"
-    if _fp8(plan) and plan.constexprs.get("EXP2_POLY", 0):
-        # Not written: fp8's P keeps its exponentials on MUFU (the polynomial's share is for
-        # 16-bit P); the config would time what gluon_pingpong times.
-        return f"loads={loads!r}: the exp2 polynomial is for 16-bit P, fp8 has none"
     groups = int(plan.constexprs["NUM_GROUPS"])
     rows = int(plan.constexprs["BLOCK_M"]) // groups
     if rows < 16 * int(plan.options["num_warps"]):

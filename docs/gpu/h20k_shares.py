@@ -1,8 +1,9 @@
 """Issue 20, D64 causal (branch h20k): the Gluon ping-pong with a share of P's exp2 on the FMA
 pipe (``EXP2_POLY`` of every 16, kernels/_flash_fwd_gluon.py ``_exp2_split``), each share timed
 beside SDPA cuDNN and flash in the same interleaved rounds (objectives.peers.time_peers, the
-protocol bench_peers uses). The space declares one share (kernels/knobs.py,
-``gluon_pingpong_poly``); this times the others through the launcher.
+protocol bench_peers uses), through the launcher: the share is the kernel's constexpr, not a
+knob of the space (call 1, commit e26aaab, declared 3 of 16 as ``loads="gluon_pingpong_poly"``;
+slower at every share on D64 causal, so no longer declared).
 
     python docs/gpu/h20k_shares.py --json shares.json
 """
@@ -31,10 +32,10 @@ def _variant(grid: str, order: str, share: int):
     from flashtune.kernels.gluon import gluon_variant_for
     from flashtune.kernels.space import validate_config
 
-    config = validate_config(dict(BLOCK_M=128, BLOCK_N=128, num_warps=4, num_stages=2, loads="gluon_pingpong_poly",
+    config = validate_config(dict(BLOCK_M=128, BLOCK_N=128, num_warps=4, num_stages=2, loads="gluon_pingpong",
                                   grid=grid, tile_order=order))
     variant = gluon_variant_for(config)
-    return dataclasses.replace(variant, extra=tuple((n, share if n == "EXP2_POLY" else v) for n, v in variant.extra))
+    return dataclasses.replace(variant, extra=(*variant.extra, ("EXP2_POLY", share)))
 
 
 def _inputs(shape):

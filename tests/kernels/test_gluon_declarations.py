@@ -34,7 +34,8 @@ def test_its_loads_are_declared_last_and_launch_through_a_host_descriptor_launch
     (dict(BLOCK_M=64), "needs at least 64 rows, BLOCK_M=64 gives it 32"),  # two groups of 32 rows
     (dict(BLOCK_M=256, num_warps=8), "two 8-warp consumer groups"),
     (dict(loads="gluon_ws", BLOCK_M=32), "needs at least 64 rows"),
-    (dict(loads="gluon_pingpong_poly", use_fp8=True), "the exp2 polynomial is for 16-bit P"),
+    (dict(grid="persistent_zigzag", use_fp8=True), "with fp8 has no persistent grid"),
+    (dict(grid="persistent_zigzag", loads="lean"), "the other kernels have no zigzag order"),
 ])
 def test_known_failures_name_the_reason(knobs, reason):
     config = validate_config({**PINGPONG, **knobs})
@@ -101,7 +102,7 @@ def test_fp8_is_part_of_the_space_with_one_byte_tiles():
     fp8 = validate_config({**PINGPONG, "use_fp8": True})
     assert known_failure(fp8, (9, 0)) == ""
     assert shared_memory_bytes(fp8, head_dim=128) == 128 * 128 + 2 * 2 * 128 * 128 + 512
-    for loads in set(GLUON_LOADS) - {"gluon_pingpong_poly"}:  # 16-bit P only (known_failure)
+    for loads in GLUON_LOADS:
         for knobs, workload in [(dict(BLOCK_N=128), Workload(2, 32, 32, 8192, 8192, 128)),
                                 (dict(BLOCK_N=64), Workload(2, 32, 32, 8192, 8192, 128)),
                                 (dict(BLOCK_N=64), Workload(2, 16, 16, 8192, 8192, 256))]:
@@ -209,13 +210,11 @@ CASES = [
     ("2,16,8192,256", {**FP8, "BLOCK_N": 64}),
     ("2,16,8192,256", {**FP8, "BLOCK_N": 64, "loads": "gluon_pingpong_ordered"}),
     ("2,32/8,1000,128,causal", FP8),
-    # A share of P's exp2 as a polynomial (loads gluon_pingpong_poly): the D64 workloads'
-    # persistent tiles, D128 full on the tiles grid, ragged causal GQA longest-first.
-    ("8,16,2048,64,causal", {**PINGPONG, "loads": "gluon_pingpong_poly", "grid": "persistent"}),
-    ("16,16,1024,64", {**PINGPONG, "loads": "gluon_pingpong_poly", "grid": "persistent"}),
-    ("4,32,4096,128", {**PINGPONG, "loads": "gluon_pingpong_poly"}),
-    ("2,32/8,1000,128,causal", {**PINGPONG, "loads": "gluon_pingpong_poly", "grid": "persistent",
-                                "tile_order": "longest_first"}),
+    # The zigzag persistent grid: the causal D64 and D128 tiles, ordered, ragged causal GQA.
+    ("8,16,2048,64,causal", {**PINGPONG, "grid": "persistent_zigzag"}),
+    ("4,32,4096,128,causal", {**PINGPONG, "grid": "persistent_zigzag", "tile_order": "longest_first"}),
+    ("4,32,4096,128,causal", {**PINGPONG, "loads": "gluon_pingpong_ordered", "grid": "persistent_zigzag"}),
+    ("2,32/8,1000,128,causal", {**PINGPONG, "grid": "persistent_zigzag", "tile_order": "longest_first"}),
 ]
 
 @pytest.mark.slow
