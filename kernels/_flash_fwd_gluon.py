@@ -6,7 +6,9 @@ mbarriers, TMA and warpgroup MMA are explicit, nothing is left to the compiler's
 
 One program a tile of ``NUM_GROUPS * M_TILE`` query rows of one (batch, query head), or
 with ``PERSISTENT`` (the ``grid="persistent"`` knob) at most one a SM, each looping over
-tiles (``_tile``: head by head, or longest causal tiles first) with every partition
+tiles (``_tile``: head by head, or longest causal tiles first; program p the p-th of each
+round of programs-many tiles, with ``ZIGZAG``, ``grid="persistent_zigzag"``, the odd rounds
+in reverse: ``_program_tile``) with every partition
 walking the same tiles; the K/V ring and its phases run on across tiles, and Q is
 double-buffered, so the producer loads the next tile's Q and K/V while the consumers
 finish this one's last PV products and store its output (FA3's persistent schedule):
@@ -112,7 +114,8 @@ def _tile(t, n_m, n_bh, q_heads, kv_heads, q_len, kv_len,
     persistent grid takes them in that order, program p every programs-th: the (batch, head)
     fastest instead (every head's longest tile first) ran 6-14 % slower on the H200 at D128
     causal (docs/results/u20p/peers.json: the programs in flight read as many heads' K/V as
-    there are SMs, past L2). A tiles grid reads its tile from the program's ids (``t`` unread).
+    there are SMs, past L2); which program takes which is ``_program_tile``'s. A tiles grid
+    reads its tile from the program's ids (``t`` unread).
     """
     BLOCK_M: gl.constexpr = NUM_GROUPS * M_TILE
     if not PERSISTENT:

@@ -8,8 +8,6 @@ On the GPU the same text runs inside the kernel: tests/gpu/test_gluon_gpu.py.
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 import pytest
 
