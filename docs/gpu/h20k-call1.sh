@@ -2,6 +2,8 @@
 # Issue 20, D64 causal (branch h20k), first call: the Gluon ping-pong with a share of P's exp2
 # as a polynomial on the FMA pipe (loads="gluon_pingpong_poly", EXP2_POLY of every 16).
 #   bash docs/gpu/h20k-call1.sh      (with the jsonschema wheels carried in .whl)
+# Runs at commit e26aaab only: the loads value it times left the space after this call
+# (slower at every share; the share stays the kernel's EXP2_POLY, docs/gpu/h20k_shares.py).
 # 1. numerics of the new value against the float32 reference (every case of the file, odd
 #    lengths, causal, GQA; every share 0-16 of 16 on D64 causal; many tiles a program);
 # 2. the shares 0, 2, 3, 4, 6, 8 of 16 side by side with SDPA cuDNN/flash (docs/gpu/h20k_shares.py)
