@@ -6,7 +6,9 @@ mbarriers, TMA and warpgroup MMA are explicit, nothing is left to the compiler's
 
 One program a tile of ``NUM_GROUPS * M_TILE`` query rows of one (batch, query head), or
 with ``PERSISTENT`` (the ``grid="persistent"`` knob) at most one a SM, each looping over
-tiles (``_tile``: head by head, or longest causal tiles first) with every partition
+tiles (``_tile``: head by head, or longest causal tiles first; program p the p-th of each
+round of programs-many tiles, with ``ZIGZAG``, ``grid="persistent_zigzag"``, the odd rounds
+in reverse: ``_program_tile``) with every partition
 walking the same tiles; the K/V ring and its phases run on across tiles, and Q is
 double-buffered, so the producer loads the next tile's Q and K/V while the consumers
 finish this one's last PV products and store its output (FA3's persistent schedule):
@@ -61,6 +63,7 @@ type) goes out by the masked pointer store: Q's 8-bit buffer is too small to sta
 no persistent grid with fp8: resources.known_failure).
 """
 
+import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
@@ -111,7 +114,8 @@ def _tile(t, n_m, n_bh, q_heads, kv_heads, q_len, kv_len,
     persistent grid takes them in that order, program p every programs-th: the (batch, head)
     fastest instead (every head's longest tile first) ran 6-14 % slower on the H200 at D128
     causal (docs/results/u20p/peers.json: the programs in flight read as many heads' K/V as
-    there are SMs, past L2). A tiles grid reads its tile from the program's ids (``t`` unread).
+    there are SMs, past L2); which program takes which is ``_program_tile``'s. A tiles grid
+    reads its tile from the program's ids (``t`` unread).
     """
     BLOCK_M: gl.constexpr = NUM_GROUPS * M_TILE
     if not PERSISTENT:
@@ -144,8 +148,25 @@ def _tile(t, n_m, n_bh, q_heads, kv_heads, q_len, kv_len,
 
 
 @gluon.jit
+def _program_tiles(first, step, flip, n_tiles):
+    """How many of the ``n_tiles`` tiles persistent program ``first`` of ``step`` takes: one a
+    round of ``step`` tiles, the last round (``rem`` tiles) if its index there is inside it."""
+    # Plain operators only: tests/kernels/test_gluon_zigzag.py runs these two on Python ints.
+    rounds = (n_tiles + step - 1) // step
+    rem = n_tiles - (rounds - 1) * step
+    return rounds - 1 + (first + ((rounds - 1) & 1) * flip < rem)
+
+
+@gluon.jit
+def _program_tile(i, first, step, flip):
+    """The ``i``-th tile of persistent program ``first`` of ``step``: index ``first`` of each round,
+    with ``ZIGZAG`` (``flip = step - 1 - 2 * first``) index ``step - 1 - first`` of the odd rounds."""
+    return i * step + first + (i & 1) * flip
+
+
+@gluon.jit
 def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready, v_empty,
-              first, step, n_tiles, n_m, n_bh, q_heads, kv_heads, q_len, kv_len,
+              first, step, flip, n_tiles, n_m, n_bh, q_heads, kv_heads, q_len, kv_len,
               M_TILE: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr, NUM_GROUPS: gl.constexpr,
               IS_CAUSAL: gl.constexpr, LONGEST_FIRST: gl.constexpr, PERSISTENT: gl.constexpr,
               Q_BUFS: gl.constexpr, HEAD_DIM: gl.constexpr, FP8: gl.constexpr):
@@ -155,14 +176,13 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, 
     last products and epilogue)."""
     if PERSISTENT:
         it = 0  # K/V blocks the program loaded so far (the ring's position)
-        i = 0  # tiles of the program so far
-        for t in range(first, n_tiles, step):
+        for i in range(_program_tiles(first, step, flip, n_tiles)):  # i: tiles of the program so far
+            t = _program_tile(i, first, step, flip)
             n_program = _produce_tile(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready,
                                       k_empty, v_ready, v_empty, t, i, it, n_m, n_bh, q_heads, kv_heads, q_len, kv_len,
                                       M_TILE, BLOCK_N, NUM_STAGES, NUM_GROUPS, IS_CAUSAL, LONGEST_FIRST, PERSISTENT,
                                       Q_BUFS, HEAD_DIM, FP8)
             it += n_program
-            i += 1
     else:
         # No loop around a single tile (one in a tiles grid cost a D64 tile two spilled words).
         _produce_tile(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready,
@@ -217,6 +237,63 @@ def _exp2_h2(x):
         "=r,r,r", [x], dtype=gl.float16, is_pure=True, pack=2)
 
 
+#: Exponentials a thread computes together in ``_exp2_split`` (its registers in order), of which
+#: ``EXP2_POLY`` go to the FMA pipe: the share is counted in sixteenths (every tile's thread
+#: holds a multiple of 16 scores: at least 64 rows by 32 keys over 128 threads).
+_PACK = 16
+_EXP2_PACK = gl.constexpr(_PACK)
+#: The asm's operands: ``_PACK`` results, then ``_PACK`` arguments, 32-bit registers each.
+_EXP2_OPERANDS = gl.constexpr(",".join(["=r"] * _PACK + ["r"] * _PACK))
+
+
+@triton.constexpr_function
+def _exp2_split_asm(poly):
+    """PTX for ``_EXP2_PACK`` exp2s of fp32 arguments <= 127 (here x - row max <= 0): the first
+    ``poly`` (``EXP2_POLY``) on the FMA and integer pipes, the rest on MUFU (``ex2.approx``).
+
+    FA4's emulation (Cody-Waite): 2^x = 2^floor(x) * 2^f with f = x - floor(x) in [0, 1).
+    floor(x) comes from one add rounded down to 1.5 * 2^23 (the integer lands in the
+    mantissa's low bits), 2^f from a degree-3 minimax polynomial (FA4's coefficients: relative
+    error about 1e-4, below bf16's 4e-3 step that P is rounded to), and 2^floor(x) by adding
+    floor(x) << 23 to the polynomial's exponent field. -inf (a masked key) clamps to -127 and
+    gives 2^-127 * p(0), a denormal weight, not 0: so no emulation where a whole row can be
+    masked (``EMPTY_ROWS``: such a row must keep l = 0).
+    """
+    lines = ["{", ".reg .b32 c, r, f, p;"]
+    for i in range(_PACK):
+        out, x = f"${i}", f"${_PACK + i}"
+        if i < poly:
+            lines += [
+                f"max.ftz.f32 c, {x}, 0fC2FE0000;",  # -127 (and -inf -> -127)
+                "add.rm.ftz.f32 r, c, 0f4B400000;",  # + 1.5 * 2^23, rounded down: floor(x) in the low bits
+                "sub.rn.ftz.f32 f, r, 0f4B400000;",  # floor(x), exactly
+                "sub.rn.ftz.f32 f, c, f;",  # the fraction, in [0, 1)
+                "fma.rn.ftz.f32 p, f, 0f3D9DF09D, 0f3E6906A4;",  # 0.0771190897 f + 0.2275643945
+                "fma.rn.ftz.f32 p, p, f, 0f3F31F519;",  # ... f + 0.6951461434
+                "fma.rn.ftz.f32 p, p, f, 0f3F800000;",  # ... f + 1: 2^f in [1, 2)
+                "shl.b32 r, r, 23;",  # floor(x) << 23 (the 1.5 * 2^23 bits shift out)
+                f"add.s32 {out}, r, p;",  # into the exponent field
+            ]
+        else:
+            lines.append(f"ex2.approx.ftz.f32 {out}, {x};")
+    lines.append("}")
+    return " ".join(lines)
+
+
+@gluon.jit
+def _exp2_split(x, POLY: gl.constexpr):
+    """exp2 of fp32 ``x`` (<= 127), ``POLY`` of every ``_EXP2_PACK`` of a thread's elements on
+    the FMA pipe (``_exp2_split_asm``), the others on MUFU.
+
+    At D64 a block's exp2s on MUFU (16 a cycle an SM) take as long as its two GEMMs on the
+    tensor cores: the softmax of one consumer group no longer fits under the other's GEMMs.
+    The FMA pipe has room beside the softmax's other arithmetic (FA4's balance on Blackwell);
+    every thread takes the same share, so every warp's MUFU and FMA work is even.
+    """
+    return gl.inline_asm_elementwise(
+        _exp2_split_asm(POLY), _EXP2_OPERANDS, [x], dtype=gl.float32, is_pure=True, pack=_EXP2_PACK)
+
+
 @gluon.jit
 def _row_sum(p, rows: gl.constexpr):
     """P's row sums in fp32, in the layout ``rows`` (f16 P, ``permuted_h2``: summed in fp32 too;
@@ -226,7 +303,8 @@ def _row_sum(p, rows: gl.constexpr):
 
 @gluon.jit
 def _scores(s, m_i, start_n, mask_from, limit, offs_n, qk_scale,
-            MASK: gl.constexpr, EMPTY_ROWS: gl.constexpr, SHIFT: gl.constexpr, H2: gl.constexpr):
+            MASK: gl.constexpr, EMPTY_ROWS: gl.constexpr, SHIFT: gl.constexpr, H2: gl.constexpr,
+            POLY: gl.constexpr):
     """Block scores -> (P in fp32, the new row maxima, the rescale factor of what came before).
 
     P's weights are in [0, 1], with ``SHIFT`` (fp8) in [0, 448]: the shift is one subtraction a row,
@@ -234,6 +312,8 @@ def _scores(s, m_i, start_n, mask_from, limit, offs_n, qk_scale,
     row maxima and the rescale factor are the unshifted ones, so
     the running sum l carries the same 448 as the accumulator and it cancels in acc / l.
     (A weight that rounds a hair past 448 converts to 448: e4m3's conversion saturates.)
+    ``POLY`` (16-bit P, ``EXP2_POLY``): that many of every 16 exp2s of P on the FMA pipe
+    (``_exp2_split``), none where a row may see no key.
     """
     if MASK:
         if start_n >= mask_from:
@@ -249,6 +329,8 @@ def _scores(s, m_i, start_n, mask_from, limit, offs_n, qk_scale,
         p = _exp2_h2(s * qk_scale - (m_sub - _LOG2_FP8_MAX)[:, None])
     elif SHIFT:
         p = gl.exp2(s * qk_scale - (m_sub - _LOG2_FP8_MAX)[:, None])
+    elif POLY > 0 and not EMPTY_ROWS:
+        p = _exp2_split(s * qk_scale - m_sub[:, None], POLY)
     else:
         p = gl.exp2(s * qk_scale - m_sub[:, None])
     alpha = gl.exp2(m_i - m_sub)
@@ -322,7 +404,7 @@ def _consumer_tile(group, q_tile, q_ready, q_phase, q_prev_empty, has_prev, k_sm
                    qk_scale, HEAD_DIM: gl.constexpr, M_TILE: gl.constexpr, BLOCK_N: gl.constexpr,
                    NUM_STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, MASK: gl.constexpr, EMPTY_ROWS: gl.constexpr,
                    EVEN_M: gl.constexpr, ORDERED: gl.constexpr, PERSISTENT: gl.constexpr, FP8: gl.constexpr, FP8_P: gl.constexpr,
-                   num_warps: gl.constexpr):
+                   EXP2_POLY: gl.constexpr, num_warps: gl.constexpr):
     """One consumer warpgroup's rows [q_start + group * M_TILE, + M_TILE) of one tile of its
     (batch, head), whose row 0 is row ``head_row`` of the flat Q and O; the tile's blocks are
     the program's ``it``-th on, its turns (``ORDERED``) the group's ``turn``-th on.
@@ -371,7 +453,8 @@ def _consumer_tile(group, q_tile, q_ready, q_phase, q_prev_empty, has_prev, k_sm
         mbarrier.arrive(k_empty.index(first), count=1)
         m_i = gl.full([M_TILE], float("-inf"), gl.float32, layout=s_rows)
         p, m_i, alpha = _scores(s, m_i, 0, mask_from, limit, offs_n, qk_scale, MASK, EMPTY_ROWS,
-                                    FP8 and FP8_P != "multiply", FP8 and FP8_P == "permuted_h2")
+                                    FP8 and FP8_P != "multiply", FP8 and FP8_P == "permuted_h2",
+                                    0 if FP8 else EXP2_POLY)
         l_i = _row_sum(p, o_rows)
         _release_previous(q_prev_empty, has_prev, PERSISTENT)
         for j in range(1, n_blocks):
@@ -396,7 +479,8 @@ def _consumer_tile(group, q_tile, q_ready, q_phase, q_prev_empty, has_prev, k_sm
             s = warpgroup_mma_wait(1, deps=[s_tok])
             mbarrier.arrive(k_empty.index(stage), count=1)
             p, m_i, alpha = _scores(s, m_i, j * BLOCK_N, mask_from, limit, offs_n, qk_scale, MASK, EMPTY_ROWS,
-                                    FP8 and FP8_P != "multiply", FP8 and FP8_P == "permuted_h2")
+                                    FP8 and FP8_P != "multiply", FP8 and FP8_P == "permuted_h2",
+                                    0 if FP8 else EXP2_POLY)
             acc = _pv_done(o_tok, p_op, FP8)
             mbarrier.arrive(v_empty.index(prev), count=1)
             alpha_o = gl.convert_layout(alpha, o_rows)
@@ -447,17 +531,18 @@ def _consumer_tile(group, q_tile, q_ready, q_phase, q_prev_empty, has_prev, k_sm
 
 @gluon.jit
 def _consumer(group, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready, v_empty, turns, o_desc,
-              Out, Scales, first, step, n_tiles, n_m, n_bh, q_heads, kv_heads, q_len, kv_len, qk_scale,
+              Out, Scales, first, step, flip, n_tiles, n_m, n_bh, q_heads, kv_heads, q_len, kv_len, qk_scale,
               HEAD_DIM: gl.constexpr, M_TILE: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr,
               NUM_GROUPS: gl.constexpr, IS_CAUSAL: gl.constexpr, LONGEST_FIRST: gl.constexpr,
               PERSISTENT: gl.constexpr, Q_BUFS: gl.constexpr, MASK: gl.constexpr, EMPTY_ROWS: gl.constexpr,
-              EVEN_M: gl.constexpr, ORDERED: gl.constexpr, FP8: gl.constexpr, FP8_P: gl.constexpr, num_warps: gl.constexpr):
+              EVEN_M: gl.constexpr, ORDERED: gl.constexpr, FP8: gl.constexpr, FP8_P: gl.constexpr,
+              EXP2_POLY: gl.constexpr, num_warps: gl.constexpr):
     """One consumer warpgroup over the program's tiles, in the producer's order."""
     if PERSISTENT:
         it = 0  # K/V blocks of the program's tiles so far (the ring's position)
         turn = 0  # ORDERED: the group's turns so far
-        i = 0  # tiles of the program so far
-        for t in range(first, n_tiles, step):
+        for i in range(_program_tiles(first, step, flip, n_tiles)):  # i: tiles of the program so far
+            t = _program_tile(i, first, step, flip)
             pid_zh, head_row, q_start, kv_row, n_program, n_ordered = _tile(
                 t, n_m, n_bh, q_heads, kv_heads, q_len, kv_len, M_TILE, BLOCK_N, NUM_GROUPS, IS_CAUSAL,
                 LONGEST_FIRST, PERSISTENT)
@@ -467,11 +552,11 @@ def _consumer(group, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty,
                            k_smem, v_smem,
                            k_ready, k_empty, v_ready, v_empty, turns, o_desc, Out, Scales, pid_zh, head_row, q_start,
                            q_len, kv_len, n_program, n_ordered, it, turn, qk_scale, HEAD_DIM, M_TILE, BLOCK_N,
-                           NUM_STAGES, IS_CAUSAL, MASK, EMPTY_ROWS, EVEN_M, ORDERED, PERSISTENT, FP8, FP8_P, num_warps)
+                           NUM_STAGES, IS_CAUSAL, MASK, EMPTY_ROWS, EVEN_M, ORDERED, PERSISTENT, FP8, FP8_P, EXP2_POLY,
+                           num_warps)
             it += n_program
             # Each group takes a turn at every block but the first of those both read.
             turn += gl.maximum(n_ordered - 1, 0)
-            i += 1
         tma.store_wait(0)
     else:
         pid_zh, head_row, q_start, kv_row, n_program, n_ordered = _tile(
@@ -481,36 +566,37 @@ def _consumer(group, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty,
                        v_smem, k_ready, k_empty,
                        v_ready, v_empty, turns, o_desc, Out, Scales, pid_zh, head_row, q_start, q_len, kv_len,
                        n_program, n_ordered, 0, 0, qk_scale, HEAD_DIM, M_TILE, BLOCK_N, NUM_STAGES, IS_CAUSAL, MASK,
-                       EMPTY_ROWS, EVEN_M, ORDERED, PERSISTENT, FP8, FP8_P, num_warps)
+                       EMPTY_ROWS, EVEN_M, ORDERED, PERSISTENT, FP8, FP8_P, EXP2_POLY, num_warps)
 
 
 @gluon.jit
 def _consumer_worker(q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready, v_empty, turns, o_desc,
-                     Out, Scales, first, step, n_tiles, n_m, n_bh, q_heads, kv_heads, q_len, kv_len, qk_scale,
+                     Out, Scales, first, step, flip, n_tiles, n_m, n_bh, q_heads, kv_heads, q_len, kv_len, qk_scale,
                      HEAD_DIM: gl.constexpr, M_TILE: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr,
                      NUM_GROUPS: gl.constexpr, IS_CAUSAL: gl.constexpr, LONGEST_FIRST: gl.constexpr,
                      PERSISTENT: gl.constexpr, Q_BUFS: gl.constexpr, MASK: gl.constexpr, EMPTY_ROWS: gl.constexpr,
-                     EVEN_M: gl.constexpr, ORDERED: gl.constexpr, FP8: gl.constexpr, FP8_P: gl.constexpr, CONSUMER_WARPS: gl.constexpr):
+                     EVEN_M: gl.constexpr, ORDERED: gl.constexpr, FP8: gl.constexpr, FP8_P: gl.constexpr,
+                     EXP2_POLY: gl.constexpr, CONSUMER_WARPS: gl.constexpr):
     """Consumer group 1 (a worker partition)."""
     _consumer(1, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready, v_empty, turns, o_desc, Out,
-              Scales, first, step, n_tiles, n_m, n_bh, q_heads, kv_heads, q_len, kv_len, qk_scale,
+              Scales, first, step, flip, n_tiles, n_m, n_bh, q_heads, kv_heads, q_len, kv_len, qk_scale,
               HEAD_DIM, M_TILE, BLOCK_N, NUM_STAGES, NUM_GROUPS, IS_CAUSAL, LONGEST_FIRST, PERSISTENT, Q_BUFS,
-              MASK, EMPTY_ROWS, EVEN_M, ORDERED, FP8, FP8_P, CONSUMER_WARPS)
+              MASK, EMPTY_ROWS, EVEN_M, ORDERED, FP8, FP8_P, EXP2_POLY, CONSUMER_WARPS)
 
 
 @gluon.jit
 def _consumer_default(q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready, v_empty, turns, o_desc,
-                      Out, Scales, first, step, n_tiles, n_m, n_bh, q_heads, kv_heads, q_len, kv_len, qk_scale,
+                      Out, Scales, first, step, flip, n_tiles, n_m, n_bh, q_heads, kv_heads, q_len, kv_len, qk_scale,
                       HEAD_DIM: gl.constexpr, M_TILE: gl.constexpr, BLOCK_N: gl.constexpr,
                       NUM_STAGES: gl.constexpr, NUM_GROUPS: gl.constexpr, IS_CAUSAL: gl.constexpr,
                       LONGEST_FIRST: gl.constexpr, PERSISTENT: gl.constexpr, Q_BUFS: gl.constexpr,
                       MASK: gl.constexpr, EMPTY_ROWS: gl.constexpr, EVEN_M: gl.constexpr, ORDERED: gl.constexpr,
-                      FP8: gl.constexpr, FP8_P: gl.constexpr, CONSUMER_WARPS: gl.constexpr):
+                      FP8: gl.constexpr, FP8_P: gl.constexpr, EXP2_POLY: gl.constexpr, CONSUMER_WARPS: gl.constexpr):
     """Consumer group 0 (the default partition)."""
     _consumer(0, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready, v_empty, turns, o_desc, Out,
-              Scales, first, step, n_tiles, n_m, n_bh, q_heads, kv_heads, q_len, kv_len, qk_scale,
+              Scales, first, step, flip, n_tiles, n_m, n_bh, q_heads, kv_heads, q_len, kv_len, qk_scale,
               HEAD_DIM, M_TILE, BLOCK_N, NUM_STAGES, NUM_GROUPS, IS_CAUSAL, LONGEST_FIRST, PERSISTENT, Q_BUFS,
-              MASK, EMPTY_ROWS, EVEN_M, ORDERED, FP8, FP8_P, CONSUMER_WARPS)
+              MASK, EMPTY_ROWS, EVEN_M, ORDERED, FP8, FP8_P, EXP2_POLY, CONSUMER_WARPS)
 
 
 @gluon.jit
@@ -534,12 +620,17 @@ def gluon_attention_kernel(
     CONSUMER_REGS: gl.constexpr,
     PRODUCER_REGS: gl.constexpr,
     num_warps: gl.constexpr,
+    EXP2_POLY: gl.constexpr = 0,
+    ZIGZAG: gl.constexpr = False,
 ):
     """Grid: (query tiles of NUM_GROUPS * M_TILE rows, batch * q_heads), one program a tile;
     with ``PERSISTENT``, (programs,), program p taking tiles p, p + programs, ...
 
     ``Scales``: fp8's per-tensor scales [q, k, v] (float32; read only with ``FP8``).
     ``FP8_P``: how fp8's P is formed (module docstring; read only with ``FP8``).
+    ``ZIGZAG``: the persistent programs take the odd rounds of tiles in reverse (``_program_tile``).
+    ``EXP2_POLY``: of every 16 exponentials of 16-bit P, how many a polynomial on the FMA pipe
+    computes (``_exp2_split``; ``loads="gluon_pingpong_poly"``), 0: all on MUFU.
     """
     BLOCK_M: gl.constexpr = NUM_GROUPS * M_TILE
     n_m = gl.cdiv(q_len, BLOCK_M)
@@ -552,6 +643,15 @@ def gluon_attention_kernel(
         first = gl.program_id(0) + gl.program_id(1) * gl.num_programs(0)
         step = 1
         n_tiles = first + 1
+    # ZIGZAG (grid="persistent_zigzag"): the odd rounds of tiles go to the programs in reverse,
+    # so a program that took a long causal tile in one round takes a short one in the next.
+    # Program p alone took every step-th tile: at 8 x 16 heads of 16 causal tiles on 132 SMs,
+    # the busiest program had 1.21 times the blocks of the mean (132 = 4 mod 16: a program
+    # saw only 4 of a head's 16 lengths); reversed every other round, 1.03.
+    if PERSISTENT and ZIGZAG:
+        flip = step - 1 - 2 * first
+    else:
+        flip = 0
     # A persistent program double-buffers Q: the producer loads the next tile's while the
     # consumers still read this one's (or store its output through it).
     Q_BUFS: gl.constexpr = 2 if PERSISTENT else 1
@@ -587,29 +687,29 @@ def gluon_attention_kernel(
     if NUM_GROUPS == 2:
         gl.warp_specialize([
             (_consumer_default, (q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready, v_empty, turns,
-                                 o_desc, Out, Scales, first, step, n_tiles, n_m, n_bh, q_heads, kv_heads, q_len, kv_len,
+                                 o_desc, Out, Scales, first, step, flip, n_tiles, n_m, n_bh, q_heads, kv_heads, q_len, kv_len,
                                  qk_scale, HEAD_DIM, M_TILE, BLOCK_N, NUM_STAGES, NUM_GROUPS, IS_CAUSAL,
                                  LONGEST_FIRST, PERSISTENT, Q_BUFS, MASK, EMPTY_ROWS, EVEN_M, ORDERED, FP8, FP8_P,
-                                 num_warps)),
+                                 EXP2_POLY, num_warps)),
             (_consumer_worker, (q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready, v_empty, turns,
-                                o_desc, Out, Scales, first, step, n_tiles, n_m, n_bh, q_heads, kv_heads, q_len, kv_len,
+                                o_desc, Out, Scales, first, step, flip, n_tiles, n_m, n_bh, q_heads, kv_heads, q_len, kv_len,
                                 qk_scale, HEAD_DIM, M_TILE, BLOCK_N, NUM_STAGES, NUM_GROUPS, IS_CAUSAL,
                                 LONGEST_FIRST, PERSISTENT, Q_BUFS, MASK, EMPTY_ROWS, EVEN_M, ORDERED, FP8, FP8_P,
-                                 num_warps)),
+                                 EXP2_POLY, num_warps)),
             (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready,
-                         v_empty, first, step, n_tiles, n_m, n_bh, q_heads, kv_heads, q_len, kv_len,
+                         v_empty, first, step, flip, n_tiles, n_m, n_bh, q_heads, kv_heads, q_len, kv_len,
                          M_TILE, BLOCK_N, NUM_STAGES, NUM_GROUPS, IS_CAUSAL, LONGEST_FIRST, PERSISTENT, Q_BUFS,
                          HEAD_DIM, FP8)),
         ], [num_warps, 1], [CONSUMER_REGS, PRODUCER_REGS])
     else:
         gl.warp_specialize([
             (_consumer_default, (q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready, v_empty, turns,
-                                 o_desc, Out, Scales, first, step, n_tiles, n_m, n_bh, q_heads, kv_heads, q_len, kv_len,
+                                 o_desc, Out, Scales, first, step, flip, n_tiles, n_m, n_bh, q_heads, kv_heads, q_len, kv_len,
                                  qk_scale, HEAD_DIM, M_TILE, BLOCK_N, NUM_STAGES, NUM_GROUPS, IS_CAUSAL,
                                  LONGEST_FIRST, PERSISTENT, Q_BUFS, MASK, EMPTY_ROWS, EVEN_M, ORDERED, FP8, FP8_P,
-                                 num_warps)),
+                                 EXP2_POLY, num_warps)),
             (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready,
-                         v_empty, first, step, n_tiles, n_m, n_bh, q_heads, kv_heads, q_len, kv_len,
+                         v_empty, first, step, flip, n_tiles, n_m, n_bh, q_heads, kv_heads, q_len, kv_len,
                          M_TILE, BLOCK_N, NUM_STAGES, NUM_GROUPS, IS_CAUSAL, LONGEST_FIRST, PERSISTENT, Q_BUFS,
                          HEAD_DIM, FP8)),
         ], [1], [PRODUCER_REGS])

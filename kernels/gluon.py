@@ -95,7 +95,10 @@ class GluonVariant:
     def label(self) -> str:
         parts = [f"{self.BLOCK_M}x{self.BLOCK_N}", f"{self.num_warps}w", f"{self.num_stages}st",
                  "gluon_ws" if self.groups == 1 else "gluon_pingpong_ordered" if self.ordered else "gluon_pingpong"]
-        return " ".join(parts + (["longest"] if self.longest_first else []) + (["pers"] if self.persistent else []))
+        extra = dict(self.extra)
+        return " ".join(parts + (["longest"] if self.longest_first else []) + (["pers"] if self.persistent else [])
+                        + (["zigzag"] if extra.get("ZIGZAG") else [])
+                        + ([f"poly {extra['EXP2_POLY']}/16"] if extra.get("EXP2_POLY") else []))
 
 
 #: The plan's constexprs (``launch_plan``) the Gluon variant takes, as GluonVariant fields.

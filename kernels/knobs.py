@@ -156,7 +156,11 @@ PREFILL_KNOBS: tuple[Knob, ...] = (
     # How programs map to tiles: one program per (query block, batch, head) tile, or a
     # persistent grid of one program per SM, each looping over tiles (BENCHMARKS.md,
     # "The knee": many short tiles pay a fixed cost per program that nothing overlaps).
-    Knob.choice("grid", {"tiles": sets(PERSISTENT=False), "persistent": sets(PERSISTENT=True)}, implied="tiles"),
+    # ``persistent_zigzag`` (the Gluon kernel's): the persistent grid whose programs take every
+    # other round of tiles in reverse order, so that causal tiles of unequal length even out
+    # over a program's tiles (a program taking every programs-th tile saw few of a head's lengths).
+    Knob.choice("grid", {"tiles": sets(PERSISTENT=False), "persistent": sets(PERSISTENT=True),
+                         "persistent_zigzag": sets(PERSISTENT=True, ZIGZAG=True)}, implied="tiles"),
     # Which tiles start first: a head's query blocks side by side (they share K/V in
     # L2), or every head's longest causal tiles first (the (batch, head) index varies
     # fastest; balances the causal triangle across SMs).

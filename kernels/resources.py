@@ -185,6 +185,10 @@ def known_failure(config: Mapping[str, Value], compute_capability: tuple[int, in
         # were not run with deeper rings).
         return ("loads='lean_ws_oneloop' with a K/V ring of 3 or more stages gives non-finite outputs on the "
                 "H200 (Triton 3.6's warp-specialized loop, 128-row tiles): 1 or 2 stages only")
+    if plan.constexprs.get("ZIGZAG") and plan.variant != "gluon":
+        # Not written: the zigzag order of the persistent programs is the Gluon kernel's (the
+        # other kernels would run their persistent grid and time it twice).
+        return "grid='persistent_zigzag' is the Gluon kernel's (loads gluon_*): the other kernels have no zigzag order"
     if plan.variant == "gluon":
         failure = _gluon_failure(config, compute_capability)
         if failure:

@@ -3,12 +3,16 @@
 fp16 against the float32 reference at head dims 64, 128 and 256, ragged lengths (1000, and
 333 queries against 1000 keys and back, where causal rows see no key), 4096, causal
 bottom-right, grouped-query heads (32 query heads on 8 K/V heads) and strided inputs; the
-tiles grid and the persistent one (also with three programs for many tiles).
+tiles grid and the persistent one, also in its zigzag order (``grid="persistent_zigzag"``, also
+with three programs for many tiles); the ping-pong free-running and ordered; the kernel's
+share of P's exp2 as a polynomial (``EXP2_POLY``, a launcher-level variant, not in the space).
 
 The interpreter runs no Gluon, so these are the kernel's only numerics; the CPU checks its
 declarations and its sm90 compile (tests/kernels/test_gluon_declarations.py). fp8:
 tests/gpu/test_gluon_fp8_gpu.py.
 """
+
+import dataclasses
 
 import pytest
 import torch
@@ -63,6 +67,13 @@ CASES = [
 ]
 
 
+def zigzag_configs(head_dim: int) -> list[Config]:
+    """The persistent configs of ``configs``, free-running and ordered, on the zigzag grid."""
+    persistent = [c for c in configs(head_dim) if c["grid"] == "persistent"]
+    ordered = [c.replace(loads="gluon_pingpong_ordered") for c in persistent if c["loads"] == "gluon_pingpong"]
+    return [c.replace(grid="persistent_zigzag") for c in persistent + ordered]
+
+
 def _workload(case) -> Workload:
     head_dim, causal, q_heads, kv_heads, q_len, kv_len, dtype = case
     return Workload(2, q_heads, kv_heads, q_len, kv_len, head_dim, dtype, causal)
@@ -75,30 +86,40 @@ def hardware():
     return HardwareSpec.from_device()
 
 
-@pytest.fixture(scope="module", autouse=True)
+@pytest.fixture(scope="module")
 def precompiled(hardware):
-    """Compiled ahead in a pool of processes (Triton compiles one kernel at a time here)."""
+    """``precompiled(pingpong)``: every case's configs of that ping-pong compiled ahead in a pool
+    of processes (Triton compiles one kernel at a time here), once, when a test first needs
+    them (a run filtered to one ping-pong compiles only its configs)."""
     from flashtune.objectives.precompile import CompilePool
 
-    pool = CompilePool(16)
-    pairs = [(c, _workload(case)) for case in CASES for loads in PINGPONG for c in configs(case[0], loads)]
-    pairs = [(c, w) for c, w in pairs if check(c, w, hardware).feasible]
-    for c, w in pairs:
-        pool.submit(c, w)
-    for c, w in pairs:
-        pool.wait(c, w)
-    pool.close()
+    done = set()
+
+    def compile_for(pingpong: str) -> None:
+        if pingpong in done:
+            return
+        pool = CompilePool(16)
+        of = zigzag_configs if pingpong == "zigzag" else lambda d: configs(d, pingpong)
+        pairs = [(c, _workload(case)) for case in CASES for c in of(case[0])]
+        pairs = [(c, w) for c, w in pairs if check(c, w, hardware).feasible]
+        for c, w in pairs:
+            pool.submit(c, w)
+        for c, w in pairs:
+            pool.wait(c, w)
+        pool.close()
+        done.add(pingpong)
+
+    return compile_for
 
 
-PINGPONG = ("gluon_pingpong", "gluon_pingpong_ordered")
-
-
-def _check_all(w: Workload, hardware, q=None, k=None, v=None, pingpong: str = "gluon_pingpong") -> int:
+def _check_all(w: Workload, hardware, q=None, k=None, v=None, pingpong: str = "gluon_pingpong",
+               of=None) -> int:
+    """``of``: the configs to check at a head dim (``configs`` of ``pingpong`` by default)."""
     if q is None:
         q, k, v = make_inputs(w, seed=7, dev=torch.device("cuda"))
     ref = reference_attention(q, k, v, causal=w.causal)
     failures, checked = [], 0
-    for config in configs(w.head_dim, pingpong):
+    for config in (of or (lambda d: configs(d, pingpong)))(w.head_dim):
         assert check(config, w, hardware).feasible, config
         out = flash_attention(q, k, v, causal=w.causal, config=config)
         err = relative_error(out, ref)
@@ -111,15 +132,44 @@ def _check_all(w: Workload, hardware, q=None, k=None, v=None, pingpong: str = "g
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"d{c[0]}-{'causal' if c[1] else 'full'}-{c[2]}x{c[3]}"
                                                      f"-{c[4]}x{c[5]}-{c[6]}")
-def test_matches_the_float32_reference(case, hardware):
+def test_matches_the_float32_reference(case, hardware, precompiled):
+    precompiled("gluon_pingpong")
     assert _check_all(_workload(case), hardware) == len(configs(case[0]))
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"d{c[0]}-{'causal' if c[1] else 'full'}-{c[2]}x{c[3]}"
                                                      f"-{c[4]}x{c[5]}-{c[6]}")
-def test_ordered_pingpong_matches_the_float32_reference(case, hardware):
+def test_ordered_pingpong_matches_the_float32_reference(case, hardware, precompiled):
     # Causal: the groups take turns over the blocks both read, then the later group runs alone.
+    precompiled("gluon_pingpong_ordered")
     assert _check_all(_workload(case), hardware, pingpong="gluon_pingpong_ordered") == len(configs(case[0]))
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"d{c[0]}-{'causal' if c[1] else 'full'}-{c[2]}x{c[3]}"
+                                                     f"-{c[4]}x{c[5]}-{c[6]}")
+def test_zigzag_persistent_grid_matches_the_float32_reference(case, hardware, precompiled):
+    # The odd rounds of tiles in reverse: every tile once, whatever the programs and tiles.
+    precompiled("zigzag")
+    assert _check_all(_workload(case), hardware, of=zigzag_configs) == len(zigzag_configs(case[0]))
+
+
+@pytest.mark.parametrize("case", [(64, True, 16, 4, 1000, 1000, "bfloat16"), (128, False, 8, 8, 1000, 333, "float16")],
+                         ids=["d64-causal-gqa", "d128-full-ragged-keys"])
+@pytest.mark.parametrize("poly", [1, 3, 8, 16])
+def test_every_share_of_the_polynomial_matches_the_reference(poly, case):
+    # The kernel's EXP2_POLY (not in the space: slower where timed, BENCHMARKS.md), none to all
+    # 16 of 16 exp2s of P by the polynomial, masked keys (-inf) among them.
+    from flashtune.kernels.gluon import gluon_variant_for, launch_gluon
+
+    w = _workload(case)
+    q, k, v = make_inputs(w, seed=5, dev=torch.device("cuda"))
+    ref = reference_attention(q, k, v, causal=w.causal)
+    config = validate_config(dict(BLOCK_M=128, BLOCK_N=128, num_warps=4, num_stages=2, loads="gluon_pingpong",
+                                  grid="persistent"))
+    variant = dataclasses.replace(gluon_variant_for(config), extra=(("EXP2_POLY", poly), ("FP8", False)))
+    out = torch.empty_like(q)
+    launch_gluon(q, k, v, out, causal=w.causal, scale=w.head_dim ** -0.5, variant=variant, programs=132)
+    assert relative_error(out, ref) <= TOLERANCE[w.dtype], poly
 
 
 def test_strided_inputs(hardware):
@@ -135,7 +185,8 @@ def test_strided_inputs(hardware):
                                   (128, True, 8, 8, 333, 1000, "float16")],
                          ids=["d128-causal-gqa", "d64-full-ragged-keys", "d128-causal-short-queries"])
 @pytest.mark.parametrize("loads", ["gluon_pingpong", "gluon_pingpong_ordered", "gluon_ws"])
-def test_persistent_programs_loop_over_many_tiles(case, loads, hardware):
+@pytest.mark.parametrize("grid", ["persistent", "persistent_zigzag"])
+def test_persistent_programs_loop_over_many_tiles(case, loads, grid, hardware):
     # Three programs for 64-512 tiles: the K/V ring's phases, Q's two buffers and the
     # ordered turns run on across many tiles of unequal length (causal) in one program.
     from flashtune.kernels.gluon import gluon_variant_for, launch_gluon
@@ -145,8 +196,9 @@ def test_persistent_programs_loop_over_many_tiles(case, loads, hardware):
     ref = reference_attention(q, k, v, causal=w.causal)
     for order in ("head_major", "longest_first"):
         config = validate_config(dict(BLOCK_M=128 if loads != "gluon_ws" else 64, BLOCK_N=128, num_warps=4,
-                                      num_stages=2, loads=loads, tile_order=order, grid="persistent"))
-        out = torch.empty_like(q)
-        launch_gluon(q, k, v, out, causal=w.causal, scale=w.head_dim ** -0.5, variant=gluon_variant_for(config),
-                     programs=3)
-        assert relative_error(out, ref) <= TOLERANCE[w.dtype], (config.to_dict(), case)
+                                      num_stages=2, loads=loads, tile_order=order, grid=grid))
+        for programs in (3, 5):  # the zigzag's last round: even or odd, full or not, across the cases
+            out = torch.empty_like(q)
+            launch_gluon(q, k, v, out, causal=w.causal, scale=w.head_dim ** -0.5, variant=gluon_variant_for(config),
+                         programs=programs)
+            assert relative_error(out, ref) <= TOLERANCE[w.dtype], (config.to_dict(), case, programs)

@@ -34,6 +34,8 @@ def test_its_loads_are_declared_last_and_launch_through_a_host_descriptor_launch
     (dict(BLOCK_M=64), "needs at least 64 rows, BLOCK_M=64 gives it 32"),  # two groups of 32 rows
     (dict(BLOCK_M=256, num_warps=8), "two 8-warp consumer groups"),
     (dict(loads="gluon_ws", BLOCK_M=32), "needs at least 64 rows"),
+    (dict(grid="persistent_zigzag", use_fp8=True), "with fp8 has no persistent grid"),
+    (dict(grid="persistent_zigzag", loads="lean"), "the other kernels have no zigzag order"),
 ])
 def test_known_failures_name_the_reason(knobs, reason):
     config = validate_config({**PINGPONG, **knobs})
@@ -208,6 +210,11 @@ CASES = [
     ("2,16,8192,256", {**FP8, "BLOCK_N": 64}),
     ("2,16,8192,256", {**FP8, "BLOCK_N": 64, "loads": "gluon_pingpong_ordered"}),
     ("2,32/8,1000,128,causal", FP8),
+    # The zigzag persistent grid: the causal D64 and D128 tiles, ordered, ragged causal GQA.
+    ("8,16,2048,64,causal", {**PINGPONG, "grid": "persistent_zigzag"}),
+    ("4,32,4096,128,causal", {**PINGPONG, "grid": "persistent_zigzag", "tile_order": "longest_first"}),
+    ("4,32,4096,128,causal", {**PINGPONG, "loads": "gluon_pingpong_ordered", "grid": "persistent_zigzag"}),
+    ("2,32/8,1000,128,causal", {**PINGPONG, "grid": "persistent_zigzag", "tile_order": "longest_first"}),
 ]
 
 @pytest.mark.slow

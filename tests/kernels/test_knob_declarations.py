@@ -10,7 +10,8 @@ from flashtune.kernels.launch_plan import check_declarations
 from flashtune.kernels.space import DECODE_TUNABLES, IMPLIED, KERNEL_TUNABLES, TUNABLES, all_configs
 
 # The literal tables as they stood before the declarations (commit b281700), with the values
-# added since last in their knob (loads: the Gluon kernel's three, 2026-12-02).
+# added since last in their knob (loads: the Gluon kernel's three, 2026-12-02; grid: its
+# persistent_zigzag, 2026-12-03).
 _PREFILL_BEFORE = {
     "BLOCK_M": (32, 64, 128, 256),
     "BLOCK_N": (32, 64, 128),
@@ -19,7 +20,7 @@ _PREFILL_BEFORE = {
     "loads": ("pointer", "tma", "tma_ws", "lean", "lean_ws", "lean_overlap", "lean_ws_oneloop", "gluon_ws",
               "gluon_pingpong", "gluon_pingpong_ordered"),
     "use_fp8": (False, True),
-    "grid": ("tiles", "persistent"),
+    "grid": ("tiles", "persistent", "persistent_zigzag"),
     "tile_order": ("head_major", "longest_first"),
     "kernel": ("prefill",),
 }
@@ -59,7 +60,7 @@ def test_derived_tables_are_read_only():
 
 def test_enumeration_is_unchanged():
     before = list(all_configs(_PREFILL_BEFORE))
-    assert list(all_configs()) == before and len(before) == 4 * 3 * 2 * 5 * 10 * 2 * 2 * 2
+    assert list(all_configs()) == before and len(before) == 4 * 3 * 2 * 5 * 10 * 2 * 3 * 2
     assert list(all_configs(DECODE_TUNABLES)) == list(all_configs(_DECODE_BEFORE))
 
 
