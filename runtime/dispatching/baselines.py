@@ -84,20 +84,24 @@ def _rows(arch: str, head_dim: int, causal: bool | None, *entries: tuple[Config,
     return [Baseline(arch, head_dim, causal, config, label) for config, label in entries]
 
 
-def _gluon(block_m: int, block_n: int, stages: int) -> Config:
+def _gluon(block_m: int, block_n: int, stages: int, grid: str = "tiles", order: str = "longest_first") -> Config:
     return validate_config(Config(loads="gluon_pingpong", BLOCK_M=block_m, BLOCK_N=block_n, num_warps=4,
-                                  num_stages=stages, grid="tiles", tile_order="longest_first"))
+                                  num_stages=stages, grid=grid, tile_order=order))
 
 
 def _sm90_gluon_rows() -> list[Baseline]:
     # The Gluon kernel (FA3's ping-pong: Hopper's wgmma, so sm90 only, not sm100) where the
-    # H200 tables rank it first by a margin: at head_dim 128, 128x128 3 stages makes 591-601
+    # H200 ranks it first by a margin: at head_dim 128, 128x128 3 stages makes 591-601
     # TFLOP/s causal and 598 full against the pointer rows' 426-474 (experiments/data/h200_gluon
-    # and h200_grown, 2026-12-02); at 256, 128x64 2 stages 682 against 514. At head_dim 64 it
-    # is not ahead (371/327 against 374/342), so the pointer rows stay first there. The rows
-    # below stay as the next choices (a dtype or head_dim the Gluon kernel does not take).
+    # and h200_grown, 2026-12-02); at 256, 128x64 2 stages 682 against 514. At head_dim 64 the
+    # tiles grid is not ahead (371/327 against 374/342), the persistent grid in zigzag order is:
+    # 412 full and 378 causal against the pointer rows' 378/342 (H200, 2026-12-03, bench_peers,
+    # docs/results/main-2026-12-03b; the persistent grid's D64 full 414-421 in three runs). The
+    # rows below stay as the next choices (a dtype or head_dim the Gluon kernel does not take).
     note = "measured here: H200 Gluon table's best or within 2 % of it (experiments/data/h200_gluon)"
     return [
+        *_rows("sm90", 64, None, (_gluon(128, 128, 2, "persistent_zigzag", "head_major"),
+                                  "measured here: H200 bench_peers 2026-12-03 (docs/results/main-2026-12-03b)")),
         *_rows("sm90", 128, None, (_gluon(128, 128, 3), note)),
         *_rows("sm90", 256, None, (_gluon(128, 64, 2), note)),
     ]
