@@ -85,6 +85,10 @@ def write_table(path: str | Path, measurements: Iterable[Measurement]) -> None:
     tmp.replace(path)
 
 
+#: The error of a replayed config that the tables do not hold (a failure value, not an exception).
+NOT_RECORDED = "config not in the recorded table"
+
+
 class ReplayObjective:
     """Measurements from recorded tables, keyed by workload and config.
 
@@ -122,7 +126,7 @@ class ReplayObjective:
         recorded = self.table(workload).get(config)
         if recorded is None:
             # Outside the recorded space: a failure value, never an exception.
-            return Measurement.failure(config, workload, Status.INFEASIBLE, "config not in the recorded table",
+            return Measurement.failure(config, workload, Status.INFEASIBLE, NOT_RECORDED,
                                        source="replayed")
         replayed = dataclasses.replace(recorded, source="replayed")
         if self._noise and recorded.ok:

@@ -34,6 +34,7 @@ from flashtune.experiments.study.storage import (
 from flashtune.experiments.tracking import report
 from flashtune.experiments.tracking.tracker import DEFAULT_TRACKING_URI, check_tracking_uri, record_default, sqlite_path
 from flashtune.objectives.hardware import HardwareSpec, load_spec
+from flashtune.objectives.replay import NOT_RECORDED
 from flashtune.objectives.types import SUITE, Measurement, Status, Workload
 from flashtune.runtime.dispatching.baselines import fallback_config
 from flashtune.runtime.dispatching.resolve import uses_fp8
@@ -247,6 +248,10 @@ def outcome_text(result: Any, default: Measurement, peers: list[PeerTime] | None
                      f"{default.tflops:.1f} TFLOP/s")
         if best is not None:
             lines.append(f"speedup over the default: {_speedup_text(best, default)}")
+    elif default.error == NOT_RECORDED:
+        # The runtime's default can lie outside a replayed space (on the H200 the Gluon kernel,
+        # whose rows the main job's tables do not hold): say that, not "infeasible".
+        lines.append(f"default config: {default.config.to_dict()}: not in the replayed tables; no speedup to report")
     else:
         lines.append(f"default config: {default.config.to_dict()}: {default.status.value} ({default.error}); "
                      "no speedup to report")

@@ -173,3 +173,20 @@ def test_when_only_fp8_configs_ran_the_export_hint_says_include_fp8_and_works(re
     assert main(shlex.split(export)[1:]) == 0
     (entry,) = read_snapshot(store).entries()
     assert uses_fp8(entry.config)
+
+
+def test_a_default_the_replayed_tables_do_not_hold_is_said_so(replay_dir, stores, tmp_path, monkeypatch,
+                                                              capsys) -> None:
+    # The main job's recorded H200 tables predate the Gluon kernel that the runtime now serves by
+    # default there: the outcome says the default was not recorded, not that it is infeasible.
+    from flashtune.objectives.replay import write_table
+
+    fallback = fallback_config(load_spec("h200"), WORKLOAD)
+    folder = tmp_path / "tables"
+    folder.mkdir()
+    write_table(folder / f"{WORKLOAD.name}.jsonl",
+                [m for m in load_table(replay_dir / f"{WORKLOAD.name}.jsonl") if m.config != fallback])
+    monkeypatch.setenv("FLASHTUNE_STORE", str(tmp_path / "configs.json"))
+    assert main(tune_args(stores, folder, "--study-name", "unrecorded", "--trials", "3")) == 0
+    line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("default config:"))
+    assert line == f"default config: {fallback.to_dict()}: not in the replayed tables; no speedup to report"
