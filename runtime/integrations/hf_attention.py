@@ -134,7 +134,8 @@ def key_range_mask(batch_size: int, q_length: int | None = None, kv_length: int 
     transformers' own sdpa builder reads ``padding_mask.sum()`` (``fast_all``). A dynamic
     cache (an int ``q_offset``): no 2-D mask, no read and None; with one, its sum, then None
     if every key is real, else the ranges and a second read (their holes check, which no
-    sum can replace). A static cache (a tensor offset) always gets the ranges (or the dense
+    sum can replace); a padded batch's later decode steps continue that check with one read
+    (:func:`_continued_ranges`). A static cache (a tensor offset) always gets the ranges (or the dense
     mask for holes), also on the step that fills it, so that every compiled decode step
     takes one form. Under ``torch.compile`` nothing is read and the ranges are returned, so
     a mask with holes is only caught eagerly.
@@ -154,7 +155,7 @@ def key_range_mask(batch_size: int, q_length: int | None = None, kv_length: int 
         return key_ranges(attention_mask, batch_size=batch_size, q_length=q_length, kv_length=kv_length,
                           q_offset=q_offset)[0]
     known_end = end = host_end(q_offset, q_length)
-    if known_end is None and attention_mask is not None:
+    if attention_mask is not None:
         continued = _continued_ranges(attention_mask, batch_size, q_length, kv_length, q_offset)
         if continued is not None:
             return continued
@@ -203,17 +204,19 @@ def _start_chain(attention_mask: torch.Tensor, ranges: torch.Tensor, batch_size:
 
 def _continued_ranges(attention_mask: torch.Tensor, batch_size: int, q_length: int, kv_length: int,
                       q_offset: Any) -> torch.Tensor | None:
-    """The ranges of a static cache's decode step that continues the last checked mask, or None.
+    """The ranges of a decode step that continues the last checked mask, or None.
 
-    ``generate(cache_implementation="static")`` builds every decode step's mask eagerly,
-    outside its compiled step, from the 2-D mask grown by one real token a step. The full
-    build (about 30 small ops and a host read for the holes check) cost the op's compiled
-    static generate about 1 ms a step on the H200, 2026-12-02 (0.55x SDPA's tokens/s at
-    batch 1, the GPU's time equal). A step whose mask is the last checked one (no holes,
-    every run reaching its end) with one real key appended, and whose query comes right
-    after it, has no holes either, and the same first real keys: that is checked with a
-    few ops and one host read (generate has already waited for the GPU at the end of the
-    last step, for its stopping check, so the read waits only for these ops). Any other
+    ``generate`` builds every decode step's mask eagerly (with a static cache, outside its
+    compiled step) from the 2-D mask grown by one real token a step. The full build (about
+    30 small ops and a host read for the holes check; a dynamic cache's first reads the
+    mask's sum) cost the op's compiled static generate about 1 ms a step on the H200,
+    2026-12-02 (0.55x SDPA's tokens/s at batch 1, the GPU's time equal). A step whose mask
+    is the last checked one (no holes, every run reaching its end) with one real key
+    appended, and whose query comes right after it, has no holes either, and the same first
+    real keys: that is checked with a few ops and one host read (generate has already
+    waited for the GPU at the end of the last step, for its stopping check, so the read
+    waits only for these ops). A static cache keeps its capacity (``kv_length``) and its
+    offset on the device; a dynamic cache (an int offset) grows by the new key. Any other
     mask (a prefill, a new batch, a changed or padded column, a jump in the offset) is
     built and checked in full and starts a new chain, or none.
     """
@@ -222,14 +225,21 @@ def _continued_ranges(attention_mask: torch.Tensor, batch_size: int, q_length: i
         return None
     last, first, batch, kv = chain
     length = last.shape[1]
+    dynamic = isinstance(q_offset, int)
     if (batch_size, kv_length, attention_mask.shape[1], attention_mask.dtype, attention_mask.device) != (
-            batch, kv, length + 1, last.dtype, last.device):
+            batch, kv + 1 if dynamic else kv, length + 1, last.dtype, last.device):
         return None
-    end = torch.as_tensor(q_offset, device=last.device).to(torch.int32).reshape(()) + 1
-    same = (attention_mask[:, :length] == last).all() & attention_mask[:, length].bool().all() & (end == length + 1)
+    if dynamic:
+        if q_offset != length:  # the query right after the checked keys: known on the host
+            return None
+        end = torch.full((), length + 1, dtype=torch.int32, device=last.device)
+        same = (attention_mask[:, :length] == last).all() & attention_mask[:, length].bool().all()
+    else:
+        end = torch.as_tensor(q_offset, device=last.device).to(torch.int32).reshape(()) + 1
+        same = (attention_mask[:, :length] == last).all() & attention_mask[:, length].bool().all() & (end == length + 1)
     if not same.item():
         return None
-    _CHAIN.state = (attention_mask.clone(), first, batch, kv)
+    _CHAIN.state = (attention_mask.clone(), first, batch, kv_length)
     return torch.stack([first, end.expand(batch_size)])[:, :, None, None]
 
 

@@ -113,6 +113,7 @@ def test_the_eager_mask_builder_of_a_dynamic_cache_step_reads_once_and_runs_few_
     # what transformers' own sdpa builder costs (a sum and one read) and answers None (the
     # plain kernel); a padded batch then pays for its ranges (and their holes check).
     pytest.importorskip("transformers")
+    hf_attention._forget_chain()  # no mask checked before (see the chained steps' test below)
     mask = torch.ones(2, 13, dtype=torch.bool)
     if padded:
         mask[1, :5] = False
@@ -284,3 +285,35 @@ def test_a_static_cache_decode_step_continuing_a_checked_mask_runs_few_ops_and_o
     dense = hf_attention.key_range_mask(2, q_length=1, kv_length=13, q_offset=torch.tensor(12), attention_mask=cleared)
     assert not hf_attention.is_key_ranges(dense)
     assert hf_attention._CHAIN.state is None  # and a mask with holes starts no chain
+
+
+def test_a_padded_dynamic_cache_decode_step_continuing_a_checked_mask_runs_few_ops_and_one_read():
+    # A left-padded batch on a dynamic cache: its first decode step is built and checked in
+    # full (the sum's read, ~30 ops, the holes check's read); each later step's mask is the
+    # last one plus one real key, and the cache one key longer: a few ops and one read. A
+    # step that does not continue it (a jump in the offset, a padded new key) is built in full.
+    pytest.importorskip("transformers")
+    hf_attention._forget_chain()
+    mask = torch.ones(2, 9, dtype=torch.bool)
+    mask[1, :3] = False
+    first = hf_attention.key_range_mask(2, q_length=1, kv_length=9, q_offset=8, attention_mask=mask)
+    assert first.tolist() == [[[[0]], [[3]]], [[[9]], [[9]]]] and hf_attention._CHAIN.state is not None
+    for step in range(2):
+        mask = torch.cat([mask, torch.ones(2, 1, dtype=torch.bool)], dim=1)
+        with _CountOps() as counted:
+            built = hf_attention.key_range_mask(2, q_length=1, kv_length=10 + step, q_offset=9 + step,
+                                                attention_mask=mask)
+        compute = [op for op in counted.ops if not any(v in op for v in ("view", "expand", "unsqueeze", "select",
+                                                                         "slice"))]
+        assert counted.reads == 1 and len(compute) <= 10, counted.ops
+        assert built.tolist() == [[[[0]], [[3]]], [[[10 + step]], [[10 + step]]]]
+    # Another batch's mask of this shape (its first real keys differ): the full build, its own answer.
+    jumped = torch.cat([mask, torch.ones(2, 1, dtype=torch.bool)], dim=1)
+    jumped[0, :4] = False
+    assert hf_attention.key_range_mask(2, q_length=1, kv_length=12, q_offset=11,
+                                       attention_mask=jumped).tolist() == [[[[4]], [[3]]], [[[12]], [[12]]]]
+    # A new key that is padding opens a hole: SDPA's dense mask, no chain.
+    holed = torch.cat([jumped, torch.tensor([[True], [False]])], dim=1)
+    holed = torch.cat([holed, torch.ones(2, 1, dtype=torch.bool)], dim=1)
+    dense = hf_attention.key_range_mask(2, q_length=1, kv_length=14, q_offset=13, attention_mask=holed)
+    assert not hf_attention.is_key_ranges(dense) and hf_attention._CHAIN.state is None
