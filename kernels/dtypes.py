@@ -12,6 +12,8 @@ import os
 DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
 #: The names, in the order error messages list them.
 DTYPES = tuple(DTYPE_BYTES)
+#: The 16-bit ones: what the Gluon kernel reads (its fp8 configs quantize these themselves).
+HALF_DTYPES = ("float16", "bfloat16")
 #: Short names accepted where a user types a dtype (``--workload 1,8,1024,64,fp16``).
 DTYPE_ALIASES = {"bf16": "bfloat16", "fp16": "float16", "half": "float16", "f16": "float16",
                  "fp32": "float32", "float": "float32", "f32": "float32"}

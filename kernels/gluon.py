@@ -25,7 +25,7 @@ from triton.experimental import gluon
 
 from flashtune.kernels._flash_fwd_gluon import gluon_attention_kernel
 from flashtune.kernels.config import Value
-from flashtune.kernels.dtypes import interpreting
+from flashtune.kernels.dtypes import HALF_DTYPES, interpreting
 from flashtune.kernels.launch_plan import launch_plan
 from flashtune.kernels.launch_support import LOG2_E, LengthTwins
 
@@ -249,13 +249,17 @@ def launch_gluon(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.T
     return _GLUON_KERNEL(q_len, kv_len)[grid](*args, **options)
 
 
+#: The torch dtypes the kernel reads and writes (16-bit; fp8 configs read e4m3 made from them).
+_HALF = tuple(getattr(torch, name) for name in HALF_DTYPES)
+
+
 def _check_operands(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
                     scales: torch.Tensor | None, fp8: bool) -> None:
     """One clear error when the tensors are not what the variant reads."""
-    if out.dtype not in (torch.float16, torch.bfloat16):
+    if out.dtype not in _HALF:
         raise ValueError(f"the Gluon kernel writes fp16 or bf16, got out of {out.dtype}")
     if not fp8:
-        if q.dtype not in (torch.float16, torch.bfloat16):
+        if q.dtype not in _HALF:
             raise ValueError(f"the Gluon kernel runs fp16 and bf16 (fp8: a use_fp8=True config), got {q.dtype}")
         return
     if any(t.dtype != torch.float8_e4m3fn for t in (q, k, v)) or scales is None:

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from flashtune.kernels.config import Value
-from flashtune.kernels.dtypes import DTYPE_BYTES
+from flashtune.kernels.dtypes import DTYPE_BYTES, HALF_DTYPES
 from flashtune.kernels.launch_plan import launch_plan
 from flashtune.kernels.resources import known_failure, registers_per_thread, shared_memory_bytes
 from flashtune.kernels.space import decode_block_h
@@ -61,17 +61,13 @@ def check(config: Mapping[str, Value], workload: Workload, hardware: HardwareSpe
     return Verdict(True, shared, regs)
 
 
-#: Input dtypes the Gluon kernel reads (fp8 configs quantize fp16/bf16 inputs themselves).
-GLUON_DTYPES = ("float16", "bfloat16")
-
-
 def gluon_unsupported(workload: Workload) -> str:
     """Why the Gluon kernel cannot run ``workload`` ("" when it can): its register tiles are
     (rows, head_dim) tensors, which Gluon builds only with power-of-2 sizes (sm90 compile,
     2026-12-03: head_dim 80 and 96 fail "Shape element 1 must be a power of 2"), and its
     launcher takes fp16 and bf16 only."""
-    if workload.dtype not in GLUON_DTYPES:
-        return f"the Gluon kernel reads {' or '.join(GLUON_DTYPES)} inputs, not {workload.dtype}"
+    if workload.dtype not in HALF_DTYPES:
+        return f"the Gluon kernel reads {' or '.join(HALF_DTYPES)} inputs, not {workload.dtype}"
     if workload.head_dim & (workload.head_dim - 1):
         return f"the Gluon kernel needs a power-of-2 head_dim, got {workload.head_dim}"
     return ""

@@ -372,8 +372,9 @@ class Dispatcher:
         except Exception:
             if config == SAFE_DEFAULT:
                 raise
-            # A baseline these inputs do not suit: the launcher's default (and its error
-            # naming the argument, when the inputs are at fault).
+            # A baseline these inputs do not suit: the launcher's default from now on (and
+            # its error naming the argument, when the inputs are at fault).
+            self._ranged[key] = SAFE_DEFAULT
             return _launcher(q, k, v, causal=causal, scale=scale, config=None, **extra)
 
     def _launch(self, key: CacheKey, config: Config, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,

@@ -226,17 +226,19 @@ def _continued_ranges(attention_mask: torch.Tensor, batch_size: int, q_length: i
     last, first, batch, kv = chain
     length = last.shape[1]
     dynamic = isinstance(q_offset, int)
+    # A dynamic cache's keys are the mask's (one more than the checked ones); a static one's
+    # stay its capacity.
     if (batch_size, kv_length, attention_mask.shape[1], attention_mask.dtype, attention_mask.device) != (
-            batch, kv + 1 if dynamic else kv, length + 1, last.dtype, last.device):
+            batch, length + 1 if dynamic else kv, length + 1, last.dtype, last.device):
         return None
+    if dynamic and q_offset != length:  # the query right after the checked keys: known on the host
+        return None
+    same = (attention_mask[:, :length] == last).all() & attention_mask[:, length].bool().all()
     if dynamic:
-        if q_offset != length:  # the query right after the checked keys: known on the host
-            return None
         end = torch.full((), length + 1, dtype=torch.int32, device=last.device)
-        same = (attention_mask[:, :length] == last).all() & attention_mask[:, length].bool().all()
     else:
         end = torch.as_tensor(q_offset, device=last.device).to(torch.int32).reshape(()) + 1
-        same = (attention_mask[:, :length] == last).all() & attention_mask[:, length].bool().all() & (end == length + 1)
+        same &= end == length + 1
     if not same.item():
         return None
     _CHAIN.state = (attention_mask.clone(), first, batch, kv_length)
