@@ -77,8 +77,10 @@ def add_arguments(parser: argparse.ArgumentParser, *, hardware: str | None = Non
                              f"(default: this machine's GPU; {DEFAULT_REPLAY_HARDWARE} when replaying)")
     parser.add_argument("--objective", choices=("auto", "live", "replay"), default="auto",
                         help="live GPU, recorded tables, or auto: live where a GPU is visible (default)")
-    parser.add_argument("--replay-dir", type=Path, default=None,
-                        help="folder of recorded tables <workload>.jsonl (default: experiments/data/<gpu>)")
+    parser.add_argument("--replay-dir", type=Path, action="append", default=None,
+                        help="folder of recorded tables <workload>.jsonl; repeatable: a workload's tables of "
+                             "every folder are merged (default: the GPU's recorded space, "
+                             f"{_recorded_space_help()})")
     parser.add_argument("--replay-noise", action="store_true", help="draw replayed times from the recorded spread")
     parser.add_argument("--timeout", type=float, default=120.0, help="live: per-config seconds (default: 120)")
     parser.add_argument("--precompile", type=int, default=0, help="live: compile pool processes (default: 0)")
@@ -152,7 +154,7 @@ def run_tune(args: argparse.Namespace) -> int:
     else:
         hardware = expected or load_spec(DEFAULT_REPLAY_HARDWARE)
         if not args.workload:
-            workloads = _recorded_or_all(workloads, args.replay_dir or measurers.default_replay_dir(hardware), prog)
+            workloads = _recorded_or_all(workloads, args.replay_dir or measurers.default_replay_dirs(hardware), prog)
         measurer = measurers.open_replay(hardware, workloads, args.replay_dir, noise=args.replay_noise, seed=args.seed)
     note = "" if args.objective == "replay" or kind == "live" else "no GPU found (nvidia-smi): "
     print(f"{prog}: {note}{measurer.description}", file=sys.stderr)
@@ -372,16 +374,23 @@ def _check_ranges(args: argparse.Namespace) -> None:
         raise ValueError("--study-name must not be empty (leave it out for the default name)")
 
 
-def _recorded_or_all(workloads: list[Workload], folder: Path, prog: str) -> list[Workload]:
+def _recorded_or_all(workloads: list[Workload], folders: Sequence[Path], prog: str) -> list[Workload]:
     """A script's default workloads, replayed: those with a recorded table, saying which are
     skipped (all of them when none is recorded: then the replay names what is missing)."""
 
-    recorded = set(measurers.recorded_workloads(folder))
+    recorded = set(measurers.recorded_workloads(folders))
     kept = [w for w in workloads if w.name in recorded]
     skipped = [w.name for w in workloads if w.name not in recorded]
     if kept and skipped:
-        print(f"{prog}: no recorded table in {folder} for {', '.join(skipped)}: skipped", file=sys.stderr)
+        print(f"{prog}: no recorded table in {', '.join(map(str, folders))} for {', '.join(skipped)}: skipped",
+              file=sys.stderr)
     return kept or workloads
+
+
+def _recorded_space_help() -> str:
+    """The shipped folders each GPU model replays by default, for --help."""
+    named = "; ".join(f"{gpu}: {' + '.join(folders)}" for gpu, folders in measurers.RECORDED_SPACE.items())
+    return f"{named}; others: experiments/data/<gpu>"
 
 
 def _launch_workers(args: argparse.Namespace, kind: str, storage_url: str) -> int:

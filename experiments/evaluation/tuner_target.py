@@ -34,13 +34,13 @@ from flashtune.experiments import DATA_DIR
 from flashtune.experiments.cli.tune import DEFAULT_STRATEGY
 from flashtune.experiments.evaluation.compare import PRIOR_MODES
 from flashtune.experiments.evaluation.landscape import Landscape, build_landscape, group_by_workload, table_files
-from flashtune.experiments.study.measurers import open_replay
+from flashtune.experiments.study.measurers import RECORDED_SPACE, open_replay
 from flashtune.objectives.hardware import HardwareSpec, load_spec
 from flashtune.objectives.types import Measurement, Workload
 from flashtune.search import History, SearchSpace, make_strategy, run
 
-#: The recorded space of issue 20: the grown prefill tables, the lean kernel's, its tile order.
-DEFAULT_TABLES = (DATA_DIR / "h200_grown", DATA_DIR / "h200_lean", DATA_DIR / "h200_lean_order")
+#: The recorded space of issue 20, the one ``flashtune tune`` replays on the H200 by default.
+DEFAULT_TABLES = tuple(DATA_DIR / name for name in RECORDED_SPACE["h200"])
 BUDGET = 40
 TOLERANCE = 0.02
 
@@ -161,8 +161,8 @@ def format_report(outcomes: Sequence[WorkloadOutcome], *, strategy: str, seeds: 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tables", nargs="+", type=Path, default=list(DEFAULT_TABLES),
-                        help="tables or folders (tables of one workload are merged; default: h200_grown, h200_lean, "
-                             "h200_lean_order)")
+                        help="tables or folders (tables of one workload are merged; default: "
+                             f"{', '.join(RECORDED_SPACE['h200'])})")
     parser.add_argument("--workloads", default="", help="comma-separated workload names (default: every table)")
     parser.add_argument("--strategy", default=DEFAULT_STRATEGY, help=f"default: {DEFAULT_STRATEGY} (flashtune tune's)")
     parser.add_argument("--seeds", type=int, default=5)

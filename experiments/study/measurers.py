@@ -12,7 +12,7 @@ import math
 import re
 import shutil
 import subprocess
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -63,9 +63,20 @@ def spec_key(hardware: HardwareSpec) -> str:
     return re.sub(r"[^a-z0-9]+", "-", hardware.name.lower().removeprefix("nvidia ")).strip("-")
 
 
-def default_replay_dir(hardware: HardwareSpec) -> Path:
-    """Recorded tables shipped for a GPU model: ``experiments/data/<key>/``."""
-    return DATA_DIR / spec_key(hardware)
+#: The shipped folders whose tables, merged per workload, are a GPU model's recorded space:
+#: it was swept in parts as kernels joined the space (each folder's README says when and how;
+#: ``h200_grown`` holds ``h200``'s 120 pointer configs a workload too). A GPU model not named
+#: here replays ``experiments/data/<key>/``.
+RECORDED_SPACE = {"h200": ("h200_grown", "h200_lean", "h200_lean_order", "h200_gluon")}
+
+ReplayDirs = Path | Sequence[Path]
+
+
+def default_replay_dirs(hardware: HardwareSpec) -> list[Path]:
+    """Recorded tables shipped for a GPU model: the folders of ``RECORDED_SPACE``, else
+    ``experiments/data/<key>/``."""
+    key = spec_key(hardware)
+    return [DATA_DIR / name for name in RECORDED_SPACE.get(key, (key,))]
 
 
 def table_path(replay_dir: Path, workload: Workload) -> Path:
@@ -73,10 +84,14 @@ def table_path(replay_dir: Path, workload: Workload) -> Path:
     return Path(replay_dir) / f"{workload.name}.jsonl"
 
 
-def recorded_workloads(replay_dir: Path) -> list[str]:
-    """Names of the workloads with a table in ``replay_dir`` (none if it does not exist)."""
-    folder = Path(replay_dir)
-    return sorted(p.name[: -len(".jsonl")] for p in folder.glob("*.jsonl")) if folder.is_dir() else []
+def _folders(replay_dirs: ReplayDirs) -> list[Path]:
+    return [Path(replay_dirs)] if isinstance(replay_dirs, (str, Path)) else [Path(f) for f in replay_dirs]
+
+
+def recorded_workloads(replay_dirs: ReplayDirs) -> list[str]:
+    """Names of the workloads with a table in any of ``replay_dirs`` (folders that do not exist hold none)."""
+    return sorted({p.name[: -len(".jsonl")] for folder in _folders(replay_dirs) if folder.is_dir()
+                   for p in folder.glob("*.jsonl")})
 
 
 @dataclass
@@ -124,56 +139,60 @@ def resolve_kind(kind: str) -> str:
     return "live" if gpu_names() else "replay"
 
 
-def open_replay(hardware: HardwareSpec, workloads: Iterable[Workload], replay_dir: Path | None = None,
+def open_replay(hardware: HardwareSpec, workloads: Iterable[Workload], replay_dirs: ReplayDirs | None = None,
                 *, noise: bool = False, seed: int = 0) -> Measurer:
-    """Replay recorded tables of ``hardware`` for ``workloads``.
+    """Replay recorded tables of ``hardware`` for ``workloads``: each workload's tables of
+    every folder of ``replay_dirs`` (default: ``default_replay_dirs``), merged; a config
+    recorded twice replays its later folder's row.
 
     Raises:
-        ValueError: a workload has no table (naming the file and what is recorded), or a
+        ValueError: a workload has no table (naming the files and what is recorded), or a
             table was recorded on another GPU.
     """
 
-
-    folder = Path(replay_dir) if replay_dir is not None else default_replay_dir(hardware)
+    folders = _folders(replay_dirs) if replay_dirs is not None else default_replay_dirs(hardware)
     workloads = list(workloads)  # read twice: the tables, then the description
     measurements: list[Measurement] = []
     partial: list[str] = []
     covered: list[int] = []
     for workload in workloads:
-        path = table_path(folder, workload)
-        if not path.exists():
-            recorded = recorded_workloads(folder)
+        paths = [path for folder in folders if (path := table_path(folder, workload)).exists()]
+        if not paths:
+            recorded = recorded_workloads(folders)
             raise ValueError(
-                f"no recorded {hardware.name} table for workload {workload.name}: {path} does not exist "
-                f"(recorded there: {recorded or 'none'}). Record one with `flashtune sweep` on that GPU, "
-                "point --replay-dir at a folder of tables, or run where the GPU is"
+                f"no recorded {hardware.name} table for workload {workload.name}: no {workload.name}.jsonl in "
+                f"{', '.join(map(str, folders))} (recorded there: {recorded or 'none'}). Record one with "
+                "`flashtune sweep` on that GPU, point --replay-dir at a folder of tables, or run where the GPU is"
             )
-        table = load_table(path)
-        gpus = {m.hardware for m in table if m.hardware}
-        if gpus and gpus != {hardware.name}:
-            raise ValueError(f"replay table {path} was recorded on {sorted(gpus)}, not on {hardware.name}")
+        table = []
+        for path in paths:
+            part = load_table(path)
+            gpus = {m.hardware for m in part if m.hardware}
+            if gpus and gpus != {hardware.name}:
+                raise ValueError(f"replay table {path} was recorded on {sorted(gpus)}, not on {hardware.name}")
+            table += part
         # Tables recorded before a knob joined the space omit it; it then means its implied
         # value (kernels.space.IMPLIED): key the replay by the complete config the strategies ask.
         complete = [dataclasses.replace(m, config=c) for m in table if (c := _complete(validate_config, m.config))]
         if not complete:
             # The kernel's space changed since the recording: replaying would find nothing.
             raise ValueError(
-                f"replay table {path}: none of its {len(table)} configs is in the kernel's current space "
+                f"replay table {' + '.join(map(str, paths))}: none of its {len(table)} configs is in the kernel's "
+                "current space "
                 f"(table keys {sorted(table[0].config)}, space keys {sorted(tunables_for(workload))}); "
                 "re-record it with `flashtune sweep`"
             )
         if len(complete) < len(table):
             partial.append(f"{workload.name}: {len(complete)} of {len(table)} recorded configs are in the space")
-        table = complete
-        covered.append(len(complete))
-        measurements.extend(table)
+        covered.append(len({m.config for m in complete}))
+        measurements.extend(complete)
     stamped = next((m for m in measurements if m.fingerprint), None)
     fingerprint = stamped.fingerprint if stamped else hardware.fingerprint
     versions = dict(stamped.versions) if stamped and stamped.versions else _spec_versions(hardware)
     return Measurer(
         kind="replay",
         hardware=hardware,
-        description=f"replaying recorded {hardware.name} tables from {folder} (no GPU is used); "
+        description=f"replaying recorded {hardware.name} tables from {', '.join(map(str, folders))} (no GPU is used); "
                     f"the space is the recorded configs ({'/'.join(map(str, covered))} of the kernel's "
                     f"{'/'.join(str(math.prod(len(v) for v in tunables_for(w).values())) for w in workloads)})"
                     + "".join(f"; {note}" for note in partial),

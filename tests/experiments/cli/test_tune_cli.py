@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from mlflow import MlflowClient
 from study_support import WORKLOAD, WORKLOAD_ARG, run_cli, tune_args
@@ -88,8 +90,7 @@ def test_ui_refuses_a_store_that_does_not_exist(tmp_path, capsys) -> None:
 def _shipped_h200_tables() -> list:
     from flashtune.objectives.hardware import load_spec
 
-    folder = measurers.default_replay_dir(load_spec("h200"))
-    recorded = set(measurers.recorded_workloads(folder))
+    recorded = set(measurers.recorded_workloads(measurers.default_replay_dirs(load_spec("h200"))))
     return [w for w in SUITE if w.name in recorded]
 
 
@@ -106,7 +107,33 @@ def test_shipped_h200_tables_replay(stores, capsys, monkeypatch) -> None:
     assert main(args) == 0, capsys.readouterr().err
     captured = capsys.readouterr()
     assert "replaying recorded NVIDIA H200 tables" in captured.err
+    assert all(f"{folder}" in captured.err for folder in measurers.RECORDED_SPACE["h200"])
     assert "5 trials" in captured.out
+    # The runtime's default (the Gluon kernel on Hopper) is in the replayed space: the main job
+    # ends with its speedup over it, not "not in the replayed tables".
+    assert "speedup over the default" in captured.out, captured.out
+
+
+def test_replay_dirs_merge_a_workloads_tables_and_the_later_folder_wins(replay_dir, tmp_path) -> None:
+    from flashtune.objectives.hardware import load_spec
+    from flashtune.objectives.replay import load_table, write_table
+
+    rows = load_table(replay_dir / f"{WORKLOAD.name}.jsonl")
+    first, second = tmp_path / "first", tmp_path / "second"
+    first.mkdir()
+    second.mkdir()
+    write_table(first / f"{WORKLOAD.name}.jsonl", rows[: len(rows) // 2 + 1])
+    again = dataclasses.replace(rows[len(rows) // 2], median_ms=rows[len(rows) // 2].median_ms * 3)
+    write_table(second / f"{WORKLOAD.name}.jsonl", [again, *rows[len(rows) // 2 + 1:]])
+    measurer = measurers.open_replay(load_spec("h200"), [WORKLOAD], [first, second])
+    try:
+        assert f"{first}, {second}" in measurer.description
+        assert f"({len({m.config for m in rows})} of the kernel's" in measurer.description
+        recorded = measurer.constraint(WORKLOAD)
+        assert all(recorded(m.config) for m in rows)
+        assert measurer.evaluator(WORKLOAD)(again.config).median_ms == again.median_ms
+    finally:
+        measurer.close()
 
 
 def test_the_tuning_process_never_imports_torch(replay_dir, stores, tmp_path) -> None:
