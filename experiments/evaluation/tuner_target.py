@@ -90,7 +90,8 @@ def evaluate(landscapes: Sequence[Landscape], paths: Sequence[Sequence[str]], *,
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     try:
         with tempfile.TemporaryDirectory() as folder:
-            # flashtune tune replays one table a workload from a folder: the parts, merged.
+            # The parts may be files of any name; tune's replay finds a table by its workload's
+            # name: one file a workload, the parts concatenated (a config in two: the later row).
             for ls, parts in zip(landscapes, paths):
                 lines = [line for part in parts for line in Path(part).read_text().splitlines() if line.strip()]
                 (Path(folder) / f"{ls.name}.jsonl").write_text("\n".join(lines) + "\n")
