@@ -3,10 +3,15 @@
 MLflow has no compare-and-set, so agreement comes from rules every worker applies to
 what it reads back after its own write:
 
-- the parent: a worker that finds none creates one, waits for racing creations to land
-  (``SETTLE_S``), then everyone uses the *earliest* parent (start time, then run id) and
-  a worker whose own parent lost deletes it. A worker that comes later finds the winner.
-  (Start times are the workers' clocks: hosts must agree within ``SETTLE_S``; NTP does.)
+- the parent: on one host, finding or creating it is serialized by a lock file
+  (``parent_lock``), so the workers of one host never create two: the first creates
+  it, the others find it. Only workers of *different* hosts can still race: a worker
+  that created one waits for racing creations to land (``SETTLE_S``), then everyone
+  uses the *earliest* parent (start time, then run id) and a worker whose own parent
+  lost deletes it. (Start times are the workers' clocks: hosts must agree within
+  ``SETTLE_S``; NTP does.) The lock is needed because a creation's start time is read
+  before its insert commits: three workers of one host whose inserts waited on SQLite's
+  write lock saw different earliest parents, and one deleted the parent another used.
 - a child: written by the worker that measured the trial, right after the trial is
   stored; then that worker lists the finished children of the trial number and keeps
   the one with the smallest run id. Whichever of two writers finishes last sees both,
@@ -18,10 +23,16 @@ what it reads back after its own write:
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import logging
+import os
 import socket
+import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from flashtune.experiments.localhost import process_alive
@@ -39,6 +50,7 @@ class SharedTracking:
     it uses the tracker's client, experiment, parent run and children)."""
 
     client: Any
+    tracking_uri: str
     experiment_id: str
     parent_run_id: str
     study_name: str
@@ -47,15 +59,16 @@ class SharedTracking:
     def _shared_parent(self, tags: Mapping[str, str]) -> str:
         """The run id of the study's one parent run, created if none exists (race-safe)."""
         client = self.client
-        parents = self._shared_parents()
-        if not parents:
-            mine = client.create_run(self.experiment_id, tags=dict(tags), run_name=self.study_name).info.run_id
-            time.sleep(SETTLE_S)
+        # Held through the settle too: this host's other workers then only ever see the winner.
+        with parent_lock(self.tracking_uri, self.experiment_id, self.study_name):
             parents = self._shared_parents()
-            winner = _earliest(parents)
-            if winner != mine:
-                client.delete_run(mine)  # nothing was logged to it yet
-            return winner
+            if not parents:
+                mine = client.create_run(self.experiment_id, tags=dict(tags), run_name=self.study_name).info.run_id
+                time.sleep(SETTLE_S)  # a worker of another host may have created one meanwhile
+                winner = _earliest(self._shared_parents())
+                if winner != mine:
+                    client.delete_run(mine)  # nothing was logged to it yet
+                return winner
         winner = _earliest(parents)
         for key, value in tags.items():
             client.set_tag(winner, key, value)
@@ -120,6 +133,23 @@ class SharedTracking:
             filter_string=f"tags.{ROLE_TAG} = 'study' AND tags.{STUDY_TAG} = '{self.study_name}'",
             max_results=100,
         )
+
+
+@contextmanager
+def parent_lock(tracking_uri: str, experiment_id: str, study_name: str) -> Iterator[Path]:
+    """Hold, on this host, the lock on finding or creating ``study_name``'s parent (blocking).
+
+    ``flock`` on a file in the temp folder, one per (store, experiment, study): the kernel
+    releases it when its holder exits or is killed, so a dead worker never blocks the rest.
+    """
+    key = hashlib.sha256(f"{tracking_uri}\0{experiment_id}\0{study_name}".encode()).hexdigest()[:16]
+    path = Path(tempfile.gettempdir()) / f"flashtune-parent-{key}.lock"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield path
+    finally:
+        os.close(fd)  # releases the flock
 
 
 def _holds(run: Any, trial: Trial) -> bool:

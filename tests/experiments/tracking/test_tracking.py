@@ -216,3 +216,60 @@ def test_unwritable_sqlite_tracking_uri_is_one_line_at_once(folder: str, tmp_pat
     assert code == 2 and err.count("\n") == 1, err
     assert "is not writable" in err and folder in err
     assert time.monotonic() - started < 10  # a bound, not a timing: the unfixed path takes ~100 s
+
+
+def test_workers_of_one_host_agree_on_one_parent_when_an_insert_is_slow(stores) -> None:
+    """Three workers start one shared study; the first one's parent insert takes longer than
+    the settle (as when SQLite's write lock makes it wait), with its start time read before.
+    Without the host lock the others had created and settled on their own parents, and the
+    earliest-start rule later made one delete the parent another was using (CI, stop 30)."""
+    import threading
+    import time as clock
+
+    from mlflow import MlflowClient
+
+    from flashtune.experiments.tracking.shared import SETTLE_S
+    from flashtune.experiments.tracking.tracker import MlflowTracker
+
+    def tracker() -> MlflowTracker:
+        return MlflowTracker(stores["tracking_uri"], study_name="shared", gpu_name="NVIDIA H200",
+                             parent_tags={"strategy": "random"}, parent_params={"strategy": "random"}, shared=True)
+
+    class SlowInsertClient:
+        """The first worker's client (trackers share one per URI, so this wraps, not patches)."""
+
+        def __init__(self, client) -> None:
+            self._client = client
+
+        def __getattr__(self, name: str):
+            return getattr(self._client, name)
+
+        def create_run(self, experiment_id, *, tags=None, run_name=None):
+            start_ms = int(clock.time() * 1000)
+            clock.sleep(SETTLE_S * 1.5)
+            return self._client.create_run(experiment_id, start_time=start_ms, tags=tags, run_name=run_name)
+
+    trackers = [tracker() for _ in range(3)]
+    trackers[0].client = SlowInsertClient(trackers[0].client)
+    errors: list[BaseException] = []
+
+    def start(t: MlflowTracker) -> None:
+        try:
+            t.start([])
+        except BaseException as error:  # reported by the assertion below
+            errors.append(error)
+
+    threads = [threading.Thread(target=start, args=(t,)) for t in trackers]
+    for i, thread in enumerate(threads):
+        thread.start()
+        clock.sleep(0.1 if i == 0 else 0.05)  # the slow one first, then the others while it waits
+    for thread in threads:
+        thread.join(timeout=60)
+    assert not errors, errors
+    chosen = {t.parent_run_id for t in trackers}
+    assert len(chosen) == 1, f"the workers chose different parents: {chosen}"
+    client = MlflowClient(tracking_uri=stores["tracking_uri"])
+    parent = client.get_run(chosen.pop())
+    assert parent.info.lifecycle_stage == "active" and parent.info.status == "RUNNING"
+    parents = client.search_runs([parent.info.experiment_id], filter_string="tags.role = 'study'")
+    assert [r.info.run_id for r in parents] == [parent.info.run_id]
