@@ -23,20 +23,19 @@ what it reads back after its own write:
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import logging
-import os
 import socket
 import tempfile
 import time
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
 from flashtune.experiments.localhost import process_alive
 from flashtune.experiments.tracking.tags import PARENT_TAG, ROLE_TAG, STUDY_TAG, TRIAL_TAG, WORKER_TAG, int_or_none
+from flashtune.runtime.storage.file_lock import exclusive_lock
 from flashtune.search.loop import Trial
 
 _log = logging.getLogger(__name__)
@@ -135,21 +134,11 @@ class SharedTracking:
         )
 
 
-@contextmanager
-def parent_lock(tracking_uri: str, experiment_id: str, study_name: str) -> Iterator[Path]:
-    """Hold, on this host, the lock on finding or creating ``study_name``'s parent (blocking).
-
-    ``flock`` on a file in the temp folder, one per (store, experiment, study): the kernel
-    releases it when its holder exits or is killed, so a dead worker never blocks the rest.
-    """
+def parent_lock(tracking_uri: str, experiment_id: str, study_name: str) -> AbstractContextManager[None]:
+    """This host's lock on finding or creating ``study_name``'s parent: a file in the temp
+    folder, one per (store, experiment, study); a dead worker's is released by the kernel."""
     key = hashlib.sha256(f"{tracking_uri}\0{experiment_id}\0{study_name}".encode()).hexdigest()[:16]
-    path = Path(tempfile.gettempdir()) / f"flashtune-parent-{key}.lock"
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield path
-    finally:
-        os.close(fd)  # releases the flock
+    return exclusive_lock(Path(tempfile.gettempdir()) / f"flashtune-parent-{key}.lock")
 
 
 def _holds(run: Any, trial: Trial) -> bool:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
-import fcntl
 import gc
 import hashlib
 import json
@@ -40,6 +39,7 @@ from flashtune.kernels.config import Config
 from flashtune.kernels.source_hash import kernel_source_hash
 from flashtune.kernels.space import validate_config
 from flashtune.runtime.storage.buckets import ANY_BATCH_HEADS, Bucket, distance
+from flashtune.runtime.storage.file_lock import exclusive_lock
 from flashtune.runtime.storage.store_schema import (
     ENTRY_SCHEMA,
     FILE_SCHEMA,
@@ -537,14 +537,8 @@ def _locked(path: Path) -> Iterator[None]:
     itself would be a lock on a file that is no longer the store. The kernel drops the
     lock when a writer dies, so a crash cannot wedge the store.
     """
-    lock_path = path.with_name(path.name + ".lock")
-    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+    with exclusive_lock(path.with_name(path.name + ".lock")):
         yield
-    finally:
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        os.close(fd)
 
 
 def _atomic_write(path: Path, text: str) -> None:

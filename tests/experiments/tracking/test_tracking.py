@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import math
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -11,7 +13,8 @@ from study_support import GQA_WORKLOAD, WORKLOAD
 
 from flashtune.experiments.study import measurers
 from flashtune.experiments.study.runner import Study, run_study
-from flashtune.experiments.tracking.tracker import check_tracking_uri, experiment_name
+from flashtune.experiments.tracking.shared import SETTLE_S
+from flashtune.experiments.tracking.tracker import MlflowTracker, check_tracking_uri, experiment_name
 from flashtune.objectives.hardware import HardwareSpec
 
 TRIALS = 14
@@ -197,7 +200,6 @@ def test_a_write_that_loses_an_insert_race_is_run_again(stores) -> None:
 def test_unwritable_sqlite_tracking_uri_is_one_line_at_once(folder: str, tmp_path, capsys) -> None:
     # MLflow retries a failed schema write for ~100 s; the check refuses the URI before that.
     import os
-    import time
 
     from flashtune.experiments.cli.main import main
 
@@ -218,22 +220,11 @@ def test_unwritable_sqlite_tracking_uri_is_one_line_at_once(folder: str, tmp_pat
     assert time.monotonic() - started < 10  # a bound, not a timing: the unfixed path takes ~100 s
 
 
-def test_workers_of_one_host_agree_on_one_parent_when_an_insert_is_slow(stores) -> None:
+def test_workers_of_one_host_agree_on_one_parent_when_an_insert_is_slow(stores, mlflow_client) -> None:
     """Three workers start one shared study; the first one's parent insert takes longer than
     the settle (as when SQLite's write lock makes it wait), with its start time read before.
     Without the host lock the others had created and settled on their own parents, and the
     earliest-start rule later made one delete the parent another was using (CI, stop 30)."""
-    import threading
-    import time as clock
-
-    from mlflow import MlflowClient
-
-    from flashtune.experiments.tracking.shared import SETTLE_S
-    from flashtune.experiments.tracking.tracker import MlflowTracker
-
-    def tracker() -> MlflowTracker:
-        return MlflowTracker(stores["tracking_uri"], study_name="shared", gpu_name="NVIDIA H200",
-                             parent_tags={"strategy": "random"}, parent_params={"strategy": "random"}, shared=True)
 
     class SlowInsertClient:
         """The first worker's client (trackers share one per URI, so this wraps, not patches)."""
@@ -245,31 +236,24 @@ def test_workers_of_one_host_agree_on_one_parent_when_an_insert_is_slow(stores) 
             return getattr(self._client, name)
 
         def create_run(self, experiment_id, *, tags=None, run_name=None):
-            start_ms = int(clock.time() * 1000)
-            clock.sleep(SETTLE_S * 1.5)
+            start_ms = int(time.time() * 1000)
+            time.sleep(SETTLE_S * 1.5)
             return self._client.create_run(experiment_id, start_time=start_ms, tags=tags, run_name=run_name)
 
-    trackers = [tracker() for _ in range(3)]
+    trackers = [MlflowTracker(stores["tracking_uri"], study_name="shared", gpu_name="NVIDIA H200",
+                              parent_tags={"strategy": "random"}, parent_params={"strategy": "random"}, shared=True)
+                for _ in range(3)]
     trackers[0].client = SlowInsertClient(trackers[0].client)
-    errors: list[BaseException] = []
-
-    def start(t: MlflowTracker) -> None:
-        try:
-            t.start([])
-        except BaseException as error:  # reported by the assertion below
-            errors.append(error)
-
-    threads = [threading.Thread(target=start, args=(t,)) for t in trackers]
-    for i, thread in enumerate(threads):
-        thread.start()
-        clock.sleep(0.1 if i == 0 else 0.05)  # the slow one first, then the others while it waits
-    for thread in threads:
-        thread.join(timeout=60)
-    assert not errors, errors
+    with ThreadPoolExecutor(len(trackers)) as pool:
+        started = []
+        for i, tracker in enumerate(trackers):
+            started.append(pool.submit(tracker.start, []))
+            time.sleep(0.1 if i == 0 else 0.05)  # the slow one first, then the others while it waits
+        for future in started:
+            future.result(timeout=60)
     chosen = {t.parent_run_id for t in trackers}
     assert len(chosen) == 1, f"the workers chose different parents: {chosen}"
-    client = MlflowClient(tracking_uri=stores["tracking_uri"])
-    parent = client.get_run(chosen.pop())
+    parent = mlflow_client.get_run(chosen.pop())
     assert parent.info.lifecycle_stage == "active" and parent.info.status == "RUNNING"
-    parents = client.search_runs([parent.info.experiment_id], filter_string="tags.role = 'study'")
+    parents = mlflow_client.search_runs([parent.info.experiment_id], filter_string="tags.role = 'study'")
     assert [r.info.run_id for r in parents] == [parent.info.run_id]
