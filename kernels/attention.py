@@ -163,12 +163,12 @@ def _launch_kernel(q, k, v, out, scales, stride_v, *, causal: bool, scale: float
     if plan.variant == "gluon":
         return launch_gluon(q, k, v, out, causal=causal, scale=scale, variant=gluon_variant_for(config),
                             scales=scales if plan.constexprs["FP8"] else None, fp8_p=fp8_p,
-                            programs=_persistent_programs(q.device), warmup=warmup)
+                            programs=persistent_programs(q.device), warmup=warmup)
     if plan.variant != "forward":
         # The lean launcher's variants (host-side descriptors: no device scratch, and the
         # launch stays capturable in a graph).
         return launch_lean(q, k, v, out, causal=causal, scale=scale, variant=variant_for(config, q, k, v, out),
-                           scales=scales if plan.constexprs["FP8"] else None, sm_count=_persistent_programs(q.device),
+                           scales=scales if plan.constexprs["FP8"] else None, sm_count=persistent_programs(q.device),
                            warmup=warmup)
     if plan.constexprs["USE_TMA"]:
         use_descriptor_scratch()
@@ -219,7 +219,7 @@ def launch_grid(config: Config, *, q_len: int, batch_heads: int, device: torch.d
     switches = launch_plan(config).constexprs
     m_blocks = triton.cdiv(q_len, int(switches["BLOCK_M"]))
     if switches["PERSISTENT"]:
-        return (min(m_blocks * batch_heads, _persistent_programs(device)),)
+        return (min(m_blocks * batch_heads, persistent_programs(device)),)
     if switches["BH_MAJOR"]:
         return (batch_heads, m_blocks)
     return (m_blocks, batch_heads)
@@ -235,7 +235,8 @@ def is_persistent(config: Mapping[str, Value]) -> bool:
     return bool(launch_plan(config).constexprs["PERSISTENT"])
 
 
-def _persistent_programs(device: torch.device) -> int:
+def persistent_programs(device: torch.device) -> int:
+    """Programs of a persistent grid on ``device``: its SMs times PROGRAMS_PER_SM (few under the interpreter)."""
     if device.type != "cuda":
         return INTERPRETER_PROGRAMS
     return device_sm_count(device) * PROGRAMS_PER_SM

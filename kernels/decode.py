@@ -14,12 +14,18 @@ from typing import Any
 
 import torch
 import triton
-from triton import knobs
 
 from flashtune.kernels._flash_decode import decode_combine_kernel, decode_split_kernel
 from flashtune.kernels.config import Config
 from flashtune.kernels.launch_plan import launch_plan
-from flashtune.kernels.launch_support import LOG2_E, device_sm_count, use_descriptor_scratch
+from flashtune.kernels.launch_support import (  # noqa: F401 - ENV_BIND, binding_enabled: the decode launcher's switch too
+    ENV_BIND,
+    LOG2_E,
+    binding_enabled,
+    device_sm_count,
+    launch_hooks_set,
+    use_descriptor_scratch,
+)
 from flashtune.kernels.space import DECODE_TUNABLES, decode_block_h
 
 #: Splits merged per step of the combine kernel's loop: the space's largest split count,
@@ -401,8 +407,6 @@ def default_combine(*, batch: int, kv_len: int, per_sequence_lengths: bool) -> s
     return "fused"
 
 
-#: Set to 0 to launch every prepared decode call through Triton's jit dispatcher.
-ENV_BIND = "FLASHTUNE_BIND_LAUNCH"
 #: Set to 0 to hand bound launches the tensors rather than their device addresses (the
 #: launcher then checks each pointer: ``BoundDecode.arguments``), read when a call is bound;
 #: for measuring the difference in one run (docs/gpu/t19.sh).
@@ -528,7 +532,7 @@ class BoundDecode:
         if self.tma:
             use_descriptor_scratch()
         kernel = self.kernels.get(key)
-        hooked = _hooked(knobs.runtime.launch_enter_hook) or _hooked(knobs.runtime.launch_exit_hook)
+        hooked = launch_hooks_set()
         if kernel is None or hooked:
             args = self.arguments(q, k, v, out, cache_seqlens, kv_start, workspace)[0]  # the jit dispatcher's
             self.kernels[key] = decode_split_kernel[self.grid](*args, **self.split_options)
@@ -548,14 +552,3 @@ class BoundDecode:
                     stream = torch._C._cuda_getCurrentRawStream(self.device_index)
                 combine.run(*self.combine_grid, stream, combine.function, combine.packed_metadata, None, None, None,
                             args[3], args[4], args[5], *self.combine_tail, *self.combine_consts)
-
-
-def _hooked(hook: Any) -> bool:
-    """Whether a launch hook is set (a profiler's): bound launches skip hooks, so then the
-    dispatcher, which calls them, launches instead. Triton 3.6 keeps an empty chain."""
-    return hook is not None and bool(getattr(hook, "calls", True))
-
-
-def binding_enabled() -> bool:
-    """Whether prepared decode calls launch bound kernels (``$FLASHTUNE_BIND_LAUNCH``, default on)."""
-    return os.environ.get(ENV_BIND, "1").lower() not in ("0", "false", "no")

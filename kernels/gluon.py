@@ -16,6 +16,7 @@ passes as the plan has it, so a knob declared since reaches the kernel with no e
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Mapping
 from typing import Any
 
@@ -27,7 +28,7 @@ from flashtune.kernels._flash_fwd_gluon import gluon_attention_kernel
 from flashtune.kernels.config import Value
 from flashtune.kernels.dtypes import HALF_DTYPES, interpreting
 from flashtune.kernels.launch_plan import launch_plan
-from flashtune.kernels.launch_support import LOG2_E, LengthTwins
+from flashtune.kernels.launch_support import LOG2_E, LengthTwins, binding_enabled, launch_hooks_set
 
 #: Registers a thread of the producer warp keeps (FA3's producer: 24-56); the rest of the
 #: register file goes to the consumers. A worker partition's count must be a multiple of
@@ -135,30 +136,36 @@ def flat(t: torch.Tensor, row: int | None = None) -> bool:
         and t.stride(0) == heads * length * row
 
 
+@functools.lru_cache(maxsize=None)
+def _shared_layout(block: tuple[int, ...], dtype: torch.dtype) -> Any:
+    """The NVMMA shared layout of a descriptor's ``block`` of ``dtype``. Cached: working it out
+    took about 10 us a descriptor on a call's host path (and the jit dispatcher keys on it)."""
+    from triton.experimental.gluon import language as gl
+
+    element = {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16, torch.float8_e4m3fn: gl.float8e4nv}[dtype]
+    return gl.NVMMASharedLayout.get_default_for(list(block), element)
+
+
 def _flat_descriptor(t: torch.Tensor, block: list[int]) -> Any:
     """A 2-D descriptor over every (batch, head, row) of ``t`` (rows ``t.stride(2)`` apart,
     so quantize_fp8's padded V^T rows are read as they lie; columns past the last dimension
     load as zeros)."""
-    from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
     batch, heads, length, width = t.shape
-    element = {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16, torch.float8_e4m3fn: gl.float8e4nv}[t.dtype]
-    layout = gl.NVMMASharedLayout.get_default_for(block, element)
-    return TensorDescriptor(t, [batch * heads * length, width], [t.stride(2), 1], block, layout)
+    return TensorDescriptor(t, [batch * heads * length, width], [t.stride(2), 1], block,
+                            _shared_layout(tuple(block), t.dtype))
 
 
 def _head_descriptor(t: torch.Tensor, rows: int) -> Any:
     """A (batch * heads, length, head_dim) descriptor of ``rows``-row blocks: a block past a
     head's last row is clipped (the output's stores of ragged tiles)."""
-    from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
     batch, heads, length, head_dim = t.shape
-    element = {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16}[t.dtype]
     block = [1, rows, head_dim]
-    layout = gl.NVMMASharedLayout.get_default_for(block, element)
-    return TensorDescriptor(t, [batch * heads, length, head_dim], [length * head_dim, head_dim, 1], block, layout)
+    return TensorDescriptor(t, [batch * heads, length, head_dim], [length * head_dim, head_dim, 1], block,
+                            _shared_layout(tuple(block), t.dtype))
 
 
 def launch_options(variant: GluonVariant, *, head_dim: int, causal: bool, q_len: int, kv_len: int,
@@ -247,6 +254,77 @@ def launch_gluon(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.T
     if warmup:
         return _GLUON_KERNEL(q_len, kv_len).warmup(*args, grid=grid, **options)
     return _GLUON_KERNEL(q_len, kv_len)[grid](*args, **options)
+
+
+class BoundGluon:
+    """``launch_gluon`` for one prepared call key (16-bit, not fp8) with the compiled kernels bound.
+
+    The generic launch of a Gluon call cost 154 us of host time on the H200 (2026-12-04,
+    BENCHMARKS.md "Prefill, issue 20: the suite in one run"), four times a 41 us kernel: the
+    variant, options and four descriptors' shared layouts worked out again, and Triton's jit
+    dispatcher binding 30 arguments and keying each descriptor by its layout's text. Here what
+    the key fixes (the grid, the lengths but the keys', the scale, the layouts) is built once;
+    a call makes its four descriptors and, after the first call of a specialization class of
+    what still varies (the key count: equal to 1, a multiple of 16 or of ``BLOCK_N``, past the
+    queries), launches the compiled kernel object directly, as ``kernels.decode.BoundDecode``
+    does. Triton keys a Gluon descriptor by its dtype, block and layout only (all fixed here),
+    and the output (allocated by the caller, 16-byte aligned) stands in for the scales.
+
+    ``binding_enabled()`` off or a launch hook set (a profiler's): every call through the jit
+    dispatcher, as ``launch_gluon``. CUDA only.
+    """
+
+    __slots__ = ("variant", "causal", "programs", "grid", "fixed", "qk_scale", "kernels", "bind")
+
+    def __init__(self, q: torch.Tensor, k: torch.Tensor, *, causal: bool, scale: float, config: Mapping[str, Value],
+                 programs: int) -> None:
+        batch, q_heads, q_len, head_dim = q.shape
+        self.variant = gluon_variant_for(config)
+        if dict(self.variant.extra).get("FP8", False):
+            raise ValueError("BoundGluon launches 16-bit Gluon configs; fp8 quantizes on every call (launch_gluon)")
+        self.causal, self.programs = causal, programs
+        grid = gluon_grid(self.variant, q_len=q_len, batch_heads=batch * q_heads, programs=programs)
+        self.grid = (*grid, *(1,) * (3 - len(grid)))
+        self.fixed = (batch, q_heads, k.shape[1], q_len)
+        self.qk_scale = scale * LOG2_E
+        self.kernels: dict[tuple[bool, ...], tuple[Any, tuple[Any, ...]]] = {}
+        self.bind = binding_enabled()
+
+    def arguments(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                  out: torch.Tensor) -> tuple[tuple[Any, ...], tuple[bool, ...]]:
+        """(the kernel's positional arguments, the specialization class of this call): the host
+        work before the launch (no CUDA call). q, k, v flat (``flat``), out contiguous."""
+        head_dim, m_tile, bn = q.shape[3], self.variant.m_tile, self.variant.BLOCK_N
+        kv_len = k.shape[2]
+        args = (_flat_descriptor(q, [m_tile, head_dim]), _flat_descriptor(k, [bn, head_dim]),
+                _flat_descriptor(v, [bn, head_dim]), _head_descriptor(out, m_tile), out, out, *self.fixed, kv_len,
+                self.qk_scale)
+        # What Triton specializes kv_len on (1: a twin kernel; a multiple of 16; 64-bit) and what
+        # the options read of it (MASK: a ragged key tail; EMPTY_ROWS: more queries than keys).
+        key = (kv_len == 1, kv_len % 16 == 0, kv_len >= 2**31, kv_len % bn == 0, self.fixed[3] > kv_len)
+        return args, key
+
+    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
+                 stream: int | None = None) -> None:
+        """Launch into ``out`` (contiguous); q, k, v that are not flat are copied first, as
+        ``launch_gluon`` does."""
+        q, k, v = (t if flat(t) else t.contiguous() for t in (q, k, v))
+        args, key = self.arguments(q, k, v, out)
+        bound = self.kernels.get(key)
+        if bound is None or not self.bind or launch_hooks_set():
+            q_len, kv_len = self.fixed[3], k.shape[2]
+            options = launch_options(self.variant, head_dim=q.shape[3], causal=self.causal, q_len=q_len, kv_len=kv_len)
+            kernel = _GLUON_KERNEL(q_len, kv_len)
+            compiled = kernel[self.grid](*args, **options)
+            # The compiled kernel takes every parameter, the constexprs too (bound as the jit binds them).
+            consts = tuple(options[p.name] if p.name in options else p.default for p in kernel.params if p.is_constexpr)
+            self.kernels[key] = (compiled, consts)
+            return
+        compiled, consts = bound
+        if stream is None:
+            stream = torch._C._cuda_getCurrentRawStream(q.device.index if q.device.index is not None
+                                                         else torch.cuda.current_device())
+        compiled.run(*self.grid, stream, compiled.function, compiled.packed_metadata, None, None, None, *args, *consts)
 
 
 #: The torch dtypes the kernel reads and writes (16-bit; fp8 configs read e4m3 made from them).

@@ -9,10 +9,12 @@ Its own module so that the prefill launcher (``attention``) and the decode launc
 from __future__ import annotations
 
 import functools
+import os
 from typing import Any
 
 import torch
 import triton
+from triton import knobs
 
 from flashtune.kernels.dtypes import interpreting
 
@@ -39,6 +41,22 @@ def _descriptor_scratch(size: int, alignment: int, stream: int | None) -> torch.
 def use_descriptor_scratch() -> None:
     """Device-side tensor descriptors live in a scratch buffer Triton asks for at launch."""
     triton.set_allocator(_descriptor_scratch)
+
+
+#: Set to 0 to launch every prepared call (decode, Gluon prefill) through Triton's jit dispatcher.
+ENV_BIND = "FLASHTUNE_BIND_LAUNCH"
+
+
+def binding_enabled() -> bool:
+    """Whether prepared calls launch bound kernels (``$FLASHTUNE_BIND_LAUNCH``, default on)."""
+    return os.environ.get(ENV_BIND, "1").lower() not in ("0", "false", "no")
+
+
+def launch_hooks_set() -> bool:
+    """Whether a launch hook is set (a profiler's): bound launches skip hooks, so then the
+    dispatcher, which calls them, launches instead. Triton 3.6 keeps an empty chain."""
+    return any(hook is not None and bool(getattr(hook, "calls", True))
+               for hook in (knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook))
 
 
 #: The prefill kernels' integer arguments that equal 1 when a sequence is one token long.

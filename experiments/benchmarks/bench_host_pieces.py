@@ -84,7 +84,7 @@ def dry_bound(decode: types.ModuleType) -> type:
             if self.tma:
                 decode.use_descriptor_scratch()
             self.kernels.get(key)
-            decode._hooked(decode.knobs.runtime.launch_enter_hook) or decode._hooked(decode.knobs.runtime.launch_exit_hook)
+            decode.launch_hooks_set()
             return args
 
     return DryBound

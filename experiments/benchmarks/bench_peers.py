@@ -17,7 +17,9 @@ from pathlib import Path
 
 import torch
 
-from flashtune.kernels.attention import launch
+from flashtune.kernels.attention import launch, persistent_programs
+from flashtune.kernels.gluon import BoundGluon
+from flashtune.kernels.launch_plan import launch_plan
 from flashtune.kernels.space import validate_config
 from flashtune.objectives.feasibility import check
 from flashtune.objectives.hardware import HardwareSpec
@@ -52,8 +54,19 @@ def bench_workload(workload: Workload, configs: dict[str, list], rounds: int) ->
 
 
 def _config_call(workload: Workload, config, scale: float):
+    """The call a config is timed by: the launch the runtime's prepared call makes. A 16-bit
+    Gluon config launches its compiled kernel bound (``BoundGluon``, as ``PreparedGluon``
+    serves it); through the generic launcher its host path (154 us a call on the H200) nearly
+    matched D64 full's 167 us kernel and that row read up to 25 % low in some processes
+    (BENCHMARKS.md, 2026-12-04). The others launch through ``launch``, as their prepared calls do."""
+    plan = launch_plan(config)
+
     def make(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor):
         out = torch.empty_like(q)
+        if plan.variant == "gluon" and not plan.constexprs["FP8"]:
+            bound = BoundGluon(q, k, causal=workload.causal, scale=scale, config=config,
+                               programs=persistent_programs(q.device))
+            return lambda: bound(q, k, v, out)
         return lambda: launch(q, k, v, out, causal=workload.causal, scale=scale, config=config)
 
     return make

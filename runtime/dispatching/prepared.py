@@ -8,7 +8,8 @@ and strides, KV heads, the kv_len bucket, causal, scale: see ``Dispatcher.__call
 keeps a :class:`PreparedCall`; later calls of the key re-check only what the key does not
 fix (K and V's own shape and last stride, which a growing KV cache changes every step),
 allocate the output and launch the Triton kernel with the grid, compile options, scale
-and split workspace worked out on the first call.
+and split workspace worked out on the first call (decode and the Gluon prefill kernel: the
+compiled kernel object, past Triton's jit dispatcher).
 
 Every check that protects a user still runs: those fixed by the key ran on its first
 call; the others run here on every call and hand the call back to the launcher
@@ -31,12 +32,14 @@ from flashtune.kernels.attention import (
     forward_kernel_for,
     kernel_arguments,
     launch_grid,
+    persistent_programs,
     resolve_scale,
 )
 from flashtune.kernels.config import Config
-from flashtune.kernels.decode import TRANSIENT, BoundDecode, DecodeWorkspace, binding_enabled, launch_decode
+from flashtune.kernels.decode import TRANSIENT, BoundDecode, DecodeWorkspace, launch_decode
+from flashtune.kernels.gluon import BoundGluon
 from flashtune.kernels.launch_plan import launch_plan
-from flashtune.kernels.launch_support import use_descriptor_scratch
+from flashtune.kernels.launch_support import binding_enabled, use_descriptor_scratch
 
 #: Split workspaces one prepared decode call keeps (one per CUDA stream it ran on).
 MAX_WORKSPACES = 8
@@ -104,6 +107,39 @@ class PreparedCall:
                                 kv_len=shape[2], scale=self.scale, seqlens=cache_seqlens, kv_start=kv_start,
                                 **self.static)
         forward_kernel_for(self.static["q_len"], shape[2])[self.grid](*args, **self.options)
+        return out
+
+
+class PreparedGluon:
+    """The Gluon prefill kernel's launch for one call key (16-bit; the kernel takes no key
+    ranges): K and V re-checked a call, the compiled kernel bound (``kernels.gluon.BoundGluon``).
+
+    The launcher's host path for this kernel was 154 us a call on the H200 (2026-12-04), which
+    the empty store's Hopper default at head_dim 64, 128 and 256 paid on every prefill call.
+    """
+
+    __slots__ = ("batch", "head_dim", "kv_heads", "out_shape", "descriptor_q", "bound")
+
+    def __init__(self, q: torch.Tensor, k: torch.Tensor, *, causal: bool, scale: float | None,
+                 config: Config) -> None:
+        batch, _, _, head_dim = q.shape
+        self.batch, self.head_dim, self.kv_heads = batch, head_dim, k.shape[1]
+        self.out_shape = tuple(q.shape)
+        self.descriptor_q = bool(launch_plan(config).descriptor_q)
+        self.bound = BoundGluon(q, k, causal=causal, scale=resolve_scale(scale, head_dim), config=config,
+                                programs=persistent_programs(q.device))
+
+    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cache_seqlens: torch.Tensor | None = None,
+                 kv_start: torch.Tensor | None = None) -> torch.Tensor | None:
+        """Launch for these inputs; None when they need the launcher (bad K/V, key ranges)."""
+        shape = k.shape
+        if (cache_seqlens is not None or kv_start is not None or shape != v.shape or shape[0] != self.batch
+                or shape[1] != self.kv_heads or shape[3] != self.head_dim or not shape[2]
+                or k.stride(3) != 1 or v.stride(3) != 1):
+            return None
+        check_descriptor_alignment(q, k, v, with_q=self.descriptor_q)  # raises naming the argument
+        out = q.new_empty(self.out_shape)  # q's dtype and device are the key's
+        self.bound(q, k, v, out)
         return out
 
 
@@ -216,11 +252,15 @@ def prepare(q: torch.Tensor, k: torch.Tensor, *, causal: bool, scale: float | No
             cache_seqlens: Any = None, kv_start: Any = None) -> PreparedCall | PreparedDecode | None:
     """The prepared form of a call that just ran through the launcher, or None where every
     call must take the launcher (fp8 quantizes Q, K, V on every call anyway; the lean
-    loads have their own launcher)."""
+    loads have their own launcher; the Gluon kernel runs on CUDA only)."""
     ranges = {"with_seqlens": cache_seqlens is not None, "with_kv_start": kv_start is not None}
     plan = launch_plan(config)
     if plan.variant == "decode":
         return PreparedDecode(q, k, causal=causal, scale=scale, config=config, **ranges)
-    if plan.constexprs["FP8"] or plan.variant != "forward":
+    if plan.constexprs["FP8"] or plan.variant not in ("forward", "gluon"):
         return None
+    if plan.variant == "gluon":
+        if q.device.type != "cuda" or cache_seqlens is not None or kv_start is not None:
+            return None
+        return PreparedGluon(q, k, causal=causal, scale=scale, config=config)
     return PreparedCall(q, k, causal=causal, scale=scale, config=config, **ranges)

@@ -112,3 +112,33 @@ def test_an_empty_store_serves_the_hopper_baseline_and_matches_the_reference(tmp
     starts = torch.tensor([0, 7], dtype=torch.int32, device="cuda")
     ranged = dispatcher(q, k, v, causal=causal, cache_seqlens=ends, kv_start=starts)
     assert relative_error(ranged, _reference(q, k, v, [0, 7], [kv_len, kv_len], causal=causal)) < BF16_TOL
+
+
+@pytest.mark.parametrize("head_dim,causal", [(64, False), (128, True)])
+def test_bound_gluon_launch_equals_the_jit_launch_across_key_classes(tmp_path, head_dim, causal):
+    # The Gluon prefill kernel's prepared call launches the compiled kernel past the jit
+    # dispatcher (kernels.gluon.BoundGluon): over key counts of one kv_len bucket in every
+    # class (a multiple of BLOCK_N, of 16 only, ragged), bit for bit the jit launch's.
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the Gluon kernel is Hopper's")
+    from flashtune.kernels.attention import persistent_programs
+    from flashtune.kernels.gluon import gluon_variant_for, launch_gluon
+    from flashtune.kernels.space import validate_config
+    from flashtune.runtime.dispatching.prepared import PreparedGluon
+
+    config = validate_config({"loads": "gluon_pingpong", "BLOCK_M": 128, "BLOCK_N": 128, "num_warps": 4,
+                              "num_stages": 2, "grid": "persistent_zigzag", "tile_order": "head_major"})
+    dispatcher = Dispatcher(tmp_path / "none.json")
+    q, k_all, v_all = _qkv(2, 32, 8, 300, 1300, head_dim, seed=3)
+    dispatcher.config_for(q, k_all, causal)
+    dispatcher.swap(cache_key(q, k_all, causal), config)
+    for length in (1280, 1152, 1040, 1100, 1031, 1280):
+        k, v = k_all[:, :, :length].contiguous(), v_all[:, :, :length].contiguous()
+        bound = dispatcher(q, k, v, causal=causal)
+        jit = torch.empty_like(q)
+        launch_gluon(q, k, v, jit, causal=causal, scale=head_dim ** -0.5, variant=gluon_variant_for(config),
+                     programs=persistent_programs(q.device))
+        assert torch.equal(bound, jit), length
+        assert relative_error(bound, reference_attention(q, k, v, causal=causal)) < BF16_TOL
+    prepared = [p for p in dispatcher._calls.values() if isinstance(p, PreparedGluon)]
+    assert prepared and max(len(p.bound.kernels) for p in prepared) >= 2
