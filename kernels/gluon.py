@@ -259,9 +259,9 @@ def launch_gluon(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.T
 class BoundGluon:
     """``launch_gluon`` for one prepared call key (16-bit, not fp8) with the compiled kernels bound.
 
-    The generic launch of a Gluon call cost 154 us of host time on the H200 (2026-12-04,
-    BENCHMARKS.md "Prefill, issue 20: the suite in one run"), four times a 41 us kernel: the
-    variant, options and four descriptors' shared layouts worked out again, and Triton's jit
+    The generic launch of a Gluon call cost 95-158 us of host time on the H200 (2026-12-04,
+    BENCHMARKS.md "Prefill, issue 20: the suite in one run"), about as long as D64 full's 167 us
+    kernel: the variant, options and four descriptors' shared layouts worked out again, and Triton's jit
     dispatcher binding 30 arguments and keying each descriptor by its layout's text. Here what
     the key fixes (the grid, the lengths but the keys', the scale, the layouts) is built once;
     a call makes its four descriptors and, after the first call of a specialization class of

@@ -1,5 +1,5 @@
 """Why D64 full's Gluon rows read 25 % low in a full-suite bench_peers process (2026-12-04), and
-418 TFLOP/s alone: is the timed call host-bound? Its kernel runs about 41 us; Triton's do_bench
+418 TFLOP/s alone: is the timed call host-bound? Its kernel runs about 167 us; Triton's do_bench
 flushes L2 (a 256 MB memset) before each call, and the call's host path (descriptors made on the
 host a call) must be enqueued before the memset ends, or the GPU waits inside the timed span.
 

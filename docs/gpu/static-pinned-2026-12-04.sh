@@ -5,7 +5,7 @@
 #   bash docs/gpu/static-pinned-2026-12-04.sh      (with the jsonschema wheels carried in .whl)
 # 1. the compiled static cache, B1/B8 x prompts 512, 2k, 8k, each implementation alone in its own
 #    process pinned to one core (taskset), two turns (sdpa, op, sdpa, op);
-# 2. D64 full (b16 h16 n1024: a 41 us kernel) alone in a fresh process, unpinned then pinned:
+# 2. D64 full (b16 h16 n1024: a 167 us kernel) alone in a fresh process, unpinned then pinned:
 #    in both full-suite runs its Gluon rows read 25 % low, alone 414.
 # Back in $OUT: static-pinned.log, alone_<impl>_<turn>.json, d64_<how>.json.
 source "$(dirname "$0")/setup.sh" static-pinned.log
