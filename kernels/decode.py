@@ -18,14 +18,7 @@ import triton
 from flashtune.kernels._flash_decode import decode_combine_kernel, decode_split_kernel
 from flashtune.kernels.config import Config
 from flashtune.kernels.launch_plan import launch_plan
-from flashtune.kernels.launch_support import (  # noqa: F401 - ENV_BIND, binding_enabled: the decode launcher's switch too
-    ENV_BIND,
-    LOG2_E,
-    binding_enabled,
-    device_sm_count,
-    launch_hooks_set,
-    use_descriptor_scratch,
-)
+from flashtune.kernels.launch_support import LOG2_E, device_sm_count, launch_hooks_set, use_descriptor_scratch
 from flashtune.kernels.space import DECODE_TUNABLES, decode_block_h
 
 #: Splits merged per step of the combine kernel's loop: the space's largest split count,

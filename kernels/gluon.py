@@ -274,7 +274,7 @@ class BoundGluon:
     dispatcher, as ``launch_gluon``. CUDA only.
     """
 
-    __slots__ = ("variant", "causal", "programs", "grid", "fixed", "qk_scale", "kernels", "bind")
+    __slots__ = ("variant", "causal", "grid", "fixed", "qk_scale", "kernels", "bind", "device_index")
 
     def __init__(self, q: torch.Tensor, k: torch.Tensor, *, causal: bool, scale: float, config: Mapping[str, Value],
                  programs: int) -> None:
@@ -282,13 +282,15 @@ class BoundGluon:
         self.variant = gluon_variant_for(config)
         if dict(self.variant.extra).get("FP8", False):
             raise ValueError("BoundGluon launches 16-bit Gluon configs; fp8 quantizes on every call (launch_gluon)")
-        self.causal, self.programs = causal, programs
+        self.causal = causal
         grid = gluon_grid(self.variant, q_len=q_len, batch_heads=batch * q_heads, programs=programs)
         self.grid = (*grid, *(1,) * (3 - len(grid)))
         self.fixed = (batch, q_heads, k.shape[1], q_len)
         self.qk_scale = scale * LOG2_E
         self.kernels: dict[tuple[bool, ...], tuple[Any, tuple[Any, ...]]] = {}
         self.bind = binding_enabled()
+        self.device_index = (q.device.index if q.device.index is not None
+                             else torch.cuda.current_device() if q.device.type == "cuda" else -1)
 
     def arguments(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                   out: torch.Tensor) -> tuple[tuple[Any, ...], tuple[bool, ...]]:
@@ -322,8 +324,7 @@ class BoundGluon:
             return
         compiled, consts = bound
         if stream is None:
-            stream = torch._C._cuda_getCurrentRawStream(q.device.index if q.device.index is not None
-                                                         else torch.cuda.current_device())
+            stream = torch._C._cuda_getCurrentRawStream(self.device_index)
         compiled.run(*self.grid, stream, compiled.function, compiled.packed_metadata, None, None, None, *args, *consts)
 
 

@@ -37,7 +37,7 @@ from typing import Any
 import torch
 
 from flashtune.experiments.benchmarks.bench_generate import build_model, positive_ints
-from flashtune.kernels import decode as decode_mod
+from flashtune.kernels.launch_support import ENV_BIND
 from flashtune.runtime.dispatching.dispatch import flash_attention, reload_store
 from flashtune.runtime.integrations.hf_attention import FallbackLog, register, set_attention
 
@@ -282,12 +282,12 @@ def host_time(*, batch: int, kv_len: int, calls: int = 200, repeats: int = 9) ->
     }
     result = {}
     for label, (call, backend) in cases.items():
-        os.environ[decode_mod.ENV_BIND] = "0" if "jit" in label else "1"
+        os.environ[ENV_BIND] = "0" if "jit" in label else "1"
         reload_store()  # prepared calls are rebuilt, binding or not
         context = sdpa_kernel(backend) if backend is not None else contextlib.nullcontext()
         with context:
             result[label] = _time_calls(call, calls, repeats)
-    os.environ.pop(decode_mod.ENV_BIND, None)
+    os.environ.pop(ENV_BIND, None)
     reload_store()
     return result
 
