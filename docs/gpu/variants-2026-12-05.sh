@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Issue 20: Gluon variants outside the declared space beside SDPA cuDNN and flash, one call
+# (docs/gpu/variants_probe.py says what is asked), with the jsonschema wheels carried in .whl:
+#   bash docs/gpu/variants-2026-12-05.sh
+# Back in $OUT: variants.log, variants.json.
+source "$(dirname "$0")/setup.sh" variants.log
+date +%T
+timeout -k 5 ${PROBE_S:-480} python3 docs/gpu/variants_probe.py --rounds 2 --json "$OUT/variants.json"
+date +%T
+nvidia-smi --query-gpu=clocks.sm,power.draw,temperature.gpu --format=csv,noheader
