@@ -312,8 +312,8 @@ def _scores(s, m_i, start_n, mask_from, limit, offs_n, qk_scale,
     row maxima and the rescale factor are the unshifted ones, so
     the running sum l carries the same 448 as the accumulator and it cancels in acc / l.
     (A weight that rounds a hair past 448 converts to 448: e4m3's conversion saturates.)
-    ``POLY`` (16-bit P, ``EXP2_POLY``): that many of every 16 exp2s of P on the FMA pipe
-    (``_exp2_split``), none where a row may see no key.
+    ``POLY`` (``EXP2_POLY``): that many of every 16 exp2s of P on the FMA pipe (``_exp2_split``;
+    fp8's shifted arguments are at most log2 448), none where a row may see no key, nor with ``H2``.
     """
     if MASK:
         if start_n >= mask_from:
@@ -325,14 +325,16 @@ def _scores(s, m_i, start_n, mask_from, limit, offs_n, qk_scale,
         m_sub = gl.where(m_new == float("-inf"), 0.0, m_new)
     else:
         m_sub = m_new
-    if H2:
-        p = _exp2_h2(s * qk_scale - (m_sub - _LOG2_FP8_MAX)[:, None])
-    elif SHIFT:
-        p = gl.exp2(s * qk_scale - (m_sub - _LOG2_FP8_MAX)[:, None])
-    elif POLY > 0 and not EMPTY_ROWS:
-        p = _exp2_split(s * qk_scale - m_sub[:, None], POLY)
+    if SHIFT:
+        x = s * qk_scale - (m_sub - _LOG2_FP8_MAX)[:, None]
     else:
-        p = gl.exp2(s * qk_scale - m_sub[:, None])
+        x = s * qk_scale - m_sub[:, None]
+    if H2:
+        p = _exp2_h2(x)
+    elif POLY > 0 and not EMPTY_ROWS:
+        p = _exp2_split(x, POLY)
+    else:
+        p = gl.exp2(x)
     alpha = gl.exp2(m_i - m_sub)
     return p, m_new, alpha
 
@@ -454,7 +456,7 @@ def _consumer_tile(group, q_tile, q_ready, q_phase, q_prev_empty, has_prev, k_sm
         m_i = gl.full([M_TILE], float("-inf"), gl.float32, layout=s_rows)
         p, m_i, alpha = _scores(s, m_i, 0, mask_from, limit, offs_n, qk_scale, MASK, EMPTY_ROWS,
                                     FP8 and FP8_P != "multiply", FP8 and FP8_P == "permuted_h2",
-                                    0 if FP8 else EXP2_POLY)
+                                    EXP2_POLY)
         l_i = _row_sum(p, o_rows)
         _release_previous(q_prev_empty, has_prev, PERSISTENT)
         for j in range(1, n_blocks):
@@ -480,7 +482,7 @@ def _consumer_tile(group, q_tile, q_ready, q_phase, q_prev_empty, has_prev, k_sm
             mbarrier.arrive(k_empty.index(stage), count=1)
             p, m_i, alpha = _scores(s, m_i, j * BLOCK_N, mask_from, limit, offs_n, qk_scale, MASK, EMPTY_ROWS,
                                     FP8 and FP8_P != "multiply", FP8 and FP8_P == "permuted_h2",
-                                    0 if FP8 else EXP2_POLY)
+                                    EXP2_POLY)
             acc = _pv_done(o_tok, p_op, FP8)
             mbarrier.arrive(v_empty.index(prev), count=1)
             alpha_o = gl.convert_layout(alpha, o_rows)

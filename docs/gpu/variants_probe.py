@@ -9,7 +9,10 @@ What is asked (the kernel as of this commit):
 - 256-key blocks at head_dim 64 (FA3 takes 192 there; 12-24 spilled words on sm90);
 - a share of P's exp2 on the FMA pipe (``EXP2_POLY``) at D64 full (2 of 16 read 424 against
   415 in one run of 2026-12-03);
-- the ordered ping-pong on the persistent grid at D128 full.
+- the ordered ping-pong on the persistent grid at D128 full;
+- (second call) the same FMA-pipe share of fp8's exp2 (fp8's P is formed after its exp2s as
+  16-bit P is; at D128 a block's exp2s on MUFU take as long as its two fp8 GEMMs), at D128 and
+  D256, kernel-only (inputs quantized once, outside the timed calls).
 
     python3 docs/gpu/variants_probe.py [--rounds 2] [--json FILE]
 TFLOP/s by CUDA graph (``do_bench_cudagraph``: the kernels back to back, no host in the span)
@@ -24,17 +27,18 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from triton.testing import do_bench, do_bench_cudagraph
 
-from flashtune.kernels.attention import persistent_programs
+from flashtune.kernels.attention import persistent_programs, quantize_fp8
 from flashtune.kernels.gluon import GluonVariant, launch_gluon
 from flashtune.objectives.bench import make_inputs
 from flashtune.objectives.peers import tflops
-from flashtune.objectives.types import SUITE
+from flashtune.objectives.types import SUITE, Workload
 
 BY_NAME = {w.name: w for w in SUITE}
 
 
-def variant(bm, bn, groups=2, *, stages=2, persistent=False, zigzag=False, longest=False, ordered=False, poly=0):
-    extra = {"FP8": False}
+def variant(bm, bn, groups=2, *, stages=2, persistent=False, zigzag=False, longest=False, ordered=False, poly=0,
+            fp8=False):
+    extra = {"FP8": fp8}
     if zigzag:
         extra["ZIGZAG"] = True
     if poly:
@@ -43,7 +47,8 @@ def variant(bm, bn, groups=2, *, stages=2, persistent=False, zigzag=False, longe
                         longest_first=longest, persistent=persistent, extra=tuple(extra.items()))
 
 
-PLAN = {
+#: The first call's (2026-12-05, at 4b5e6c4's kernel): docs/results/variants-2026-12-05/call1.
+FIRST_CALL = {
     "b4_h32_n4096_d128_full_bfloat16": [
         variant(128, 128, persistent=True),
         variant(128, 128),
@@ -78,6 +83,15 @@ PLAN = {
 }
 
 
+#: fp8 kernel-only at bench_fp8's shapes (BENCHMARKS.md part F), V^T in FA3's key order (the op's P form).
+FP8_CALL = {
+    "2,32,8192,128": [variant(128, 128, fp8=True, ordered=o, poly=p) for o in (False, True) for p in (0, 2, 3, 4, 6)],
+    "2,16,8192,256": [variant(128, 128, fp8=True, ordered=True, poly=p) for p in (0, 2, 3, 4)],
+}
+#: What a call times (``--plan``).
+PLANS = {"first": FIRST_CALL, "fp8": FP8_CALL}
+
+
 def sdpa_call(q, k, v, causal, backend):
     """SDPA on ``backend``; grouped-query K/V expanded to the query heads once, outside the call
     (both backends take that form; bench_peers also times ``enable_gqa`` and keeps the faster)."""
@@ -101,16 +115,28 @@ def timed(workload, call):
     return graph, flushed
 
 
+def gluon_call(var, q, k, v, causal, scale, programs):
+    """The variant's launch on this workload's inputs (fp8: quantized here, once) and its output."""
+    out = torch.empty_like(q)
+    if dict(var.extra).get("FP8"):
+        q8, k8, vt, scales = quantize_fp8(q, k, v, v_order="fa3")
+        return (lambda: launch_gluon(q8, k8, vt, out, causal=causal, scale=scale, variant=var, programs=programs,
+                                     scales=scales)), out
+    return (lambda: launch_gluon(q, k, v, out, causal=causal, scale=scale, variant=var, programs=programs)), out
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--plan", action="append", choices=sorted(PLANS), help="what to time (default: every plan)")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
+    plan = {name: variants for key in (args.plan or PLANS) for name, variants in PLANS[key].items()}
     dev = torch.device("cuda")
     programs = persistent_programs(dev)
     rows = []
-    for name, variants in PLAN.items():
-        w = BY_NAME[name]
+    for name, variants in plan.items():
+        w = BY_NAME.get(name) or Workload.parse(name)
         q, k, v = make_inputs(w, seed=1234, dev=dev)
         scale = w.head_dim ** -0.5
         reference = sdpa_call(q, k, v, w.causal, SDPBackend.CUDNN_ATTENTION)().float()
@@ -118,21 +144,22 @@ def main():
                  "SDPA flash": sdpa_call(q, k, v, w.causal, SDPBackend.FLASH_ATTENTION)}
         checks = {}
         for var in variants:
-            out = torch.empty_like(q)
-            label = var.label() + (" 3 groups" if var.groups == 3 else "")
+            fp8 = bool(dict(var.extra).get("FP8"))
+            label = var.label() + (" 3 groups" if var.groups == 3 else "") + (" fp8" if fp8 else "")
             try:
-                launch_gluon(q, k, v, out, causal=w.causal, scale=scale, variant=var, programs=programs)
+                call, out = gluon_call(var, q, k, v, w.causal, scale, programs)
+                call()
                 torch.cuda.synchronize()
                 err = (out.float() - reference).abs().max().item()
             except Exception as exc:
                 print(f"{name} {label}: FAILED {type(exc).__name__}: {str(exc)[:200]}")
                 continue
             checks[label] = err
-            if not math.isfinite(err) or err > 0.03:
+            # bf16 against cuDNN: a few bf16 steps; fp8: its gate against float32 is 0.054-0.06.
+            if not math.isfinite(err) or err > (0.15 if fp8 else 0.03):
                 print(f"{name} {label}: WRONG, max |out - cuDNN| {err:.4f}; not timed")
                 continue
-            calls[label] = (lambda q=q, k=k, v=v, out=out, var=var: launch_gluon(
-                q, k, v, out, causal=w.causal, scale=scale, variant=var, programs=programs))
+            calls[label] = call
         readings = {label: [] for label in calls}
         for r in range(args.rounds):
             for label, call in calls.items():
@@ -142,13 +169,13 @@ def main():
         for label, rs in readings.items():
             rows.append({"workload": name, "label": label, "graph": [x[0] for x in rs], "flush": [x[1] for x in rs],
                          "max_err_vs_cudnn": checks.get(label)})
-        del q, k, v
+        del q, k, v, calls
         torch.cuda.empty_cache()
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)
     print("\nTFLOP/s, median of rounds: CUDA graph / flushed (x SDPA cuDNN's, by graph); max |out - cuDNN|")
-    for name in PLAN:
+    for name in plan:
         mine = [r for r in rows if r["workload"] == name]
         peer = {r["label"]: r for r in mine}.get("SDPA cuDNN")
         base = sorted(peer["graph"])[len(peer["graph"]) // 2] if peer else float("nan")
