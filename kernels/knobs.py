@@ -136,6 +136,9 @@ PREFILL_KNOBS: tuple[Knob, ...] = (
     # ping-pong); num_warps: a consumer group's warps; num_stages: the K/V ring's depth;
     # bf16/fp16 and fp8 (V^T tiles); a tiles or a persistent grid (fp8: tiles only), whose causal
     # longest_first order goes head by head, each head's longest tile first).
+    # ``gluon_pingpong_poly``: the free-running ping-pong with 2 of every 16 of P's exponentials
+    # on the FMA pipe (a Cody-Waite split and FA4's degree-3 polynomial; the rest on MUFU):
+    # where a block's exp2s on MUFU take as long as its GEMMs (head_dim 64; fp8 at 128).
     # The variants: ``forward`` (kernels/_flash_fwd.py), ``lean``, ``oneloop``, ``gluon`` (the
     # launchers' table in kernels/attention.py and kernels/lean.py).
     Knob.choice("loads", {
@@ -149,6 +152,7 @@ PREFILL_KNOBS: tuple[Knob, ...] = (
         "gluon_ws": sets("gluon", NUM_GROUPS=1, ORDERED=False),
         "gluon_pingpong": sets("gluon", NUM_GROUPS=2, ORDERED=False),
         "gluon_pingpong_ordered": sets("gluon", NUM_GROUPS=2, ORDERED=True),
+        "gluon_pingpong_poly": sets("gluon", NUM_GROUPS=2, ORDERED=False, EXP2_POLY=2),
     }, implied="pointer"),
     # e4m3 Q, K, V with per-tensor scales (Hopper, Ada); checked against its own budget.
     # The launcher quantizes the inputs when the constexpr is on.

@@ -34,10 +34,11 @@ pytestmark = [
 
 def configs(head_dim: int) -> list[Config]:
     """fp8 ping-pong at the compiled tiles (tests/kernels/test_gluon_declarations.py): free-running
-    and ordered at the wide tile, the narrow tile, and one consumer group."""
+    and ordered at the wide tile, the narrow tile, one consumer group, and the wide tile with 2 of
+    16 exp2s of P by the polynomial (shifted by log2 448 before it)."""
     wide = 128 if head_dim <= 128 else 64
     tiles = [(128, wide, "gluon_pingpong"), (128, wide, "gluon_pingpong_ordered"), (128, wide // 2, "gluon_pingpong"),
-             (64, wide, "gluon_ws")]
+             (64, wide, "gluon_ws"), (128, wide, "gluon_pingpong_poly")]
     return [validate_config(dict(BLOCK_M=bm, BLOCK_N=bn, num_warps=4, num_stages=2, loads=loads, use_fp8=True))
             for bm, bn, loads in tiles]
 

@@ -5,7 +5,8 @@ fp16 against the float32 reference at head dims 64, 128 and 256, ragged lengths 
 bottom-right, grouped-query heads (32 query heads on 8 K/V heads) and strided inputs; the
 tiles grid and the persistent one, also in its zigzag order (``grid="persistent_zigzag"``, also
 with three programs for many tiles); the ping-pong free-running and ordered; the kernel's
-share of P's exp2 as a polynomial (``EXP2_POLY``, a launcher-level variant, not in the space).
+share of P's exp2 as a polynomial (``EXP2_POLY``: every share; the space's ``gluon_pingpong_poly``
+takes 2 of 16).
 
 The interpreter runs no Gluon, so these are the kernel's only numerics; the CPU checks its
 declarations and its sm90 compile (tests/kernels/test_gluon_declarations.py). fp8:
@@ -147,6 +148,15 @@ def test_ordered_pingpong_matches_the_float32_reference(case, hardware, precompi
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"d{c[0]}-{'causal' if c[1] else 'full'}-{c[2]}x{c[3]}"
                                                      f"-{c[4]}x{c[5]}-{c[6]}")
+def test_polynomial_pingpong_matches_the_float32_reference(case, hardware, precompiled):
+    # The space's gluon_pingpong_poly: 2 of 16 exp2s of P on the FMA pipe (none where a causal
+    # row sees no key: those cases run it on MUFU alone), at every tile and grid of the others.
+    precompiled("gluon_pingpong_poly")
+    assert _check_all(_workload(case), hardware, pingpong="gluon_pingpong_poly") == len(configs(case[0]))
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"d{c[0]}-{'causal' if c[1] else 'full'}-{c[2]}x{c[3]}"
+                                                     f"-{c[4]}x{c[5]}-{c[6]}")
 def test_zigzag_persistent_grid_matches_the_float32_reference(case, hardware, precompiled):
     # The odd rounds of tiles in reverse: every tile once, whatever the programs and tiles.
     precompiled("zigzag")
@@ -157,8 +167,8 @@ def test_zigzag_persistent_grid_matches_the_float32_reference(case, hardware, pr
                          ids=["d64-causal-gqa", "d128-full-ragged-keys"])
 @pytest.mark.parametrize("poly", [1, 3, 8, 16])
 def test_every_share_of_the_polynomial_matches_the_reference(poly, case):
-    # The kernel's EXP2_POLY (not in the space: slower where timed, BENCHMARKS.md), none to all
-    # 16 of 16 exp2s of P by the polynomial, masked keys (-inf) among them.
+    # The kernel's EXP2_POLY (the space's gluon_pingpong_poly takes 2), one to all 16 of 16
+    # exp2s of P by the polynomial, masked keys (-inf) among them.
     from flashtune.kernels.gluon import gluon_variant_for, launch_gluon
 
     w = _workload(case)
@@ -184,7 +194,7 @@ def test_strided_inputs(hardware):
 @pytest.mark.parametrize("case", [(128, True, 32, 8, 1000, 1000, "bfloat16"), (64, False, 16, 4, 1000, 333, "float16"),
                                   (128, True, 8, 8, 333, 1000, "float16")],
                          ids=["d128-causal-gqa", "d64-full-ragged-keys", "d128-causal-short-queries"])
-@pytest.mark.parametrize("loads", ["gluon_pingpong", "gluon_pingpong_ordered", "gluon_ws"])
+@pytest.mark.parametrize("loads", ["gluon_pingpong", "gluon_pingpong_ordered", "gluon_ws", "gluon_pingpong_poly"])
 @pytest.mark.parametrize("grid", ["persistent", "persistent_zigzag"])
 def test_persistent_programs_loop_over_many_tiles(case, loads, grid, hardware):
     # Three programs for 64-512 tiles: the K/V ring's phases, Q's two buffers and the

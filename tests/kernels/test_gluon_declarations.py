@@ -215,6 +215,9 @@ CASES = [
     ("4,32,4096,128,causal", {**PINGPONG, "grid": "persistent_zigzag", "tile_order": "longest_first"}),
     ("4,32,4096,128,causal", {**PINGPONG, "loads": "gluon_pingpong_ordered", "grid": "persistent_zigzag"}),
     ("2,32/8,1000,128,causal", {**PINGPONG, "grid": "persistent_zigzag", "tile_order": "longest_first"}),
+    # The polynomial share of exp2 (gluon_pingpong_poly): D64 full persistent, fp8 at D128.
+    ("16,16,1024,64", {**PINGPONG, "loads": "gluon_pingpong_poly", "grid": "persistent"}),
+    ("2,32,8192,128", {**FP8, "loads": "gluon_pingpong_poly"}),
 ]
 
 @pytest.mark.slow

@@ -11,14 +11,14 @@ from flashtune.kernels.space import DECODE_TUNABLES, IMPLIED, KERNEL_TUNABLES, T
 
 # The literal tables as they stood before the declarations (commit b281700), with the values
 # added since last in their knob (loads: the Gluon kernel's three, 2026-12-02; grid: its
-# persistent_zigzag, 2026-12-03).
+# persistent_zigzag, 2026-12-03; loads: the ping-pong with a polynomial share of exp2, 2026-12-05).
 _PREFILL_BEFORE = {
     "BLOCK_M": (32, 64, 128, 256),
     "BLOCK_N": (32, 64, 128),
     "num_warps": (4, 8),
     "num_stages": (1, 2, 3, 4, 5),
     "loads": ("pointer", "tma", "tma_ws", "lean", "lean_ws", "lean_overlap", "lean_ws_oneloop", "gluon_ws",
-              "gluon_pingpong", "gluon_pingpong_ordered"),
+              "gluon_pingpong", "gluon_pingpong_ordered", "gluon_pingpong_poly"),
     "use_fp8": (False, True),
     "grid": ("tiles", "persistent", "persistent_zigzag"),
     "tile_order": ("head_major", "longest_first"),
@@ -60,7 +60,7 @@ def test_derived_tables_are_read_only():
 
 def test_enumeration_is_unchanged():
     before = list(all_configs(_PREFILL_BEFORE))
-    assert list(all_configs()) == before and len(before) == 4 * 3 * 2 * 5 * 10 * 2 * 3 * 2
+    assert list(all_configs()) == before and len(before) == 4 * 3 * 2 * 5 * 11 * 2 * 3 * 2
     assert list(all_configs(DECODE_TUNABLES)) == list(all_configs(_DECODE_BEFORE))
 
 
@@ -111,4 +111,4 @@ def test_lean_loads_are_read_from_the_loads_declaration():
 
     # The literals they were (commits 117b5b4 and the Gluon kernel's).
     assert LEAN_LOADS == ("lean", "lean_ws", "lean_overlap", "lean_ws_oneloop", *GLUON_LOADS)
-    assert GLUON_LOADS == ("gluon_ws", "gluon_pingpong", "gluon_pingpong_ordered")
+    assert GLUON_LOADS == ("gluon_ws", "gluon_pingpong", "gluon_pingpong_ordered", "gluon_pingpong_poly")
