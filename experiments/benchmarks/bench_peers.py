@@ -5,6 +5,11 @@ takes the top configs of a recorded sweep table, then times them and the peers
 interleaved (A B C A B C ...), so that all figures of a row come from the same minutes
 of the same card; ratios are what to compare (docs/reference.md). Prints a Markdown table.
 
+With ``--process-per-workload`` each workload is timed in a fresh process of its own (this
+script with ``--only`` it), as the main job times one: in one process timing all seven suite
+workloads, SDPA cuDNN read D128 full at 561-604 TFLOP/s where processes timing that workload
+alone read 597-616, the Gluon kernel beside it unmoved (BENCHMARKS.md, 2026-12-05).
+
     python -m flashtune.experiments.benchmarks.bench_peers --tables sweeps --rounds 5 --json peers.json
 """
 
@@ -13,6 +18,9 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 
 import torch
@@ -28,6 +36,8 @@ from flashtune.objectives.precompile import CompilePool
 from flashtune.objectives.replay import load_table
 from flashtune.objectives.types import SUITE, Workload
 
+#: This script, as ``python -m`` runs it (``--process-per-workload`` runs it again per workload).
+_MODULE = "flashtune.experiments.benchmarks.bench_peers"
 #: The peers (objectives.peers.PEERS) under the keys this script's JSON has always used.
 _PEER_KEYS = {"sdpa_cudnn": "SDPA cuDNN", "sdpa_flash": "SDPA flash"}
 
@@ -105,7 +115,8 @@ def _best(result: dict[str, float], label: str, group: list) -> tuple[float, dic
     return result[best], group[int(best.split("#")[1])].to_dict()
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
+    """The command line (one place: a child of ``--process-per-workload`` parses what the parent wrote)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tables", type=Path, action="append", required=True,
                         help="folder of recorded sweep tables (repeatable: rows of one workload are merged)")
@@ -116,31 +127,69 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--also", type=json.loads, action="append", default=[], metavar="CONFIG_JSON",
                         help="a config (JSON, implied knobs filled in) to time on every workload it fits beside "
                              "the recorded bests (repeatable: new variants not in the tables)")
-    args = parser.parse_args(argv)
+    parser.add_argument("--process-per-workload", action="store_true",
+                        help="time each workload in a fresh process of its own (this script with --only it)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
     also = [validate_config(c) for c in args.also]
+    tables = {w: [d / f"{w.name}.jsonl" for d in args.tables if (d / f"{w.name}.jsonl").exists()]
+              for w in SUITE if not args.only or w.name in args.only}
+    for workload in [w for w, found in tables.items() if not found]:
+        print(f"skip {workload.name}: no table")
+        del tables[workload]
+    if args.process_per_workload:
+        # Nothing of CUDA in this process: each child has the GPU to itself.
+        results = [_time_in_own_process(args, workload) for workload in tables]
+    else:
+        results = _time_here(_plan(tables, args.top, also), args.rounds)
+    _report(results, also, args.json)
+    return 0
+
+
+def _plan(tables: dict[Workload, list[Path]], top: int, also: list) -> dict[Workload, dict[str, list]]:
+    """Each workload's configs to time: its ``top`` recorded bests in 16 bits and in fp8, and the
+    ``also`` configs that fit it."""
     hardware = HardwareSpec.from_device()
     plan: dict[Workload, dict[str, list]] = {}
-    for workload in SUITE:
-        if args.only and workload.name not in args.only:
-            continue
-        tables = [d / f"{workload.name}.jsonl" for d in args.tables if (d / f"{workload.name}.jsonl").exists()]
-        if not tables:
-            print(f"skip {workload.name}: no table")
-            continue
-        rows = [m for t in tables for m in load_table(t)]
+    for workload, paths in tables.items():
+        rows = [m for t in paths for m in load_table(t)]
         ok = sorted((m for m in rows if m.ok), key=lambda m: m.median_ms)
         configs = [validate_config(m.config) for m in ok]  # older tables omit knobs added since
         new = [c for c in also if check(c, workload, hardware).feasible]
         plan[workload] = {
-            "bf16": [c for c in configs if not c["use_fp8"]][: args.top],
-            "fp8": [c for c in configs if c["use_fp8"]][: args.top],
+            "bf16": [c for c in configs if not c["use_fp8"]][:top],
+            "fp8": [c for c in configs if c["use_fp8"]][:top],
             "new": [c for c in new if not c["use_fp8"]],
             "new_fp8": [c for c in new if c["use_fp8"]],
         }
+    return plan
+
+
+def child_argv(args: argparse.Namespace, workload: Workload, json_path: Path) -> list[str]:
+    """This script's arguments that time ``workload`` alone into ``json_path`` (``args`` parsed here)."""
+    argv = [arg for table in args.tables for arg in ("--tables", str(table))]
+    argv += ["--top", str(args.top), "--rounds", str(args.rounds), "--only", workload.name, "--json", str(json_path)]
+    return argv + [arg for config in args.also for arg in ("--also", json.dumps(config))]
+
+
+def _time_in_own_process(args: argparse.Namespace, workload: Workload) -> dict:
+    """``workload``'s row, timed by a fresh process of this script (its output passed through)."""
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "row.json"
+        subprocess.run([sys.executable, "-m", _MODULE, *child_argv(args, workload, path)], check=True)
+        (row,) = json.loads(path.read_text())
+    return row
+
+
+def _time_here(plan: dict[Workload, dict[str, list]], rounds: int) -> list[dict]:
+    """Every workload's row, timed in this process."""
     _precompile(plan)
     results = []
     for workload, groups in plan.items():
-        result, forms = bench_workload(workload, groups, args.rounds)
+        result, forms = bench_workload(workload, groups, rounds)
         recorded, recorded_config = _best(result, "bf16", groups["bf16"])
         newest, new_config = _best(result, "new", groups["new"])
         ours, config = max((recorded, recorded_config), (newest, new_config), key=lambda t: t[0])
@@ -152,6 +201,11 @@ def main(argv: list[str] | None = None) -> int:
                         "new_best": newest, "new_config": new_config,
                         "new_each": {json.dumps(c.to_dict()): result[f"{label}#{i}"]
                                      for label in ("new", "new_fp8") for i, c in enumerate(groups[label])}})
+    return results
+
+
+def _report(results: list[dict], also: list, json_path: Path | None) -> None:
+    """The Markdown tables of the rows, and the JSON file."""
     print(f"\n{torch.cuda.get_device_name()} | torch {torch.__version__}")
     print("| workload | flashtune TFLOP/s | SDPA cuDNN | SDPA flash | vs cuDNN | vs flash | best config | fp8 | fp8 / bf16 |")
     print("|---|---|---|---|---|---|---|---|---|")
@@ -178,9 +232,8 @@ def main(argv: list[str] | None = None) -> int:
             vs = [r[key] / r["sdpa_cudnn"] for r in results if r["sdpa_cudnn"] and r[key]]
             if vs:
                 print(f"geometric mean vs cuDNN, {key.replace('_', ' ')}: {_geomean(vs):.3f}x")
-    if args.json:
-        args.json.write_text(json.dumps(results, indent=2) + "\n")
-    return 0
+    if json_path:
+        json_path.write_text(json.dumps(results, indent=2) + "\n")
 
 
 if __name__ == "__main__":
