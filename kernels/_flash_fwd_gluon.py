@@ -689,28 +689,6 @@ def gluon_attention_kernel(
                          M_TILE, BLOCK_N, NUM_STAGES, NUM_GROUPS, IS_CAUSAL, LONGEST_FIRST, PERSISTENT, Q_BUFS,
                          HEAD_DIM, FP8)),
         ], [num_warps, 1], [CONSUMER_REGS, PRODUCER_REGS])
-    elif NUM_GROUPS == 3:
-        gl.warp_specialize([
-            (_consumer_partition, (0, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready, v_empty, turns,
-                                 o_desc, Out, Scales, first, step, flip, n_tiles, n_m, n_bh, q_heads, kv_heads, q_len, kv_len,
-                                 qk_scale, HEAD_DIM, M_TILE, BLOCK_N, NUM_STAGES, NUM_GROUPS, IS_CAUSAL,
-                                 LONGEST_FIRST, PERSISTENT, Q_BUFS, MASK, EMPTY_ROWS, EVEN_M, ORDERED, FP8, FP8_P,
-                                 EXP2_POLY, num_warps)),
-            (_consumer_partition, (1, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready, v_empty, turns,
-                                o_desc, Out, Scales, first, step, flip, n_tiles, n_m, n_bh, q_heads, kv_heads, q_len, kv_len,
-                                qk_scale, HEAD_DIM, M_TILE, BLOCK_N, NUM_STAGES, NUM_GROUPS, IS_CAUSAL,
-                                LONGEST_FIRST, PERSISTENT, Q_BUFS, MASK, EMPTY_ROWS, EVEN_M, ORDERED, FP8, FP8_P,
-                                 EXP2_POLY, num_warps)),
-            (_consumer_partition, (2, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready, v_empty, turns,
-                                o_desc, Out, Scales, first, step, flip, n_tiles, n_m, n_bh, q_heads, kv_heads, q_len, kv_len,
-                                qk_scale, HEAD_DIM, M_TILE, BLOCK_N, NUM_STAGES, NUM_GROUPS, IS_CAUSAL,
-                                LONGEST_FIRST, PERSISTENT, Q_BUFS, MASK, EMPTY_ROWS, EVEN_M, ORDERED, FP8, FP8_P,
-                                 EXP2_POLY, num_warps)),
-            (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready,
-                         v_empty, first, step, flip, n_tiles, n_m, n_bh, q_heads, kv_heads, q_len, kv_len,
-                         M_TILE, BLOCK_N, NUM_STAGES, NUM_GROUPS, IS_CAUSAL, LONGEST_FIRST, PERSISTENT, Q_BUFS,
-                         HEAD_DIM, FP8)),
-        ], [num_warps, num_warps, 1], [CONSUMER_REGS, CONSUMER_REGS, PRODUCER_REGS])
     else:
         gl.warp_specialize([
             (_consumer_partition, (0, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready, v_empty, turns,

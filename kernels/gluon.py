@@ -34,11 +34,11 @@ from flashtune.kernels.launch_support import LOG2_E, LengthTwins, binding_enable
 #: register file goes to the consumers. A worker partition's count must be a multiple of
 #: 8 in [24, 256] (setmaxnreg).
 PRODUCER_REGS = 24
-#: Registers a thread of a consumer worker partition asks for, by consumer groups: with two
-#: consumer warpgroups, one producer warp and 64K registers an SM, 2 x 128 x 240 + 32 x 24 fit;
-#: with three, FA3's split (3 x 128 x 160 + 128 x 24 with the producer's group padded to four
-#: warps; the default partition gets what is left: 168). One group has no worker consumer.
-CONSUMER_REGS = {1: 240, 2: 240, 3: 160}
+#: Registers a thread of a consumer worker partition asks for: with two consumer
+#: warpgroups, one producer warp and 64K registers an SM, 2 x 128 x 240 + 32 x 24 fit.
+#: (Three consumer groups at 160, FA3's split at head_dim 64, ran slower on every suite
+#: workload: BENCHMARKS.md, 2026-12-05.)
+CONSUMER_REGS = 240
 
 
 #: How an fp8 variant's P reaches the PV product (the kernel's ``FP8_P``; 16-bit variants
@@ -82,8 +82,8 @@ class GluonVariant:
     options: tuple[tuple[str, Value], ...] = ()
 
     def __post_init__(self) -> None:
-        if self.groups not in (1, 2, 3):
-            raise ValueError(f"groups must be 1, 2 or 3, got {self.groups}")
+        if self.groups not in (1, 2):
+            raise ValueError(f"groups must be 1 or 2, got {self.groups}")
         if self.ordered and self.groups != 2:
             raise ValueError("ordered turns need two consumer groups")
         if self.BLOCK_M % self.groups or self.m_tile < 16 * self.num_warps:
@@ -183,7 +183,7 @@ def launch_options(variant: GluonVariant, *, head_dim: int, causal: bool, q_len:
         HEAD_DIM=head_dim, M_TILE=variant.m_tile, BLOCK_N=variant.BLOCK_N, NUM_STAGES=variant.num_stages,
         NUM_GROUPS=variant.groups, ORDERED=variant.ordered, IS_CAUSAL=causal,
         LONGEST_FIRST=causal and variant.longest_first, PERSISTENT=variant.persistent, MASK=causal or kv_len % variant.BLOCK_N != 0,
-        EMPTY_ROWS=causal and q_len > kv_len, EVEN_M=q_len % variant.BLOCK_M == 0, CONSUMER_REGS=CONSUMER_REGS[variant.groups],
+        EMPTY_ROWS=causal and q_len > kv_len, EVEN_M=q_len % variant.BLOCK_M == 0, CONSUMER_REGS=CONSUMER_REGS,
         PRODUCER_REGS=PRODUCER_REGS, FP8_P=fp8_p, num_warps=variant.num_warps, **dict(variant.extra), **dict(variant.options),
     )
 
