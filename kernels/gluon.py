@@ -37,7 +37,7 @@ PRODUCER_REGS = 24
 #: Registers a thread of a consumer worker partition asks for: with two consumer
 #: warpgroups, one producer warp and 64K registers an SM, 2 x 128 x 240 + 32 x 24 fit.
 #: (Three consumer groups at 160, FA3's split at head_dim 64, ran slower on every suite
-#: workload: BENCHMARKS.md, 2026-12-05.)
+#: workload: BENCHMARKS.md, 2026-12-04b.)
 CONSUMER_REGS = 240
 
 

@@ -1,4 +1,4 @@
-"""Issue 20 (2026-12-05): Gluon kernel variants outside the declared space, timed beside SDPA
+"""Issue 20 (2026-12-04b): Gluon kernel variants outside the declared space, timed beside SDPA
 cuDNN and flash in the same rounds, each checked against SDPA's output first.
 
 What is asked (the kernel as of this commit):
@@ -47,9 +47,9 @@ def variant(bm, bn, groups=2, *, stages=2, persistent=False, zigzag=False, longe
                         longest_first=longest, persistent=persistent, extra=tuple(extra.items()))
 
 
-#: The first call's (2026-12-05; raw docs/results/variants-2026-12-05/call1). It ran at 03a9e1e, whose
+#: The first call's (2026-12-04b; raw docs/results/variants-2026-12-04b/call1). It ran at 03a9e1e, whose
 #: kernel had three consumer groups (``groups=3``, 192x64 below); they were slower everywhere and
-#: left the kernel (docs/results/variants-2026-12-05/three-groups.patch puts them back), so
+#: left the kernel (docs/results/variants-2026-12-04b/three-groups.patch puts them back), so
 #: their rows are commented out here.
 FIRST_CALL = {
     "b4_h32_n4096_d128_full_bfloat16": [

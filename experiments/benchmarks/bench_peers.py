@@ -8,7 +8,7 @@ of the same card; ratios are what to compare (docs/reference.md). Prints a Markd
 With ``--process-per-workload`` each workload is timed in a fresh process of its own (this
 script with ``--only`` it), as the main job times one: in one process timing all seven suite
 workloads, SDPA cuDNN read D128 full at 561-604 TFLOP/s where processes timing that workload
-alone read 597-616, the Gluon kernel beside it unmoved (BENCHMARKS.md, 2026-12-05).
+alone read 597-616, the Gluon kernel beside it unmoved (BENCHMARKS.md, 2026-12-04b).
 
     python -m flashtune.experiments.benchmarks.bench_peers --tables sweeps --rounds 5 --json peers.json
 """

@@ -11,7 +11,7 @@ from flashtune.kernels.space import DECODE_TUNABLES, IMPLIED, KERNEL_TUNABLES, T
 
 # The literal tables as they stood before the declarations (commit b281700), with the values
 # added since last in their knob (loads: the Gluon kernel's three, 2026-12-02; grid: its
-# persistent_zigzag, 2026-12-03; loads: the ping-pong with a polynomial share of exp2, 2026-12-05).
+# persistent_zigzag, 2026-12-03; loads: the ping-pong with a polynomial share of exp2, 2026-12-04b).
 _PREFILL_BEFORE = {
     "BLOCK_M": (32, 64, 128, 256),
     "BLOCK_N": (32, 64, 128),

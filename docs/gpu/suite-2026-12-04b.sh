@@ -3,7 +3,7 @@
 # (bench_peers --process-per-workload), the peers (SDPA cuDNN and flash, as users call them)
 # beside the recorded best of every H200 table and the Gluon kernel's grids, plain and with the
 # polynomial share of exp2 (loads=gluon_pingpong_poly), about 4-5 minutes:
-#   bash docs/gpu/suite-2026-12-05.sh      (with the jsonschema wheels carried in .whl)
+#   bash docs/gpu/suite-2026-12-04b.sh      (with the jsonschema wheels carried in .whl)
 # Extra configs: ALSO_JSON, one config JSON a line, timed beside these.
 # Back in $OUT: suite.log, suite.json.
 source "$(dirname "$0")/setup.sh" suite.log

@@ -3,7 +3,7 @@
 # fresh process makes (609-616, docs/gpu/cudnn_spread.py)? bench_peers on that workload alone:
 # twice with the suite's configs beside it (13 functions a round), once with the recorded best
 # only (4), then the small probe again. About 3 minutes; carry .whl.
-#   bash docs/gpu/cudnn-spread-2026-12-05.sh
+#   bash docs/gpu/cudnn-spread-2026-12-04b.sh
 source "$(dirname "$0")/setup.sh" spread2.log
 export FLASHTUNE_STORE="$OUT/empty_store.json"
 cfg() { echo "{\"loads\": \"$5\", \"BLOCK_M\": 128, \"BLOCK_N\": $1, \"num_warps\": 4, \"num_stages\": $2, \"grid\": \"$3\", \"tile_order\": \"$4\"}"; }

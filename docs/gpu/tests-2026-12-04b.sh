@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The session's closing GPU check of the Gluon kernel at HEAD (the unified consumer partition, the
 # polynomial share for fp8, loads=gluon_pingpong_poly), about 5 minutes:
-#   bash docs/gpu/tests-2026-12-05.sh      (with the jsonschema wheels carried in .whl)
+#   bash docs/gpu/tests-2026-12-04b.sh      (with the jsonschema wheels carried in .whl)
 # GPU tests: serving (the bound launch, the empty store's Hopper default), the Gluon kernel's
 # 16-bit file and its fp8 file, whole. Back in $OUT: tests.log, *.xml.
 source "$(dirname "$0")/setup.sh" tests.log

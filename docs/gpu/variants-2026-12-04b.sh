@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 20: Gluon variants outside the declared space beside SDPA cuDNN and flash, one call
 # (docs/gpu/variants_probe.py says what is asked), with the jsonschema wheels carried in .whl:
-#   bash docs/gpu/variants-2026-12-05.sh
+#   bash docs/gpu/variants-2026-12-04b.sh
 # Back in $OUT: variants.log, variants.json.
 source "$(dirname "$0")/setup.sh" variants.log
 date +%T

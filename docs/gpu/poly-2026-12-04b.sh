@@ -5,8 +5,8 @@
 #   2. bench_fp8: fp8 kernel-only at D128 and D256, the ping-pong with and without the
 #      polynomial beside the ordered one, 4 interleaved rounds;
 #   3. then, in its own process, the suite with the polynomial's grids beside the others:
-#      ALSO_JSON="$(bash docs/gpu/poly-2026-12-05.sh --also)" bash docs/gpu/suite-2026-12-04.sh
-# Run as: bash docs/gpu/poly-2026-12-05.sh && ALSO_JSON="$(bash docs/gpu/poly-2026-12-05.sh --also)" \
+#      ALSO_JSON="$(bash docs/gpu/poly-2026-12-04b.sh --also)" bash docs/gpu/suite-2026-12-04.sh
+# Run as: bash docs/gpu/poly-2026-12-04b.sh && ALSO_JSON="$(bash docs/gpu/poly-2026-12-04b.sh --also)" \
 #   bash docs/gpu/suite-2026-12-04.sh        (with the jsonschema wheels carried in .whl)
 # Back in $OUT: poly.log, gpu_tests*.log/.xml, fp8.log/.json (and the suite's suite.log/.json).
 poly() { echo "{\"loads\": \"gluon_pingpong_poly\", \"BLOCK_M\": 128, \"BLOCK_N\": $1, \"num_warps\": 4, \"num_stages\": 2, \"grid\": \"$2\", \"tile_order\": \"$3\"}"; }
