@@ -1,5 +1,5 @@
 """Does SDPA cuDNN's reading at D128 full (4 x 32 heads x 4096, bf16) move between processes?
-On 2026-12-04/05 bench_peers read it at 604, 561 and 573 TFLOP/s in three suite processes while
+On 2026-12-04 (two sessions) bench_peers read it at 604, 561 and 573 TFLOP/s in three suite processes while
 the Gluon kernel beside it read 632, 622 and 635. One fresh process a run: cuDNN and flash as
 bench_peers times them (objectives.peers, 3 interleaved rounds of do_bench with the L2
 flushed), with ``--after-ours`` the Gluon persistent 128x128 first (what bench_peers' process
