@@ -71,8 +71,9 @@ def _export(stores: dict[str, str], out: Path, *sources_: str, extra: tuple[str,
                  *extra, *sources_])
 
 
-def _check_holds_best(path: Path, trials, h200) -> None:
-    best = _best(trials)
+def _check_holds_best(path: Path, measured, h200) -> None:
+    """The file holds the fastest of ``measured`` (16-bit) for WORKLOAD, as the runtime reads it."""
+    best = _best(measured)
     (entry,) = _entries(path)
     assert entry.bucket == Bucket.of(WORKLOAD) and entry.config == best.config
     assert entry.median_ms == pytest.approx(best.median_ms)
@@ -88,7 +89,9 @@ def test_export_from_mlflow_run_and_optuna_study(studies, tmp_path, h200, capsys
     by_run = tmp_path / "run.json"
     assert _export(stores, by_run, f"mlflow:{run_id}") == 0
     out = capsys.readouterr().out
-    _check_holds_best(by_run, trials, h200)
+    # From MLflow the study's measured runtime default competes too: export keeps it where none
+    # of the 8 random trials beat it (which ones they are depends on the space's size).
+    _check_holds_best(by_run, list(trials) + default_measurements(stores["tracking_uri"], "mlflow", run_id), h200)
     assert f"mlflow:{run_id}: 8 measurement(s)" in out
     assert Bucket.of(WORKLOAD).name in out and f"to {by_run}" in out and "exported 1 of 1 entries (1 GPU(s))" in out
 
