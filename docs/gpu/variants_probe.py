@@ -24,13 +24,13 @@ import json
 import math
 
 import torch
-from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.nn.attention import SDPBackend
 from triton.testing import do_bench, do_bench_cudagraph
 
 from flashtune.kernels.attention import persistent_programs, quantize_fp8
 from flashtune.kernels.gluon import GluonVariant, launch_gluon
 from flashtune.objectives.bench import make_inputs
-from flashtune.objectives.peers import tflops
+from flashtune.objectives.peers import sdpa_call, tflops
 from flashtune.objectives.types import SUITE, Workload
 
 BY_NAME = {w.name: w for w in SUITE}
@@ -95,19 +95,6 @@ FP8_CALL = {
 PLANS = {"first": FIRST_CALL, "fp8": FP8_CALL}
 
 
-def sdpa_call(q, k, v, causal, backend):
-    """SDPA on ``backend``; grouped-query K/V expanded to the query heads once, outside the call
-    (both backends take that form; bench_peers also times ``enable_gqa`` and keeps the faster)."""
-    group = q.shape[1] // k.shape[1]
-    if group > 1:
-        k, v = (t.repeat_interleave(group, dim=1) for t in (k, v))
-
-    def call():
-        with sdpa_kernel(backend):
-            return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
-    return call
-
-
 def timed(workload, call):
     try:
         graph = tflops(workload, do_bench_cudagraph(call, rep=100))
@@ -142,13 +129,14 @@ def main():
         w = BY_NAME.get(name) or Workload.parse(name)
         q, k, v = make_inputs(w, seed=1234, dev=dev)
         scale = w.head_dim ** -0.5
-        reference = sdpa_call(q, k, v, w.causal, SDPBackend.CUDNN_ATTENTION)().float()
-        calls = {"SDPA cuDNN": sdpa_call(q, k, v, w.causal, SDPBackend.CUDNN_ATTENTION),
-                 "SDPA flash": sdpa_call(q, k, v, w.causal, SDPBackend.FLASH_ATTENTION)}
+        # The peers as bench_peers calls them, grouped-query K/V expanded once outside the call.
+        calls = {"SDPA cuDNN": sdpa_call(SDPBackend.CUDNN_ATTENTION, q, k, v, w.causal),
+                 "SDPA flash": sdpa_call(SDPBackend.FLASH_ATTENTION, q, k, v, w.causal)}
+        reference = calls["SDPA cuDNN"]().float()
         checks = {}
         for var in variants:
             fp8 = bool(dict(var.extra).get("FP8"))
-            label = var.label() + (" 3 groups" if var.groups == 3 else "") + (" fp8" if fp8 else "")
+            label = var.label() + (" fp8" if fp8 else "")
             try:
                 call, out = gluon_call(var, q, k, v, w.causal, scale, programs)
                 call()
