@@ -304,7 +304,7 @@ def _row_sum(p, rows: gl.constexpr):
 @gluon.jit
 def _scores(s, m_i, start_n, mask_from, limit, offs_n, qk_scale,
             MASK: gl.constexpr, EMPTY_ROWS: gl.constexpr, SHIFT: gl.constexpr, H2: gl.constexpr,
-            POLY: gl.constexpr):
+            POLY: gl.constexpr, TAU: gl.constexpr):
     """Block scores -> (P in fp32, the new row maxima, the rescale factor of what came before).
 
     P's weights are in [0, 1], with ``SHIFT`` (fp8) in [0, 448]: the shift is one subtraction a row,
@@ -314,12 +314,18 @@ def _scores(s, m_i, start_n, mask_from, limit, offs_n, qk_scale,
     (A weight that rounds a hair past 448 converts to 448: e4m3's conversion saturates.)
     ``POLY`` (``EXP2_POLY``): that many of every 16 exp2s of P on the FMA pipe (``_exp2_split``;
     fp8's shifted arguments are at most log2 448), none where a row may see no key, nor with ``H2``.
+    ``TAU`` (``LAZY_RESCALE``): a row keeps its maximum until a block's exceeds it by more than
+    ``TAU`` (log2 units), so P's weights reach 2^TAU and most blocks leave every maximum as it was.
     """
     if MASK:
         if start_n >= mask_from:
             # Keys past the row's diagonal (causal) or past kv_len (the next head's rows) get no weight.
             s = gl.where((start_n + offs_n)[None, :] < limit[:, None], s, float("-inf"))
-    m_new = gl.maximum(m_i, gl.max(s, 1) * qk_scale)
+    m_block = gl.max(s, 1) * qk_scale
+    if TAU > 0:
+        m_new = gl.where(m_block > m_i + TAU, m_block, m_i)
+    else:
+        m_new = gl.maximum(m_i, m_block)
     if EMPTY_ROWS:
         # A row that saw no key yet keeps m = -inf: subtract 0 so exp2 gives 0, not NaN.
         m_sub = gl.where(m_new == float("-inf"), 0.0, m_new)
@@ -337,6 +343,54 @@ def _scores(s, m_i, start_n, mask_from, limit, offs_n, qk_scale,
         p = gl.exp2(x)
     alpha = gl.exp2(m_i - m_sub)
     return p, m_new, alpha
+
+
+#: Accumulator registers ``_rescale_if_warp_moved`` multiplies behind one branch.
+_RESCALE_PACK = gl.constexpr(16)
+
+
+@triton.constexpr_function
+def _warp_moved_asm(rows):
+    """PTX: 1.0 in each of a thread's ``rows`` results when some row of its warp has a rescale
+    factor below 1 (a warp vote over every row the warp holds), else 0.0."""
+    lines = ["{", ".reg .pred p, q;", f"setp.lt.f32 p, ${rows}, 0f3F800000;"]
+    lines += [f"setp.lt.or.f32 p, ${rows + r}, 0f3F800000, p;" for r in range(1, rows)]
+    lines.append("vote.sync.any.pred q, p, -1;")
+    lines += [f"selp.f32 ${r}, 0f3F800000, 0f00000000, q;" for r in range(rows)]
+    return " ".join(lines + ["}"])
+
+
+@triton.constexpr_function
+def _rescale_asm(pack):
+    """PTX for ``pack`` accumulator values times their rows' rescale factors, skipped by a
+    warp-uniform branch when no row of the warp moved its maximum (operands: ``pack`` results,
+    then ``pack`` values, factors and warp flags)."""
+    out, val, fac, flag = (range(k * pack, (k + 1) * pack) for k in range(4))
+    lines = ["{", ".reg .pred q;", f"setp.ne.f32 q, ${flag[0]}, 0f00000000;"]
+    lines += [f"mov.b32 ${o}, ${v};" for o, v in zip(out, val)]
+    lines.append("@!q bra.uni SKIP;")
+    lines += [f"mul.f32 ${o}, ${v}, ${f};" for o, v, f in zip(out, val, fac)]
+    return " ".join(lines + ["SKIP:", "}"])
+
+
+@triton.constexpr_function
+def _constraints(outputs, inputs):
+    return ",".join(["=r"] * outputs + ["r"] * inputs)
+
+
+@gluon.jit
+def _rescale_if_warp_moved(acc, alpha, ROWS: gl.constexpr):
+    """``acc * alpha[:, None]``, each warp skipping the multiplies when none of its rows' factors
+    is below 1 (``LAZY_RESCALE``). A warp vote and branches in PTX: a branch the group took on a
+    reduction over its rows (shared memory and three barriers a block) ran 1-5 % slower on the
+    H200 (BENCHMARKS.md, 2026-12-04c). ``ROWS``: the rows a thread holds (its warp's flag
+    covers them all)."""
+    moved = gl.inline_asm_elementwise(_warp_moved_asm(ROWS), _constraints(ROWS, ROWS), [alpha], dtype=gl.float32,
+                                      is_pure=True, pack=ROWS)
+    factor = gl.broadcast(alpha[:, None], acc)[0]
+    flag = gl.broadcast(moved[:, None], acc)[0]
+    return gl.inline_asm_elementwise(_rescale_asm(_RESCALE_PACK), _constraints(_RESCALE_PACK, 3 * _RESCALE_PACK),
+                                     [acc, factor, flag], dtype=gl.float32, is_pure=True, pack=_RESCALE_PACK)
 
 
 @gluon.jit
@@ -406,7 +460,7 @@ def _consumer_tile(group, q_tile, q_ready, q_phase, q_prev_empty, has_prev, k_sm
                    qk_scale, HEAD_DIM: gl.constexpr, M_TILE: gl.constexpr, BLOCK_N: gl.constexpr,
                    NUM_STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, MASK: gl.constexpr, EMPTY_ROWS: gl.constexpr,
                    EVEN_M: gl.constexpr, ORDERED: gl.constexpr, PERSISTENT: gl.constexpr, FP8: gl.constexpr, FP8_P: gl.constexpr,
-                   EXP2_POLY: gl.constexpr, num_warps: gl.constexpr):
+                   EXP2_POLY: gl.constexpr, LAZY_RESCALE: gl.constexpr, num_warps: gl.constexpr):
     """One consumer warpgroup's rows [q_start + group * M_TILE, + M_TILE) of one tile of its
     (batch, head), whose row 0 is row ``head_row`` of the flat Q and O; the tile's blocks are
     the program's ``it``-th on, its turns (``ORDERED``) the group's ``turn``-th on.
@@ -427,6 +481,15 @@ def _consumer_tile(group, q_tile, q_ready, q_phase, q_prev_empty, has_prev, k_sm
     s_rows: gl.constexpr = gl.SliceLayout(1, s_layout)
     o_rows: gl.constexpr = gl.SliceLayout(1, o_layout)
 
+    # LAZY_RESCALE (FA4's conditional rescaling): a warp rescales its accumulator only in blocks
+    # where one of its rows moved its maximum; 16-bit P lets a row's maximum lag by 2^8 (P's
+    # weights stay within bf16 and fp16, so almost no block moves one), fp8's P none (its weights
+    # are stretched to e4m3's 448). What it saves is M_TILE x HEAD_DIM multiplies a block, against
+    # M_TILE x BLOCK_N exponentials: worth it at head_dim 256 only (kernels/gluon.py).
+    if LAZY_RESCALE and not FP8:
+        tau: gl.constexpr = 8.0
+    else:
+        tau: gl.constexpr = 0.0
     causal_offset = kv_len - q_len
     row0 = q_start + group * M_TILE  # first query row of the group in its head
     offs_m = row0 + gl.arange(0, M_TILE, layout=s_rows)
@@ -456,7 +519,7 @@ def _consumer_tile(group, q_tile, q_ready, q_phase, q_prev_empty, has_prev, k_sm
         m_i = gl.full([M_TILE], float("-inf"), gl.float32, layout=s_rows)
         p, m_i, alpha = _scores(s, m_i, 0, mask_from, limit, offs_n, qk_scale, MASK, EMPTY_ROWS,
                                     FP8 and FP8_P != "multiply", FP8 and FP8_P == "permuted_h2",
-                                    EXP2_POLY)
+                                    EXP2_POLY, tau)
         l_i = _row_sum(p, o_rows)
         _release_previous(q_prev_empty, has_prev, PERSISTENT)
         for j in range(1, n_blocks):
@@ -482,11 +545,14 @@ def _consumer_tile(group, q_tile, q_ready, q_phase, q_prev_empty, has_prev, k_sm
             mbarrier.arrive(k_empty.index(stage), count=1)
             p, m_i, alpha = _scores(s, m_i, j * BLOCK_N, mask_from, limit, offs_n, qk_scale, MASK, EMPTY_ROWS,
                                     FP8 and FP8_P != "multiply", FP8 and FP8_P == "permuted_h2",
-                                    EXP2_POLY)
+                                    EXP2_POLY, tau)
             acc = _pv_done(o_tok, p_op, FP8)
             mbarrier.arrive(v_empty.index(prev), count=1)
             alpha_o = gl.convert_layout(alpha, o_rows)
-            acc = acc * alpha_o[:, None]
+            if LAZY_RESCALE:
+                acc = _rescale_if_warp_moved(acc, alpha_o, 2 * M_TILE // (16 * num_warps))
+            else:
+                acc = acc * alpha_o[:, None]
             l_i = l_i * alpha_o + _row_sum(p, o_rows)
         last = (it + n_blocks - 1) % NUM_STAGES
         mbarrier.wait(v_ready.index(last), ((it + n_blocks - 1) // NUM_STAGES) & 1)
@@ -538,7 +604,7 @@ def _consumer(group, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty,
               NUM_GROUPS: gl.constexpr, IS_CAUSAL: gl.constexpr, LONGEST_FIRST: gl.constexpr,
               PERSISTENT: gl.constexpr, Q_BUFS: gl.constexpr, MASK: gl.constexpr, EMPTY_ROWS: gl.constexpr,
               EVEN_M: gl.constexpr, ORDERED: gl.constexpr, FP8: gl.constexpr, FP8_P: gl.constexpr,
-              EXP2_POLY: gl.constexpr, num_warps: gl.constexpr):
+              EXP2_POLY: gl.constexpr, LAZY_RESCALE: gl.constexpr, num_warps: gl.constexpr):
     """One consumer warpgroup over the program's tiles, in the producer's order."""
     if PERSISTENT:
         it = 0  # K/V blocks of the program's tiles so far (the ring's position)
@@ -555,7 +621,7 @@ def _consumer(group, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty,
                            k_ready, k_empty, v_ready, v_empty, turns, o_desc, Out, Scales, pid_zh, head_row, q_start,
                            q_len, kv_len, n_program, n_ordered, it, turn, qk_scale, HEAD_DIM, M_TILE, BLOCK_N,
                            NUM_STAGES, IS_CAUSAL, MASK, EMPTY_ROWS, EVEN_M, ORDERED, PERSISTENT, FP8, FP8_P, EXP2_POLY,
-                           num_warps)
+                           LAZY_RESCALE, num_warps)
             it += n_program
             # Each group takes a turn at every block but the first of those both read.
             turn += gl.maximum(n_ordered - 1, 0)
@@ -568,7 +634,7 @@ def _consumer(group, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty,
                        v_smem, k_ready, k_empty,
                        v_ready, v_empty, turns, o_desc, Out, Scales, pid_zh, head_row, q_start, q_len, kv_len,
                        n_program, n_ordered, 0, 0, qk_scale, HEAD_DIM, M_TILE, BLOCK_N, NUM_STAGES, IS_CAUSAL, MASK,
-                       EMPTY_ROWS, EVEN_M, ORDERED, PERSISTENT, FP8, FP8_P, EXP2_POLY, num_warps)
+                       EMPTY_ROWS, EVEN_M, ORDERED, PERSISTENT, FP8, FP8_P, EXP2_POLY, LAZY_RESCALE, num_warps)
 
 
 @gluon.jit
@@ -579,12 +645,12 @@ def _consumer_partition(GROUP: gl.constexpr, q_smem, k_smem, v_smem, q_ready, q_
                         IS_CAUSAL: gl.constexpr, LONGEST_FIRST: gl.constexpr, PERSISTENT: gl.constexpr,
                         Q_BUFS: gl.constexpr, MASK: gl.constexpr, EMPTY_ROWS: gl.constexpr, EVEN_M: gl.constexpr,
                         ORDERED: gl.constexpr, FP8: gl.constexpr, FP8_P: gl.constexpr, EXP2_POLY: gl.constexpr,
-                        CONSUMER_WARPS: gl.constexpr):
+                        LAZY_RESCALE: gl.constexpr, CONSUMER_WARPS: gl.constexpr):
     """Consumer group ``GROUP`` (0: the default partition; the others: worker partitions)."""
     _consumer(GROUP, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready, v_empty, turns, o_desc, Out,
               Scales, first, step, flip, n_tiles, n_m, n_bh, q_heads, kv_heads, q_len, kv_len, qk_scale,
               HEAD_DIM, M_TILE, BLOCK_N, NUM_STAGES, NUM_GROUPS, IS_CAUSAL, LONGEST_FIRST, PERSISTENT, Q_BUFS,
-              MASK, EMPTY_ROWS, EVEN_M, ORDERED, FP8, FP8_P, EXP2_POLY, CONSUMER_WARPS)
+              MASK, EMPTY_ROWS, EVEN_M, ORDERED, FP8, FP8_P, EXP2_POLY, LAZY_RESCALE, CONSUMER_WARPS)
 
 
 @gluon.jit
@@ -610,6 +676,7 @@ def gluon_attention_kernel(
     num_warps: gl.constexpr,
     EXP2_POLY: gl.constexpr = 0,
     ZIGZAG: gl.constexpr = False,
+    LAZY_RESCALE: gl.constexpr = False,
 ):
     """Grid: (query tiles of NUM_GROUPS * M_TILE rows, batch * q_heads), one program a tile;
     with ``PERSISTENT``, (programs,), program p taking tiles p, p + programs, ...
@@ -617,6 +684,7 @@ def gluon_attention_kernel(
     ``Scales``: fp8's per-tensor scales [q, k, v] (float32; read only with ``FP8``).
     ``FP8_P``: how fp8's P is formed (module docstring; read only with ``FP8``).
     ``ZIGZAG``: the persistent programs take the odd rounds of tiles in reverse (``_program_tile``).
+    ``LAZY_RESCALE``: a warp rescales its accumulator only where a row's maximum moved (``_consumer_tile``).
     ``EXP2_POLY``: of every 16 exponentials of 16-bit P, how many a polynomial on the FMA pipe
     computes (``_exp2_split``; ``loads="gluon_pingpong_poly"``), 0: all on MUFU.
     """
@@ -678,12 +746,12 @@ def gluon_attention_kernel(
                                    o_desc, Out, Scales, first, step, flip, n_tiles, n_m, n_bh, q_heads, kv_heads, q_len, kv_len,
                                    qk_scale, HEAD_DIM, M_TILE, BLOCK_N, NUM_STAGES, NUM_GROUPS, IS_CAUSAL,
                                    LONGEST_FIRST, PERSISTENT, Q_BUFS, MASK, EMPTY_ROWS, EVEN_M, ORDERED, FP8, FP8_P,
-                                   EXP2_POLY, num_warps)),
+                                   EXP2_POLY, LAZY_RESCALE, num_warps)),
             (_consumer_partition, (1, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready, v_empty, turns,
                                    o_desc, Out, Scales, first, step, flip, n_tiles, n_m, n_bh, q_heads, kv_heads, q_len, kv_len,
                                    qk_scale, HEAD_DIM, M_TILE, BLOCK_N, NUM_STAGES, NUM_GROUPS, IS_CAUSAL,
                                    LONGEST_FIRST, PERSISTENT, Q_BUFS, MASK, EMPTY_ROWS, EVEN_M, ORDERED, FP8, FP8_P,
-                                   EXP2_POLY, num_warps)),
+                                   EXP2_POLY, LAZY_RESCALE, num_warps)),
             (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready,
                          v_empty, first, step, flip, n_tiles, n_m, n_bh, q_heads, kv_heads, q_len, kv_len,
                          M_TILE, BLOCK_N, NUM_STAGES, NUM_GROUPS, IS_CAUSAL, LONGEST_FIRST, PERSISTENT, Q_BUFS,
@@ -695,7 +763,7 @@ def gluon_attention_kernel(
                                    o_desc, Out, Scales, first, step, flip, n_tiles, n_m, n_bh, q_heads, kv_heads, q_len, kv_len,
                                    qk_scale, HEAD_DIM, M_TILE, BLOCK_N, NUM_STAGES, NUM_GROUPS, IS_CAUSAL,
                                    LONGEST_FIRST, PERSISTENT, Q_BUFS, MASK, EMPTY_ROWS, EVEN_M, ORDERED, FP8, FP8_P,
-                                   EXP2_POLY, num_warps)),
+                                   EXP2_POLY, LAZY_RESCALE, num_warps)),
             (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready,
                          v_empty, first, step, flip, n_tiles, n_m, n_bh, q_heads, kv_heads, q_len, kv_len,
                          M_TILE, BLOCK_N, NUM_STAGES, NUM_GROUPS, IS_CAUSAL, LONGEST_FIRST, PERSISTENT, Q_BUFS,

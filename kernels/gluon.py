@@ -39,6 +39,13 @@ PRODUCER_REGS = 24
 #: (Three consumer groups at 160, FA3's split at head_dim 64, ran slower on every suite
 #: workload: BENCHMARKS.md, 2026-12-04b.)
 CONSUMER_REGS = 240
+#: From this head dim on, 16-bit variants rescale a warp's accumulator only in blocks where one of
+#: its rows' maxima moved (the kernel's ``LAZY_RESCALE``, FA4's conditional rescaling): at
+#: head_dim 256 a block's rescale is 4 multiplies a score (128 accumulator registers a thread
+#: against 32 scores at 64 keys a block), and skipping it ran 4-8 % faster on the H200; at 64
+#: and 128, where it is 0.5-1, the branches cost more than they save (1-5 % slower), and for
+#: fp8 (no lag allowed, and spills) 2-6 % slower (BENCHMARKS.md, 2026-12-04c).
+LAZY_RESCALE_MIN_HEAD_DIM = 256
 
 
 #: How an fp8 variant's P reaches the PV product (the kernel's ``FP8_P``; 16-bit variants
@@ -101,7 +108,8 @@ class GluonVariant:
         extra = dict(self.extra)
         return " ".join(parts + (["longest"] if self.longest_first else []) + (["pers"] if self.persistent else [])
                         + (["zigzag"] if extra.get("ZIGZAG") else [])
-                        + ([f"poly {extra['EXP2_POLY']}/16"] if extra.get("EXP2_POLY") else []))
+                        + ([f"poly {extra['EXP2_POLY']}/16"] if extra.get("EXP2_POLY") else [])
+                        + (["lazy"] if extra.get("LAZY_RESCALE") else []))
 
 
 #: The plan's constexprs (``launch_plan``) the Gluon variant takes, as GluonVariant fields.
@@ -179,13 +187,16 @@ def launch_options(variant: GluonVariant, *, head_dim: int, causal: bool, q_len:
     """
     if fp8_p not in FP8_P_FORMS:
         raise ValueError(f"fp8_p must be one of {FP8_P_FORMS}, got {fp8_p!r}")
+    extra = dict(variant.extra)
     return dict(
         HEAD_DIM=head_dim, M_TILE=variant.m_tile, BLOCK_N=variant.BLOCK_N, NUM_STAGES=variant.num_stages,
         NUM_GROUPS=variant.groups, ORDERED=variant.ordered, IS_CAUSAL=causal,
         LONGEST_FIRST=causal and variant.longest_first, PERSISTENT=variant.persistent, MASK=causal or kv_len % variant.BLOCK_N != 0,
         EMPTY_ROWS=causal and q_len > kv_len, EVEN_M=q_len % variant.BLOCK_M == 0, CONSUMER_REGS=CONSUMER_REGS,
-        PRODUCER_REGS=PRODUCER_REGS, FP8_P=fp8_p, num_warps=variant.num_warps, **dict(variant.extra), **dict(variant.options),
-    )
+        PRODUCER_REGS=PRODUCER_REGS, FP8_P=fp8_p, num_warps=variant.num_warps,
+        LAZY_RESCALE=head_dim >= LAZY_RESCALE_MIN_HEAD_DIM and not extra.get("FP8", False),
+        **dict(variant.options),
+    ) | extra  # a probe's own constexprs (docs/gpu/variants_probe.py) win
 
 
 def gluon_grid(variant: GluonVariant, *, q_len: int, batch_heads: int, programs: int) -> tuple[int, ...]:

@@ -12,7 +12,9 @@ What is asked (the kernel as of this commit):
 - the ordered ping-pong on the persistent grid at D128 full;
 - (second call) the same FMA-pipe share of fp8's exp2 (fp8's P is formed after its exp2s as
   16-bit P is; at D128 a block's exp2s on MUFU take as long as its two fp8 GEMMs), at D128 and
-  D256, kernel-only (inputs quantized once, outside the timed calls).
+  D256, kernel-only (inputs quantized once, outside the timed calls);
+- (2026-12-04c, ``--plan lazy``) FA4's conditional rescaling (``LAZY_RESCALE``) at each suite
+  workload's best Gluon tiles and for fp8.
 
     python3 docs/gpu/variants_probe.py [--rounds 2] [--json FILE]
 TFLOP/s by CUDA graph (``do_bench_cudagraph``: the kernels back to back, no host in the span)
@@ -20,6 +22,7 @@ and by ``do_bench`` (an L2 flush before each call, as bench_peers times), a shor
 """
 
 import argparse
+import dataclasses
 import json
 import math
 
@@ -37,12 +40,14 @@ BY_NAME = {w.name: w for w in SUITE}
 
 
 def variant(bm, bn, groups=2, *, stages=2, persistent=False, zigzag=False, longest=False, ordered=False, poly=0,
-            fp8=False):
+            fp8=False, lazy=False):
     extra = {"FP8": fp8}
     if zigzag:
         extra["ZIGZAG"] = True
     if poly:
         extra["EXP2_POLY"] = poly
+    if lazy:
+        extra["LAZY_RESCALE"] = lazy
     return GluonVariant(BLOCK_M=bm, BLOCK_N=bn, num_warps=4, num_stages=stages, groups=groups, ordered=ordered,
                         longest_first=longest, persistent=persistent, extra=tuple(extra.items()))
 
@@ -91,8 +96,37 @@ FP8_CALL = {
     "2,32,8192,128": [variant(128, 128, fp8=True, ordered=o, poly=p) for o in (False, True) for p in (0, 2, 3, 4, 6)],
     "2,16,8192,256": [variant(128, 128, fp8=True, ordered=True, poly=p) for p in (0, 2, 3, 4)],
 }
+
+def _with_and_without_lazy(*variants):
+    """Each variant without and with FA4's conditional rescaling (``LAZY_RESCALE``, given either way:
+    the launcher's default turns it on at head_dim 256). The call of 2026-12-04c also timed a
+    second form, one branch for the group by a reduction over its rows (1-5 % slower than the
+    warp vote the kernel kept; raw docs/results/lazy-2026-12-04c)."""
+    return [dataclasses.replace(v, extra=v.extra + (("LAZY_RESCALE", lazy),)) for v in variants for lazy in (False, True)]
+
+
+#: (2026-12-04c) The accumulator rescaled only in blocks where a row's maximum moved (16-bit P: by
+#: more than 2^8), at each suite workload's best Gluon tiles, and fp8 (lazy with no lag: the same
+#: results) at 128 and 256 keys a block (256: 14 spilled words).
+LAZY_CALL = {
+    "b4_h32_n4096_d128_full_bfloat16": _with_and_without_lazy(
+        variant(128, 128, persistent=True), variant(128, 128), variant(128, 128, persistent=True, poly=2)),
+    "b4_h32_n4096_d128_causal_bfloat16": _with_and_without_lazy(
+        variant(128, 128, persistent=True, zigzag=True, longest=True), variant(128, 128, longest=True)),
+    "b16_h16_n1024_d64_full_bfloat16": _with_and_without_lazy(
+        variant(128, 128, persistent=True), variant(128, 128, persistent=True, poly=2)),
+    "b1_h32_n16384_d128_causal_bfloat16": _with_and_without_lazy(variant(128, 128, longest=True)),
+    "b8_h16_n2048_d64_causal_bfloat16": _with_and_without_lazy(variant(128, 128, persistent=True, zigzag=True)),
+    "b2_h16_n8192_d256_full_bfloat16": _with_and_without_lazy(variant(128, 64), variant(128, 64, ordered=True)),
+    "b4_hq32kv8_n4096_d128_causal_bfloat16": _with_and_without_lazy(
+        variant(128, 128, persistent=True, zigzag=True)),
+    "2,32,8192,128": _with_and_without_lazy(
+        variant(128, 128, fp8=True, poly=2), variant(128, 128, fp8=True, ordered=True),
+        variant(128, 256, fp8=True)),
+    "2,16,8192,256": _with_and_without_lazy(variant(128, 128, fp8=True, ordered=True)),
+}
 #: What a call times (``--plan``).
-PLANS = {"first": FIRST_CALL, "fp8": FP8_CALL}
+PLANS = {"first": FIRST_CALL, "fp8": FP8_CALL, "lazy": LAZY_CALL}
 
 
 def timed(workload, call):

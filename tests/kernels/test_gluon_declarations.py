@@ -239,27 +239,28 @@ def test_compiles_for_sm90_without_spills_within_the_modelled_shared_memory() ->
 # persistent grid (u20p) also PERSISTENT=False, the tiles grid these configs launched before,
 # and since the fp8 path (u20f) the plan's FP8, which the kernel declares; since u20f's second
 # part the fp8 P form (FP8_P, the launcher's: "exp2" unless V^T comes in FA3's key order).
+# Since 2026-12-04c LAZY_RESCALE, the launcher's: on for 16-bit variants from head_dim 256.
 _LAUNCHED_BEFORE = [
     (dict(PINGPONG), dict(head_dim=128, causal=True, q_len=1000, kv_len=1000),
      dict(HEAD_DIM=128, M_TILE=64, BLOCK_N=128, NUM_STAGES=2, NUM_GROUPS=2, ORDERED=False, IS_CAUSAL=True,
           LONGEST_FIRST=False, PERSISTENT=False, MASK=True, EMPTY_ROWS=False, EVEN_M=False, CONSUMER_REGS=240, PRODUCER_REGS=24,
-          num_warps=4, FP8=False, FP8_P="exp2")),
+          num_warps=4, FP8=False, FP8_P="exp2", LAZY_RESCALE=False)),
     (dict(BLOCK_M=256, BLOCK_N=64, num_warps=8, num_stages=3, loads="gluon_ws", tile_order="longest_first"),
      dict(head_dim=64, causal=False, q_len=512, kv_len=333),
      dict(HEAD_DIM=64, M_TILE=256, BLOCK_N=64, NUM_STAGES=3, NUM_GROUPS=1, ORDERED=False, IS_CAUSAL=False,
           LONGEST_FIRST=False, PERSISTENT=False, MASK=True, EMPTY_ROWS=False, EVEN_M=True, CONSUMER_REGS=240, PRODUCER_REGS=24,
-          num_warps=8, FP8=False, FP8_P="exp2")),
+          num_warps=8, FP8=False, FP8_P="exp2", LAZY_RESCALE=False)),
     (dict(BLOCK_M=128, BLOCK_N=64, num_warps=4, num_stages=2, loads="gluon_pingpong_ordered",
           tile_order="longest_first"),
      dict(head_dim=256, causal=True, q_len=256, kv_len=128),
      dict(HEAD_DIM=256, M_TILE=64, BLOCK_N=64, NUM_STAGES=2, NUM_GROUPS=2, ORDERED=True, IS_CAUSAL=True,
           LONGEST_FIRST=True, PERSISTENT=False, MASK=True, EMPTY_ROWS=True, EVEN_M=True, CONSUMER_REGS=240, PRODUCER_REGS=24,
-          num_warps=4, FP8=False, FP8_P="exp2")),
+          num_warps=4, FP8=False, FP8_P="exp2", LAZY_RESCALE=True)),
     # fp8 (issue 20 part F): the plan's FP8, which the kernel now declares, reaches it as it is.
     (dict(PINGPONG, use_fp8=True), dict(head_dim=128, causal=False, q_len=4096, kv_len=4096),
      dict(HEAD_DIM=128, M_TILE=64, BLOCK_N=128, NUM_STAGES=2, NUM_GROUPS=2, ORDERED=False, IS_CAUSAL=False,
           LONGEST_FIRST=False, PERSISTENT=False, MASK=False, EMPTY_ROWS=False, EVEN_M=True, CONSUMER_REGS=240,
-          PRODUCER_REGS=24, num_warps=4, FP8=True, FP8_P="exp2")),
+          PRODUCER_REGS=24, num_warps=4, FP8=True, FP8_P="exp2", LAZY_RESCALE=False)),
 ]
 
 
@@ -272,3 +273,14 @@ def test_the_launcher_passes_what_it_passed_before_and_only_what_the_kernel_decl
     assert options == before
     # Of the plan's constexprs the kernel does not declare (BLOCK_M, BH_MAJOR) none leaks in.
     assert set(options) <= set(gluon_attention_kernel.arg_names)
+
+
+def test_lazy_rescaling_is_on_for_16_bit_variants_from_head_dim_256_only():
+    from flashtune.kernels.gluon import LAZY_RESCALE_MIN_HEAD_DIM, gluon_variant_for, launch_options
+
+    call = dict(causal=False, q_len=4096, kv_len=4096)
+    for fp8 in (False, True):
+        variant = gluon_variant_for(validate_config({**PINGPONG, "BLOCK_N": 64, "use_fp8": fp8}))
+        lazy = {d: launch_options(variant, head_dim=d, **call)["LAZY_RESCALE"] for d in (64, 128, 256)}
+        assert LAZY_RESCALE_MIN_HEAD_DIM == 256
+        assert lazy == {64: False, 128: False, 256: not fp8}, (fp8, lazy)
