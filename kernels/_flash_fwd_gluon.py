@@ -44,6 +44,10 @@ buffer, no longer read) and a TMA store of a per-(batch, head) descriptor (a rag
 rows past q_len clipped), otherwise by a masked pointer store (0 spills at D128 in a tiles
 grid; in the persistent loop it spilled).
 
+``LAZY_RESCALE`` (the launcher's, from head_dim 256 in 16 bits): FA4's conditional rescaling,
+a row's running maximum kept until a block's exceeds it by 2^8 and a warp's accumulator
+multiplies skipped in blocks where none of its rows moved (``_rescale_if_warp_moved``).
+
 ``FP8``: Q, K and V arrive as e4m3 with per-tensor scales (``Scales``: q, k, v, as
 ``kernels.attention.quantize_fp8`` makes them), and V transposed, [D, N] a head (V^T, keys
 contiguous): Hopper's wgmma takes 8-bit operands from shared memory only K-major, and the

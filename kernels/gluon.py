@@ -44,7 +44,7 @@ CONSUMER_REGS = 240
 #: head_dim 256 a block's rescale is 4 multiplies a score (128 accumulator registers a thread
 #: against 32 scores at 64 keys a block), and skipping it ran 4-8 % faster on the H200; at 64
 #: and 128, where it is 0.5-1, the branches cost more than they save (1-5 % slower), and for
-#: fp8 (no lag allowed, and spills) 2-6 % slower (BENCHMARKS.md, 2026-12-04c).
+#: fp8 (no lag allowed, and spills) 3-9 % slower (BENCHMARKS.md, 2026-12-04c).
 LAZY_RESCALE_MIN_HEAD_DIM = 256
 
 

@@ -98,7 +98,10 @@ def _sm90_gluon_rows() -> list[Baseline]:
     # 412 full and 378 causal against the pointer rows' 378/342 (H200, 2026-12-03, bench_peers,
     # docs/results/main-2026-12-03b; the persistent grid's D64 full 414-421 in three runs). The
     # rows below stay as the next choices (a dtype or head_dim the Gluon kernel does not take).
-    note = "measured here: H200 Gluon table's best or within 2 % of it (experiments/data/h200_gluon)"
+    # (The tables were re-swept on every grid on 2026-12-04 (c6f1e9a); the 2026-12-02 ones, tiles
+    # grid only, are in git history. On the new ones these tiles read 0.89 of D128 full's
+    # and 0.98 of D256's best single readings, which the power cap moves by up to 7 %: BENCHMARKS.md.)
+    note = "measured here: H200 Gluon table's best or within 2 % of it (experiments/data/h200_gluon, 2026-12-02)"
     return [
         *_rows("sm90", 64, None, (_gluon(128, 128, 2, "persistent_zigzag", "head_major"),
                                   "measured here: H200 bench_peers 2026-12-03 (docs/results/main-2026-12-03b)")),
