@@ -182,6 +182,37 @@ def test_every_share_of_the_polynomial_matches_the_reference(poly, case):
     assert relative_error(out, ref) <= TOLERANCE[w.dtype], poly
 
 
+def _rising_scores(w: Workload, rise_log2: float, seed: int = 11):
+    """Inputs whose scores climb along the keys for every other query row (by ``rise_log2`` in
+    log2 units from the first key to the last) and fall for the rows between: a rising row's
+    maximum moves past LAZY_RESCALE's lag of 2^8 every few blocks while its warp's falling rows
+    never move, so warps take the rescale in some blocks and skip it in others."""
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    dev, dtype = torch.device("cuda"), getattr(torch, w.dtype)
+    shape_q = (w.batch, w.q_heads, w.q_len, w.head_dim)
+    shape_k = (w.batch, w.kv_heads, w.kv_len, w.head_dim)
+    u = torch.randn(w.head_dim, generator=g, device=dev)
+    u = u / u.norm()
+    # s_ij ~ a * b * sign_i * j / kv_len / sqrt(d) nats; a = b = the root of that in log2 units.
+    a = (rise_log2 * w.head_dim ** 0.5 / 1.4427) ** 0.5
+    sign = (torch.arange(w.q_len, device=dev) % 2 * 2 - 1).float()
+    q = torch.randn(shape_q, generator=g, device=dev) + a * sign[:, None] * u
+    ramp = torch.arange(w.kv_len, device=dev).float() / w.kv_len
+    k = torch.randn(shape_k, generator=g, device=dev) + a * ramp[:, None] * u
+    v = torch.randn(shape_k, generator=g, device=dev)
+    return q.to(dtype), k.to(dtype), v.to(dtype)
+
+
+@pytest.mark.parametrize("head_dim", [256, 128], ids=lambda d: f"d{d}")
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_maxima_that_keep_moving_match_the_float32_reference(head_dim, causal, hardware):
+    """LAZY_RESCALE (on from head_dim 256 in 16 bits; 128: the plain rescale, the control) where
+    half the rows' maxima climb by 80 log2 units over 2048 keys and the others never move."""
+    w = Workload(2, 4, 4, 2048, 2048, head_dim, "bfloat16", causal)
+    q, k, v = _rising_scores(w, rise_log2=80.0)
+    assert _check_all(w, hardware, q, k, v) >= 5
+
+
 def test_strided_inputs(hardware):
     # (batch, seq, heads, dim) storage viewed as (batch, heads, seq, dim): copied contiguous.
     g = torch.Generator(device="cuda").manual_seed(1)
