@@ -188,15 +188,16 @@ def launch_options(variant: GluonVariant, *, head_dim: int, causal: bool, q_len:
     if fp8_p not in FP8_P_FORMS:
         raise ValueError(f"fp8_p must be one of {FP8_P_FORMS}, got {fp8_p!r}")
     extra = dict(variant.extra)
+    # The head-dim rule, unless the variant names it (docs/gpu/variants_probe.py times both).
+    lazy = extra.pop("LAZY_RESCALE", head_dim >= LAZY_RESCALE_MIN_HEAD_DIM and not extra.get("FP8", False))
     return dict(
         HEAD_DIM=head_dim, M_TILE=variant.m_tile, BLOCK_N=variant.BLOCK_N, NUM_STAGES=variant.num_stages,
         NUM_GROUPS=variant.groups, ORDERED=variant.ordered, IS_CAUSAL=causal,
         LONGEST_FIRST=causal and variant.longest_first, PERSISTENT=variant.persistent, MASK=causal or kv_len % variant.BLOCK_N != 0,
         EMPTY_ROWS=causal and q_len > kv_len, EVEN_M=q_len % variant.BLOCK_M == 0, CONSUMER_REGS=CONSUMER_REGS,
-        PRODUCER_REGS=PRODUCER_REGS, FP8_P=fp8_p, num_warps=variant.num_warps,
-        LAZY_RESCALE=head_dim >= LAZY_RESCALE_MIN_HEAD_DIM and not extra.get("FP8", False),
-        **dict(variant.options),
-    ) | extra  # a probe's own constexprs (docs/gpu/variants_probe.py) win
+        PRODUCER_REGS=PRODUCER_REGS, FP8_P=fp8_p, num_warps=variant.num_warps, LAZY_RESCALE=lazy,
+        **extra, **dict(variant.options),
+    )
 
 
 def gluon_grid(variant: GluonVariant, *, q_len: int, batch_heads: int, programs: int) -> tuple[int, ...]:

@@ -40,14 +40,12 @@ BY_NAME = {w.name: w for w in SUITE}
 
 
 def variant(bm, bn, groups=2, *, stages=2, persistent=False, zigzag=False, longest=False, ordered=False, poly=0,
-            fp8=False, lazy=False):
+            fp8=False):
     extra = {"FP8": fp8}
     if zigzag:
         extra["ZIGZAG"] = True
     if poly:
         extra["EXP2_POLY"] = poly
-    if lazy:
-        extra["LAZY_RESCALE"] = lazy
     return GluonVariant(BLOCK_M=bm, BLOCK_N=bn, num_warps=4, num_stages=stages, groups=groups, ordered=ordered,
                         longest_first=longest, persistent=persistent, extra=tuple(extra.items()))
 

@@ -108,9 +108,8 @@ def _precompile(groups: dict[Workload, dict[str, list]]) -> None:
 
 
 def _each(result: dict[str, float], groups: dict[str, list], labels: tuple[str, ...]) -> dict[str, float]:
-    """TFLOP/s of every config of the ``labels`` groups that was timed, by its config's JSON."""
-    return {json.dumps(c.to_dict()): result[f"{label}#{i}"]
-            for label in labels for i, c in enumerate(groups[label]) if f"{label}#{i}" in result}
+    """TFLOP/s of every config of the ``labels`` groups, by its config's JSON."""
+    return {json.dumps(c.to_dict()): result[f"{label}#{i}"] for label in labels for i, c in enumerate(groups[label])}
 
 
 def _best(result: dict[str, float], label: str, group: list) -> tuple[float, dict | None]:

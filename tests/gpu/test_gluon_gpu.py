@@ -19,6 +19,7 @@ import pytest
 import torch
 
 from flashtune.kernels import Config, flash_attention
+from flashtune.kernels.launch_support import LOG2_E
 from flashtune.kernels.reference import reference_attention, relative_error
 from flashtune.kernels.space import validate_config
 from flashtune.objectives import Workload
@@ -194,7 +195,7 @@ def _rising_scores(w: Workload, rise_log2: float, seed: int = 11):
     u = torch.randn(w.head_dim, generator=g, device=dev)
     u = u / u.norm()
     # s_ij ~ a * b * sign_i * j / kv_len / sqrt(d) nats; a = b = the root of that in log2 units.
-    a = (rise_log2 * w.head_dim ** 0.5 / 1.4427) ** 0.5
+    a = (rise_log2 * w.head_dim ** 0.5 / LOG2_E) ** 0.5
     sign = (torch.arange(w.q_len, device=dev) % 2 * 2 - 1).float()
     q = torch.randn(shape_q, generator=g, device=dev) + a * sign[:, None] * u
     ramp = torch.arange(w.kv_len, device=dev).float() / w.kv_len
