@@ -5,6 +5,8 @@
 
 Without a GPU (nothing visible to ``nvidia-smi``) the study replays the recorded H200
 tables and says so. The same ``--study-name`` resumes: trials live in Optuna storage.
+Several workloads run one study each, in the order given, each told the trials of the
+earlier ones as priors (``--independent``: each cold).
 ``flashtune study GPU`` runs the same with a GPU's study file.
 """
 
@@ -100,6 +102,9 @@ def add_arguments(parser: argparse.ArgumentParser, *, hardware: str | None = Non
     parser.add_argument("--prior-from", action="append", default=[], metavar="SOURCE",
                         help="priors told to each study first, re-checked on its GPU; repeatable: mlflow:RUN_ID, "
                              "mlflow-experiment:NAME, store:PATH, table:PATH or baselines")
+    parser.add_argument("--independent", action="store_true",
+                        help="with several workloads, start each study cold (default: each is also told the "
+                             "trials of this run's earlier studies on the GPU, as priors re-checked on its workload)")
     parser.add_argument("--prior-tracking-uri", default=None,
                         help="MLflow tracking URI of mlflow: priors (default: --tracking-uri)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -165,11 +170,17 @@ def run_tune(args: argparse.Namespace) -> int:
     results = []
     previous = signal.signal(signal.SIGTERM, raise_interrupted)
     try:
+        # What this run's finished studies measured on the GPU: priors of the next (issue 20,
+        # replayed H200 suite, 10 seeds: 59-61 of 70 studies within 2 % of the optimum in 40
+        # trials told them, 46 of 70 cold). A resumed run re-reads the same trials.
+        earlier: list[Measurement] = []
         for study in studies:
-            priors = _study_priors(study, prior_specs, raw_priors, prog)
-            results.append(_run_one(study, measurer, tracking_uri, storage_url, progress=not args.no_progress,
-                                    worker=_worker_index(args), heartbeat_s=args.heartbeat, priors=priors,
-                                    prog=prog))
+            told = _study_priors(study, prior_specs, raw_priors, prog,
+                                 earlier=() if getattr(args, "independent", False) else earlier)
+            result = _run_one(study, measurer, tracking_uri, storage_url, progress=not args.no_progress,
+                              worker=_worker_index(args), heartbeat_s=args.heartbeat, priors=told, prog=prog)
+            results.append(result)
+            earlier += priors.from_study([t.measurement for t in result.trials], f"mlflow:{result.parent_run_id}")
         # The figure a user came for: the tuned config against what runs without tuning.
         defaults = [_default_measurement(measurer, r.study) for r in results]
         for result, default in zip(results, defaults):
@@ -420,12 +431,16 @@ def _read_priors(args: argparse.Namespace, tracking_uri: str) -> tuple[list[Any]
     return specs, {spec: priors.read(spec, tracking_uri=uri) for spec in specs}
 
 
-def _study_priors(study: Any, specs: Sequence[Any], raw: dict[Any, Any], prog: str) -> tuple[Any, ...]:
-    """The priors of one study: re-checked on its workload and GPU, summarised on stderr."""
+def _study_priors(study: Any, specs: Sequence[Any], raw: dict[Any, Any], prog: str,
+                  earlier: Sequence[Measurement] = ()) -> tuple[Any, ...]:
+    """The priors of one study: the ``--prior-from`` sources' and ``earlier`` (this run's
+    finished studies' trials), re-checked on its workload and GPU, summarised on stderr."""
 
-    if not specs:
+    if not specs and not earlier:
         return ()
-    prior_set = priors.load_for(specs, raw, study.workload, study.hardware)
+    prior_set = priors.load_for(specs, raw, study.workload, study.hardware) if specs else priors.PriorSet(())
+    if earlier:
+        prior_set = prior_set.plus(priors.recheck(earlier, study.workload, study.hardware))
     print(f"{prog}: study {study.name}: {prior_set.summary()}", file=sys.stderr)
     return prior_set.told
 

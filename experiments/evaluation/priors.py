@@ -134,6 +134,11 @@ class PriorSet:
     sources: tuple[str, ...] = ()
     fallback: bool = False
 
+    def plus(self, other: PriorSet) -> PriorSet:
+        """Both sets' priors, this one's first (the baselines' fallback stays this one's)."""
+        return PriorSet(self.told + other.told, self.dropped + other.dropped,
+                        tuple(dict.fromkeys(self.sources + other.sources)), self.fallback)
+
     def summary(self) -> str:
         """One line for the terminal: how many priors from where, how many dropped and why."""
         kept = f"{len(self.told)} prior(s) from {', '.join(self.sources) or 'nowhere'}"
@@ -211,6 +216,12 @@ def load_for(specs: Sequence[PriorSpec], raw: Mapping[PriorSpec, Sequence[Measur
     return result
 
 
+def from_study(measurements: Iterable[Measurement], label: str) -> list[Measurement]:
+    """A finished study's measurements as priors of the next one, labelled ``label`` (its
+    MLflow parent run, ``mlflow:RUN_ID``: the source that gives the same priors again)."""
+    return [_stamp(dataclasses.replace(m, source="prior"), label) for m in measurements]
+
+
 def _stamp(measurement: Measurement, label: str) -> Measurement:
     return dataclasses.replace(measurement, versions={**(measurement.versions or {}), SOURCE_KEY: label})
 
@@ -258,5 +269,5 @@ def _clip(text: str) -> str:
     return text if len(text) <= _TAG_CHARS else text[: _TAG_CHARS - 3] + "..."
 
 
-__all__ = ["FORMS", "KINDS", "PriorSet", "PriorSpec", "load_for", "parent_tags", "parse_source", "read", "recheck",
+__all__ = ["FORMS", "KINDS", "PriorSet", "PriorSpec", "from_study", "load_for", "parent_tags", "parse_source", "read", "recheck",
            "trial_tagger"]

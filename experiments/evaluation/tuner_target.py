@@ -1,14 +1,17 @@
 """Issue 20's tuner target on the CPU, by replay: does ``flashtune tune`` with the default
 strategy reach within 2 % of each workload's best of the recorded space in <= 40 trials?
 
-Each run is what a cold ``flashtune tune --objective replay`` study does (the default
-strategy with its registered options, no priors, the kernel's whole space narrowed to the
-recorded configs that the feasibility model admits, the replay measurer), without the
-study's MLflow and Optuna bookkeeping, which do not change what is proposed (seed 0 on
-D256 proposes the trials ``flashtune tune --seed 0`` does). Not ``flashtune compare``'s
-runs: those search a space of the recorded knob values only, whose start design differs. Per workload and seed: the trial at which the best so far first comes
-within the tolerance of the table's optimum, and how far from it the best of the budget is.
-The target is met on a workload when every seed gets there within the budget.
+Each run is what a ``flashtune tune --objective replay`` study does (the default strategy
+with its registered options, the kernel's whole space narrowed to the recorded configs that
+the feasibility model admits, the replay measurer), without the study's MLflow and Optuna
+bookkeeping, which do not change what is proposed (seed 0 on D256 proposes the trials
+``flashtune tune --seed 0`` does). By default the workloads run as ``flashtune tune`` runs
+several (``flashtune study h200``): in suite order, each study told the trials of the ones
+before it (``--priors chain``); ``--priors none`` is a lone cold study. Not ``flashtune
+compare``'s runs: those search a space of the recorded knob values only, whose start design
+differs. Per workload and seed: the trial at which the best so far first comes within the
+tolerance of the table's optimum, and how far from it the best of the budget is. The target
+is met on a workload when every seed gets there within the budget.
 
 What replay cannot say: configs no table records (``loads="lean_ws_oneloop"`` was timed
 only by bench_peers, never swept) are outside the replayed space, so "the new best" here is
@@ -34,9 +37,10 @@ from flashtune.experiments import DATA_DIR
 from flashtune.experiments.cli.tune import DEFAULT_STRATEGY
 from flashtune.experiments.evaluation.compare import PRIOR_MODES
 from flashtune.experiments.evaluation.landscape import Landscape, build_landscape, group_by_workload, table_files
+from flashtune.experiments.evaluation.priors import recheck
 from flashtune.experiments.study.measurers import RECORDED_SPACE, open_replay
 from flashtune.objectives.hardware import HardwareSpec, load_spec
-from flashtune.objectives.types import Measurement, Workload
+from flashtune.objectives.types import SUITE, Measurement, Workload
 from flashtune.search import History, SearchSpace, make_strategy, run
 
 #: The recorded space of issue 20, the one ``flashtune tune`` replays on the H200 by default.
@@ -77,14 +81,24 @@ def trials_to_within(costs: Sequence[float], optimum_ms: float, tolerance: float
     return None
 
 
+#: Where each workload's search gets priors: ``"chain"`` (the trials of the studies run before
+#: it, in suite order, same seed: what ``flashtune tune`` over several workloads does, e.g.
+#: ``flashtune study h200``), ``"none"`` (cold: one ``--workload``, or ``--independent``) or
+#: ``"loo"`` (the other workloads' whole tables, as ``--prior-from table:...`` would).
+TARGET_PRIOR_MODES = ("chain", *PRIOR_MODES)
+PRIORS_SAID = {"chain": "each told the earlier studies of its seed (suite order)", "none": "cold",
+               "loo": "held-out priors"}
+
+
 def evaluate(landscapes: Sequence[Landscape], paths: Sequence[Sequence[str]], *, strategy: str, seeds: int,
              budget: int, tolerance: float, hardware: str, noise: bool = False,
              priors: str = "none") -> list[WorkloadOutcome]:
-    """Run ``strategy`` on each landscape for ``seeds`` seeds of ``budget`` trials; cold
-    (``priors="none"``, what ``flashtune tune`` does without ``--prior-from``) or held out
-    (``"loo"``: the other workloads' tables as priors, as ``--prior-from table:...`` would)."""
+    """Run ``strategy`` on each landscape for ``seeds`` seeds of ``budget`` trials, with the
+    priors ``priors`` names (one of ``TARGET_PRIOR_MODES``)."""
     import optuna
 
+    if priors not in TARGET_PRIOR_MODES:
+        raise ValueError(f"priors must be one of {TARGET_PRIOR_MODES}, got {priors!r}")
     spec = load_spec(hardware)
     verbosity = optuna.logging.get_verbosity()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -95,10 +109,47 @@ def evaluate(landscapes: Sequence[Landscape], paths: Sequence[Sequence[str]], *,
             for ls, parts in zip(landscapes, paths):
                 lines = [line for part in parts for line in Path(part).read_text().splitlines() if line.strip()]
                 (Path(folder) / f"{ls.name}.jsonl").write_text("\n".join(lines) + "\n")
-            return [_outcome(ls, landscapes, Path(folder), spec, strategy, seeds, budget, tolerance, noise, priors)
-                    for ls in landscapes]
+            runs: dict[str, list[History]] = {ls.name: [] for ls in landscapes}
+            for seed in range(seeds):
+                if priors == "chain":
+                    studies = replay_run(sorted(landscapes, key=_suite_position), Path(folder), spec, strategy=strategy, seed=seed, budget=budget,
+                                         noise=noise)
+                else:
+                    studies = {ls.name: replay_study(ls.workload, Path(folder), spec, strategy=strategy, seed=seed,
+                                                     budget=budget, noise=noise,
+                                                     priors=_held_out(ls, landscapes) if priors == "loo" else [])
+                               for ls in landscapes}
+                for name, history in studies.items():
+                    runs[name].append(history)
+            return [_outcome(ls, runs[ls.name], tolerance) for ls in landscapes]
     finally:
         optuna.logging.set_verbosity(verbosity)
+
+
+def replay_run(landscapes: Sequence[Landscape], folder: Path, spec: HardwareSpec, *, strategy: str, seed: int,
+               budget: int, noise: bool = False) -> dict[str, History]:
+    """The studies of one ``flashtune tune --objective replay`` run over several workloads (in the
+    order given, as ``--workload`` options), by name: each told the trials of the ones before
+    it, re-checked on its workload."""
+    studies: dict[str, History] = {}
+    earlier: list[Measurement] = []
+    for ls in landscapes:
+        told = recheck(earlier, ls.workload, spec).told
+        studies[ls.name] = replay_study(ls.workload, folder, spec, strategy=strategy, seed=seed, budget=budget,
+                                        priors=told, noise=noise)
+        earlier += [dataclasses.replace(t.measurement, source="prior") for t in studies[ls.name].trials]
+    return studies
+
+
+def _suite_position(ls: Landscape) -> int:
+    """Where ``flashtune tune`` runs this workload's study: the suite's order, others after."""
+    return SUITE.index(ls.workload) if ls.workload in SUITE else len(SUITE)
+
+
+def _held_out(ls: Landscape, landscapes: Sequence[Landscape]) -> list[Measurement]:
+    """The other workloads' tables as priors ("loo")."""
+    return [dataclasses.replace(m, source="prior") for other in landscapes if other.name != ls.name
+            for m in other.table.values()]
 
 
 def replay_study(workload: Workload, folder: Path, spec: HardwareSpec, *, strategy: str, seed: int, budget: int,
@@ -117,16 +168,10 @@ def replay_study(workload: Workload, folder: Path, spec: HardwareSpec, *, strate
         measurer.close()
 
 
-def _outcome(ls: Landscape, landscapes: Sequence[Landscape], folder: Path, spec: HardwareSpec, strategy: str,
-             seeds: int, budget: int, tolerance: float, noise: bool, priors: str) -> WorkloadOutcome:
-    """One workload: ``seeds`` replayed studies of ``budget`` trials (``replay_study``),
-    without the study's MLflow run and Optuna storage, which change nothing proposed."""
-    told = [dataclasses.replace(m, source="prior") for other in landscapes if other.name != ls.name
-            for m in other.table.values()] if priors == "loo" else []
+def _outcome(ls: Landscape, histories: Sequence[History], tolerance: float) -> WorkloadOutcome:
+    """One workload's replayed studies (``replay_study``, one a seed) against the target."""
     reached, fractions, bests = [], [], []
-    for seed in range(seeds):
-        history = replay_study(ls.workload, folder, spec, strategy=strategy, seed=seed, budget=budget, priors=told,
-                               noise=noise)
+    for history in histories:
         costs = [t.cost_ms for t in history.trials]
         reached.append(trials_to_within(costs, ls.optimum_ms, tolerance))
         finite = [(c, t.config) for c, t in zip(costs, history.trials) if math.isfinite(c)]
@@ -141,7 +186,7 @@ def _outcome(ls: Landscape, landscapes: Sequence[Landscape], folder: Path, spec:
 
 def format_report(outcomes: Sequence[WorkloadOutcome], *, strategy: str, seeds: int, budget: int,
                   tolerance: float, priors: str = "none") -> str:
-    lines = [f"{strategy}, {'cold' if priors == 'none' else 'held-out priors'}, {seeds} seeds, {budget} trials: trials until within {tolerance:.0%} of the "
+    lines = [f"{strategy}, {PRIORS_SAID[priors]}, {seeds} seeds, {budget} trials: trials until within {tolerance:.0%} of the "
              "recorded optimum (- = not in the budget)",
              "| workload | optimum TFLOP/s | within tolerance / feasible | trials per seed | median | worst best/optimum "
              "| met |", "|---|---|---|---|---|---|---|"]
@@ -170,9 +215,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget", type=int, default=BUDGET)
     parser.add_argument("--tolerance", type=float, default=TOLERANCE)
     parser.add_argument("--noise", action="store_true", help="draw replayed times from the recorded spread")
-    parser.add_argument("--priors", choices=PRIOR_MODES, default="none",
-                        help="none (default: a cold study, as flashtune tune runs) or loo (the other workloads' "
-                             "tables as priors)")
+    parser.add_argument("--priors", choices=TARGET_PRIOR_MODES, default="chain",
+                        help="chain (default: each study told the trials of the studies before it, as flashtune "
+                             "tune runs several workloads), none (cold: one --workload, or --independent) or loo "
+                             "(the other workloads' tables as priors)")
     parser.add_argument("--hardware", default="h200")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)

@@ -230,6 +230,41 @@ def test_tune_prior_from_end_to_end(replay_dir, stores, tmp_path, capsys, mlflow
     assert first.data.tags["flashtune.prior_rank"] == "1" and "table:" in first.data.tags["flashtune.prior_source"]
 
 
+def test_tune_tells_each_study_the_earlier_studies_of_its_run(replay_dir, stores, capsys, mlflow_client) -> None:
+    args = tune_args(stores, replay_dir, "--study-name", "pair", "--trials", "6", "--strategy", "tpe",
+                     "--workload", "2,8/2,512,128")
+    assert main(args) == 0
+    first_err = capsys.readouterr().err
+    experiment = mlflow_client.get_experiment_by_name("flashtune/NVIDIA H200")
+
+    def parent(name: str):
+        (run,) = mlflow_client.search_runs([experiment.experiment_id], f"tags.study = '{name}' AND tags.role = 'study'")
+        return run
+
+    first, second = parent(f"pair/{WORKLOAD.name}"), parent(f"pair/{GQA_WORKLOAD.name}")
+    assert "flashtune.prior_sources" not in first.data.tags  # the first study of the run starts cold
+    source = f"mlflow:{first.info.run_id}"
+    assert second.data.tags["flashtune.prior_sources"] == source
+    told = int(second.data.tags["flashtune.priors_told"])
+    assert 0 < told <= 6  # the first study's trials, re-checked on the GQA workload
+    children = mlflow_client.search_runs([experiment.experiment_id],
+                                         f"tags.`mlflow.parentRunId` = '{second.info.run_id}'")
+    first_trial = next(c for c in children if c.data.tags["trial"] == "0")
+    assert first_trial.data.tags["flashtune.prior_source"] == source  # the first study's best, measured first
+    assert first_trial.data.tags["flashtune.prior_rank"] == "1"
+    assert f"study pair/{GQA_WORKLOAD.name}: {told} prior(s) from {source}" in first_err
+
+    # Resumed, the run tells the second study the same priors again.
+    assert main(args) == 0
+    assert f"study pair/{GQA_WORKLOAD.name}: {told} prior(s) from {source}" in capsys.readouterr().err
+
+    # --independent: every study cold.
+    assert main([*tune_args(stores, replay_dir, "--study-name", "apart", "--trials", "4", "--strategy", "tpe",
+                            "--workload", "2,8/2,512,128"), "--independent"]) == 0
+    assert "prior(s)" not in capsys.readouterr().err
+    assert "flashtune.prior_sources" not in parent(f"apart/{GQA_WORKLOAD.name}").data.tags
+
+
 def test_tune_rejects_a_bad_prior_source(replay_dir, stores, tmp_path, capsys) -> None:
     assert main(tune_args(stores, replay_dir, "--prior-from", "gopher:x")) == 2
     assert "--prior-from 'gopher:x'" in capsys.readouterr().err

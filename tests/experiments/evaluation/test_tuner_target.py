@@ -37,6 +37,32 @@ def test_random_search_report_matches_the_merged_table(tmp_path):
     assert row["met"] == all(t is not None for t in row["trials_to_target"])
 
 
+#: Two suite workloads in suite order (D64 full runs before D256), from one small table each.
+PAIR = {name: [DATA_DIR / "h200_grown" / f"{name}.jsonl"]
+        for name in ("b16_h16_n1024_d64_full_bfloat16", "b2_h16_n8192_d256_full_bfloat16")}
+
+
+def _pair_folder(tmp_path):
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    for name, parts in PAIR.items():
+        (tmp_path / f"{name}.jsonl").write_text("".join(p.read_text() for p in parts))
+    return tmp_path
+
+
+def test_a_run_tells_each_study_the_ones_before_it(tmp_path):
+    spec = load_spec("h200")
+    landscapes = [build_landscape(parts, spec) for parts in PAIR.values()]
+    folder = _pair_folder(tmp_path)
+    studies = tuner_target.replay_run(landscapes, folder, spec, strategy="tpe", seed=3, budget=6)
+    assert list(studies) == list(PAIR)
+    first, second = studies.values()
+    cold = [tuner_target.replay_study(ls.workload, folder, spec, strategy="tpe", seed=3, budget=6) for ls in landscapes]
+    # The first study is a cold one; the second starts with configs that ran in the first.
+    assert [t.config for t in first.trials] == [t.config for t in cold[0].trials]
+    assert [t.config for t in second.trials] != [t.config for t in cold[1].trials]
+    assert second.trials[0].config in {t.config for t in first.trials if t.measurement.ok}
+
+
 def test_an_unknown_workload_is_named():
     with pytest.raises(ValueError, match="no table for.*b9"):
         tuner_target.main(["--tables", *map(str, TABLES), "--workloads", "b9_h1_n1_d64_full_bfloat16"])
@@ -65,6 +91,29 @@ def test_its_runs_propose_what_flashtune_tune_proposes(stores, tmp_path):
     proposed = [{k: t.config[k] for k in trial.params} for t, trial in zip(history.trials, trials)]
     assert len(history.trials) == len(trials) == 12
     assert proposed == [trial.params for trial in trials]
+
+
+@pytest.mark.slow
+def test_a_replayed_run_proposes_what_flashtune_tune_over_two_workloads_proposes(stores, tmp_path):
+    # replay_run's claim: tune over several workloads tells each study the earlier ones' trials.
+    import optuna
+
+    from flashtune.experiments.cli.main import main
+    from flashtune.experiments.cli.tune import DEFAULT_STRATEGY
+
+    folder = _pair_folder(tmp_path / "tables")
+    assert main(["tune", "--tracking-uri", stores["tracking_uri"], "--storage", stores["storage"], "--objective",
+                 "replay", "--replay-dir", str(folder), *[a for name in PAIR for a in ("--workload", name)],
+                 "--trials", "10", "--seed", "0", "--study-name", "pair", "--no-progress"]) == 0
+    spec = load_spec("h200")
+    studies = tuner_target.replay_run([build_landscape(parts, spec) for parts in PAIR.values()], folder, spec,
+                                      strategy=DEFAULT_STRATEGY, seed=0, budget=10)
+    for name, history in studies.items():
+        trials = sorted(optuna.load_study(study_name=f"NVIDIA H200/pair/{name}", storage=stores["storage"]).trials,
+                        key=lambda t: t.number)
+        assert [{k: t.config[k] for k in trial.params} for t, trial in zip(history.trials, trials)] == \
+            [trial.params for trial in trials]
+        assert len(trials) == 10
 
 
 @pytest.mark.slow
