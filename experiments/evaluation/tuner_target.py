@@ -35,9 +35,9 @@ from pathlib import Path
 
 from flashtune.experiments import DATA_DIR
 from flashtune.experiments.cli.tune import DEFAULT_STRATEGY
+from flashtune.experiments.evaluation import priors as prior_sources  # "priors" names a mode here
 from flashtune.experiments.evaluation.compare import PRIOR_MODES
 from flashtune.experiments.evaluation.landscape import Landscape, build_landscape, group_by_workload, table_files
-from flashtune.experiments.evaluation.priors import recheck
 from flashtune.experiments.study.measurers import RECORDED_SPACE, open_replay
 from flashtune.objectives.hardware import HardwareSpec, load_spec
 from flashtune.objectives.types import SUITE, Measurement, Workload
@@ -112,8 +112,8 @@ def evaluate(landscapes: Sequence[Landscape], paths: Sequence[Sequence[str]], *,
             runs: dict[str, list[History]] = {ls.name: [] for ls in landscapes}
             for seed in range(seeds):
                 if priors == "chain":
-                    studies = replay_run(sorted(landscapes, key=_suite_position), Path(folder), spec, strategy=strategy, seed=seed, budget=budget,
-                                         noise=noise)
+                    studies = replay_run(sorted(landscapes, key=_suite_position), Path(folder), spec,
+                                         strategy=strategy, seed=seed, budget=budget, noise=noise)
                 else:
                     studies = {ls.name: replay_study(ls.workload, Path(folder), spec, strategy=strategy, seed=seed,
                                                      budget=budget, noise=noise,
@@ -130,14 +130,14 @@ def replay_run(landscapes: Sequence[Landscape], folder: Path, spec: HardwareSpec
                budget: int, noise: bool = False) -> dict[str, History]:
     """The studies of one ``flashtune tune --objective replay`` run over several workloads (in the
     order given, as ``--workload`` options), by name: each told the trials of the ones before
-    it, re-checked on its workload."""
+    it, re-checked on its workload (as ``tune`` makes them: ``priors.from_study``, ``recheck``)."""
     studies: dict[str, History] = {}
     earlier: list[Measurement] = []
     for ls in landscapes:
-        told = recheck(earlier, ls.workload, spec).told
+        told = prior_sources.recheck(earlier, ls.workload, spec).told
         studies[ls.name] = replay_study(ls.workload, folder, spec, strategy=strategy, seed=seed, budget=budget,
                                         priors=told, noise=noise)
-        earlier += [dataclasses.replace(t.measurement, source="prior") for t in studies[ls.name].trials]
+        earlier += prior_sources.from_study([t.measurement for t in studies[ls.name].trials], f"replay:{ls.name}")
     return studies
 
 
