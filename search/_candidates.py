@@ -92,20 +92,49 @@ class CandidatePool:
         where = np.flatnonzero(self.open)
         return where, self.points[where]
 
-    def open_near(self, centres: Sequence[Config], steps: int, *, or_all: bool = True) -> np.ndarray:
+    def open_near(self, centres: Sequence[Config], steps: int, *, or_all: bool = True,
+                  repaired: bool = False) -> np.ndarray:
         """Positions of the open configs at most ``steps`` value steps from any of ``centres``.
 
         Steps are counted over all tunables together (one tunable one value up is one
         step), the neighbourhood a local search walks. All open configs if ``steps`` is 0
         or none is that close (the neighbourhoods were searched out; ``or_all=False``: none).
+
+        ``repaired``: a step that leaves the feasible set counts as taken with the least
+        change of the other tunables that makes it feasible (``_repaired_steps``).
         """
         where = np.flatnonzero(self.open)
         if steps <= 0 or not centres or len(where) == 0:
             return where
-        indices = self.indices[where]
         anchors = np.array([self.space.to_indices(c) for c in centres], dtype=float)
-        near = (np.abs(indices[:, None, :] - anchors[None, :, :]).sum(axis=2) <= steps).any(axis=1)
+        near = (np.abs(self.indices[where][:, None, :] - anchors[None, :, :]).sum(axis=2) <= steps).any(axis=1)
+        if repaired:
+            near |= self._repaired_steps(anchors, steps)[where]
         return where[near] if near.any() or not or_all else where
+
+    def _repaired_steps(self, anchors: np.ndarray, steps: int) -> np.ndarray:
+        """Mask over ``configs``: the repaired one-value steps from ``anchors``, widened by ``steps - 1``.
+
+        On a kernel the limits couple the knobs: at head dim 128 a 128x128 tile fits at most
+        two stages, so from a best at 128x64 with five stages the next BLOCK_N is infeasible
+        at every stage count within one step, and a one-step region never shows the larger
+        tile at all (issue 20's tuner target, D128 causal after D128 full: two seeds in ten
+        spent 40 trials on 128x64 variants, 19 % from a 128x128 optimum). For each tunable and
+        direction whose plain step is infeasible, this keeps the feasible configs that take
+        the step with the fewest other value steps (and up to ``steps - 1`` more).
+        """
+        keep = np.zeros(len(self.configs), dtype=bool)
+        distance = np.abs(self.indices[:, None, :] - anchors[None, :, :]).sum(axis=2)  # configs x anchors
+        for a, anchor in enumerate(anchors):
+            for k in range(anchors.shape[1]):
+                for target in (anchor[k] - 1, anchor[k] + 1):
+                    taking = self.indices[:, k] == target
+                    if not taking.any():
+                        continue  # off the end of the tunable's values, or infeasible at every value
+                    least = distance[taking, a].min()
+                    if least > 1:  # a plain step (distance 1) is in the region already
+                        keep |= taking & (distance[:, a] <= least + steps - 1)
+        return keep
 
     def nearest_open(self, point: Sequence[float] | np.ndarray, rng: np.random.Generator) -> Config | None:
         """The open config closest to ``point`` (unit cube); ties broken at random.

@@ -270,7 +270,8 @@ class PooledStrategy(Strategy):
         """
         return [self.pool.configs[i] for i in self.candidate_positions(steps, around)]
 
-    def candidate_positions(self, steps: int, around: int, least: int = 0, widen_after: int = 0) -> np.ndarray:
+    def candidate_positions(self, steps: int, around: int, least: int = 0, widen_after: int = 0,
+                            repaired: bool = False) -> np.ndarray:
         """``candidates`` as positions into ``pool.configs`` (what a model scores in bulk).
 
         ``least``: widen the region a step at a time until it holds at least this many open
@@ -287,12 +288,12 @@ class PooledStrategy(Strategy):
             steps += self._stalls + (self._since_best // widen_after if widen_after else 0)
         best = sorted(self.observed, key=self.observed.get)[:around] if steps > 0 else []
         if not least:
-            return self.pool.open_near(best, steps)
+            return self.pool.open_near(best, steps, repaired=repaired)
         widest = int(self.pool.indices.max(initial=0)) * len(self.space.names)  # every config within reach
-        near = self.pool.open_near(best, steps, or_all=False)
+        near = self.pool.open_near(best, steps, or_all=False, repaired=repaired)
         while 0 < steps < widest and len(near) < min(least, self.pool.n_open):
             steps += 1
-            near = self.pool.open_near(best, steps, or_all=False)
+            near = self.pool.open_near(best, steps, or_all=False, repaired=repaired)
         return near if len(near) else self.pool.open_near(best, 0)
 
     def _repair(self, proposal: Config | None) -> Config:

@@ -147,7 +147,11 @@ def main(argv: list[str] | None = None) -> int:
         del tables[workload]
     if args.process_per_workload:
         # Nothing of CUDA in this process: each child has the GPU to itself.
-        results = [_time_in_own_process(args, workload) for workload in tables]
+        results = []
+        for workload in tables:
+            results.append(_time_in_own_process(args, workload))
+            if args.json:  # the rows timed so far survive a run cut off by the device's time limit
+                args.json.write_text(json.dumps(results, indent=2) + "\n")
     else:
         results = _time_here(_plan(tables, args.top, also), args.rounds)
     _report(results, also, args.json)

@@ -210,3 +210,39 @@ def test_gp_widens_its_region_only_on_a_space_of_at_least_trust_widen_from_confi
         unwidened = {(gp.pool.configs[i]["a"], gp.pool.configs[i]["b"]) for i in gp.candidate_positions(1, 3, 0, 0)}
     assert asked[82] == unwidened  # 81 < 82: the small space keeps the one-step region
     assert asked[81] > unwidened  # 81 >= 81: widened by the stalled trials
+
+
+def test_a_step_the_limits_forbid_is_taken_with_the_least_change_of_the_other_knobs() -> None:
+    # A kernel's coupling: a wider tile fits fewer stages (tile x stages <= 256).
+    space = SearchSpace({"n": (32, 64, 128), "stages": (1, 2, 3, 4, 5)}, restrictions=["n * stages <= 256"])
+    pool = CandidatePool(space)
+    centre = Config(n=64, stages=4)
+
+    def region(steps: int, repaired: bool) -> set[tuple[int, int]]:
+        near = pool.open_near([centre], steps, or_all=False, repaired=repaired)
+        return {(pool.configs[i]["n"], pool.configs[i]["stages"]) for i in near} - {(64, 4)}
+
+    assert region(1, repaired=False) == {(32, 4), (64, 3)}  # n=128 is out of reach at any stage count
+    # n up: (128, 2) is three steps off, the fewest that fit; stages up: (32, 5) two.
+    assert region(1, repaired=True) == {(32, 4), (64, 3), (128, 2), (32, 5)}
+    # A widened region widens the repaired steps by as much.
+    assert region(2, repaired=True) == region(2, repaired=False) | {(128, 2), (128, 1), (32, 5)}
+    pool.close(Config(n=128, stages=2))  # measured: the repair does not move on to the next one
+    assert region(1, repaired=True) == {(32, 4), (64, 3), (32, 5)}
+
+
+def test_gp_scores_the_repaired_steps_unless_told_not_to() -> None:
+    from flashtune.objectives.types import Measurement, Status
+    from flashtune.search import make_strategy
+
+    space = SearchSpace({"n": (32, 64, 128), "stages": (1, 2, 3, 4, 5)}, restrictions=["n * stages <= 256"])
+    asked = {}
+    for repaired in (True, False):
+        gp = make_strategy("gp", space, seed=0, trust_best=1, trust_repaired=repaired)
+        best = Config(n=64, stages=4)
+        gp.tell(best, Measurement(best, None, Status.OK, median_ms=1.0))
+        # The GP's candidates are value indices, as Optuna's params.
+        asked[repaired] = {(space.values("n")[c["n"]], space.values("stages")[c["stages"]])
+                           for c in gp._candidate_params()}
+    assert asked[False] == {(32, 4), (64, 3)}
+    assert asked[True] == {(32, 4), (64, 3), (128, 2), (32, 5)}
