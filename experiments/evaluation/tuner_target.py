@@ -38,7 +38,7 @@ from flashtune.experiments.cli.tune import DEFAULT_STRATEGY
 from flashtune.experiments.evaluation import priors as prior_sources  # "priors" names a mode here
 from flashtune.experiments.evaluation.compare import PRIOR_MODES
 from flashtune.experiments.evaluation.landscape import Landscape, build_landscape, group_by_workload, table_files
-from flashtune.experiments.study.measurers import RECORDED_SPACE, open_replay
+from flashtune.experiments.study.measurers import RECORDED_SPACE, ReplayDirs, open_replay
 from flashtune.objectives.hardware import HardwareSpec, load_spec
 from flashtune.objectives.types import SUITE, Measurement, Workload
 from flashtune.search import History, SearchSpace, make_strategy, run
@@ -105,17 +105,20 @@ def evaluate(landscapes: Sequence[Landscape], paths: Sequence[Sequence[str]], *,
     try:
         with tempfile.TemporaryDirectory() as folder:
             # The parts may be files of any name; tune's replay finds a table by its workload's
-            # name: one file a workload, the parts concatenated (a config in two: the later row).
+            # name, in each of its folders in turn (a config in two: the later folder's row, as
+            # with repeated --replay-dir): a workload's k-th part goes to folder k.
+            replay_dirs = [Path(folder) / str(k) for k in range(max(map(len, paths), default=0))]
             for ls, parts in zip(landscapes, paths):
-                lines = [line for part in parts for line in Path(part).read_text().splitlines() if line.strip()]
-                (Path(folder) / f"{ls.name}.jsonl").write_text("\n".join(lines) + "\n")
+                for replay_dir, part in zip(replay_dirs, parts):
+                    replay_dir.mkdir(exist_ok=True)
+                    (replay_dir / f"{ls.name}.jsonl").write_bytes(Path(part).read_bytes())
             runs: dict[str, list[History]] = {ls.name: [] for ls in landscapes}
             for seed in range(seeds):
                 if priors == "chain":
-                    studies = replay_run(sorted(landscapes, key=_suite_position), Path(folder), spec,
+                    studies = replay_run(sorted(landscapes, key=_suite_position), replay_dirs, spec,
                                          strategy=strategy, seed=seed, budget=budget, noise=noise)
                 else:
-                    studies = {ls.name: replay_study(ls.workload, Path(folder), spec, strategy=strategy, seed=seed,
+                    studies = {ls.name: replay_study(ls.workload, replay_dirs, spec, strategy=strategy, seed=seed,
                                                      budget=budget, noise=noise,
                                                      priors=_held_out(ls, landscapes) if priors == "loo" else [])
                                for ls in landscapes}
@@ -126,7 +129,7 @@ def evaluate(landscapes: Sequence[Landscape], paths: Sequence[Sequence[str]], *,
         optuna.logging.set_verbosity(verbosity)
 
 
-def replay_run(landscapes: Sequence[Landscape], folder: Path, spec: HardwareSpec, *, strategy: str, seed: int,
+def replay_run(landscapes: Sequence[Landscape], replay_dirs: ReplayDirs, spec: HardwareSpec, *, strategy: str, seed: int,
                budget: int, noise: bool = False) -> dict[str, History]:
     """The studies of one ``flashtune tune --objective replay`` run over several workloads (in the
     order given, as ``--workload`` options), by name: each told the trials of the ones before
@@ -135,7 +138,7 @@ def replay_run(landscapes: Sequence[Landscape], folder: Path, spec: HardwareSpec
     earlier: list[Measurement] = []
     for ls in landscapes:
         told = prior_sources.recheck(earlier, ls.workload, spec).told
-        studies[ls.name] = replay_study(ls.workload, folder, spec, strategy=strategy, seed=seed, budget=budget,
+        studies[ls.name] = replay_study(ls.workload, replay_dirs, spec, strategy=strategy, seed=seed, budget=budget,
                                         priors=told, noise=noise)
         earlier += prior_sources.from_study([t.measurement for t in studies[ls.name].trials], f"replay:{ls.name}")
     return studies
@@ -152,12 +155,12 @@ def _held_out(ls: Landscape, landscapes: Sequence[Landscape]) -> list[Measuremen
             for m in other.table.values()]
 
 
-def replay_study(workload: Workload, folder: Path, spec: HardwareSpec, *, strategy: str, seed: int, budget: int,
+def replay_study(workload: Workload, replay_dirs: ReplayDirs, spec: HardwareSpec, *, strategy: str, seed: int, budget: int,
                  priors: Sequence[Measurement] = (), noise: bool = False) -> History:
     """The trials of one ``flashtune tune --objective replay --replay-dir FOLDER`` study, as
     ``experiments.study.runner`` sets it up: the replay measurer, the kernel's whole space
     narrowed to the recorded configs the feasibility model admits, the strategy seeded."""
-    measurer = open_replay(spec, [workload], folder, noise=noise, seed=seed)
+    measurer = open_replay(spec, [workload], replay_dirs, noise=noise, seed=seed)
     try:
         space = SearchSpace.for_workload(workload, spec)
         fits, recorded = space.is_feasible, measurer.constraint(workload)

@@ -1,6 +1,7 @@
 """The tuner-target measurement (experiments/evaluation/tuner_target.py) on a real recorded
 table: what it reports is what the replayed runs did."""
 
+import dataclasses
 import json
 
 import pytest
@@ -35,6 +36,28 @@ def test_random_search_report_matches_the_merged_table(tmp_path):
         assert (reached is not None) == (fraction >= 1 / 1.02 - 1e-12)
         assert any(c.to_dict() == best for c in ls.feasible)
     assert row["met"] == all(t is not None for t in row["trials_to_target"])
+
+
+def test_a_config_retimed_in_a_later_table_replays_its_later_reading(tmp_path):
+    # As RECORDED_SPACE lists h200_retimed after the sweeps: a config in two tables is the later
+    # row, for the optimum and for what the replayed studies measure (the tables used to be
+    # concatenated into one file, which replay refuses as a config recorded twice).
+    from flashtune.objectives.replay import load_table, write_table
+
+    rows = load_table(TABLES[0])
+    slowest = max((m for m in rows if m.ok), key=lambda m: m.median_ms)
+    later = tmp_path / "retimed" / f"{WORKLOAD}.jsonl"
+    later.parent.mkdir()
+    fast = slowest.median_ms / 100  # the slowest config re-timed as by far the fastest
+    write_table(later, [dataclasses.replace(slowest, median_ms=fast, p20_ms=fast, p80_ms=fast)])
+    out = tmp_path / "target.json"
+    assert tuner_target.main(["--tables", *map(str, TABLES), str(later.parent), "--strategy", "random",
+                              "--seeds", "1", "--budget", "40", "--priors", "none", "--json", str(out)]) == 0
+    (row,) = json.loads(out.read_text())["workloads"]
+    ls = build_landscape([*TABLES, later], load_spec("h200"))
+    assert ls.optimum_ms == pytest.approx(fast)
+    assert row["optimum_config"] == ls.optimum_config.to_dict()
+    assert ls.optimum_config.to_dict().items() >= slowest.config.to_dict().items()  # completed with newer knobs
 
 
 #: Two suite workloads in suite order (D64 full runs before D256), from one small table each.
