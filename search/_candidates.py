@@ -107,13 +107,17 @@ class CandidatePool:
         if steps <= 0 or not centres or len(where) == 0:
             return where
         anchors = np.array([self.space.to_indices(c) for c in centres], dtype=float)
-        near = (np.abs(self.indices[where][:, None, :] - anchors[None, :, :]).sum(axis=2) <= steps).any(axis=1)
+        # Value steps from each config to each anchor (configs x anchors), once for both uses.
+        distance = np.abs(self.indices[:, None, :] - anchors[None, :, :]).sum(axis=2)
+        near = (distance <= steps).any(axis=1)
         if repaired:
-            near |= self._repaired_steps(anchors, steps)[where]
+            near |= self._repaired_steps(anchors, distance, steps)
+        near = near[where]
         return where[near] if near.any() or not or_all else where
 
-    def _repaired_steps(self, anchors: np.ndarray, steps: int) -> np.ndarray:
-        """Mask over ``configs``: the repaired one-value steps from ``anchors``, widened by ``steps - 1``.
+    def _repaired_steps(self, anchors: np.ndarray, distance: np.ndarray, steps: int) -> np.ndarray:
+        """Mask over ``configs``: the repaired one-value steps from ``anchors`` (``distance``: value
+        steps from each config to each anchor), widened by ``steps - 1``.
 
         On a kernel the limits couple the knobs: at head dim 128 a 128x128 tile fits at most
         two stages, so from a best at 128x64 with five stages the next BLOCK_N is infeasible
@@ -124,7 +128,6 @@ class CandidatePool:
         the step with the fewest other value steps (and up to ``steps - 1`` more).
         """
         keep = np.zeros(len(self.configs), dtype=bool)
-        distance = np.abs(self.indices[:, None, :] - anchors[None, :, :]).sum(axis=2)  # configs x anchors
         for a, anchor in enumerate(anchors):
             for k in range(anchors.shape[1]):
                 for target in (anchor[k] - 1, anchor[k] + 1):
