@@ -185,6 +185,12 @@ class PriorGuide:
             self._ranking = list(ranking)
         return self._ranking
 
+    def tried(self) -> list[Config]:
+        """Configs of the space some source ran or saw fail for its own sake (a compile error,
+        a wrong result): all it tried but ``did_not_fit``, in a fixed order (``Config.key``)."""
+        configs = {self._complete(prior) for prior in self._book.scores()} - self.did_not_fit()
+        return sorted((c for c in configs if c is not None), key=Config.key)
+
     def did_not_fit(self) -> set[Config]:
         """Configs of the space that did not fit any source that tried them (``PriorBook.did_not_fit``)."""
         ranked = set(self.ranking())

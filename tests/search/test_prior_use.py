@@ -325,3 +325,35 @@ def test_the_cover_counts_the_priors_as_seen_unless_part_of_the_space_did_not_fi
     # The priors' best shows a = 0 and b = 0: counted as seen, the cover needs one config less.
     assert leads["ran everything"][3:] != cold_lead and len(leads["ran everything"]) < len(leads["did not fit"])
     assert leads["broken"] == leads["ran everything"]
+
+
+def test_the_cover_skips_the_choices_the_priors_tried_anywhere_not_only_at_their_best() -> None:
+    """Issue 20, tuner target in a run: the studies before showed every load mode, and the cover
+    measured the slow ones again because only the priors' three best counted as seen."""
+    from flashtune.search import SearchSpace
+
+    space = SearchSpace({"stages": (1, 2, 3, 4), "loads": ("pointer", "tma", "gluon")})
+    slowness = {"pointer": 1.0, "tma": 2.0, "gluon": 4.0}
+    priors = [Measurement(Config(stages=s, loads=mode), None, Status.OK, median_ms=slowness[mode] + s / 10,
+                          source="prior", fingerprint="other-gpu") for s in (2, 3) for mode in slowness]
+    cold_lead, _ = make_strategy("gp", space, seed=0)._plan_start()
+    warm = make_strategy("gp", space, seed=0)
+    warm.warm_start(priors)
+    lead, _ = warm._plan_start()
+    assert [c["loads"] for c in lead[:3]] == ["pointer", "pointer", "tma"]  # the priors' best first
+    # gluon ran at the middle of the stage range where the priors came from: not measured again.
+    assert not any(c["loads"] == "gluon" and c["stages"] in (2, 3) for c in lead)
+    assert any(c["loads"] == "gluon" and c["stages"] in (2, 3) for c in cold_lead)
+    assert {c["stages"] for c in lead} >= {1, 4}  # the ends no prior ran are still measured
+
+
+def test_the_guide_counts_as_tried_what_ran_or_failed_for_its_own_sake_not_what_did_not_fit() -> None:
+    configs = [Config(a=a) for a in range(4)]
+    statuses = [Status.OK, Status.OK, Status.COMPILE_ERROR, Status.OUT_OF_RESOURCES]
+    book = PriorBook()
+    for config, status in zip(configs, statuses):
+        book.add(Measurement(config, None, status, median_ms=1.0 if status == Status.OK else math.inf,
+                             source="prior", fingerprint="other-gpu"))
+    guide = PriorGuide(book, lambda config: config)
+    assert guide.tried() == configs[:3]
+    assert guide.did_not_fit() == {configs[3]}
