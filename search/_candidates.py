@@ -139,6 +139,26 @@ class CandidatePool:
                         keep |= taking & (distance[:, a] <= least + steps - 1)
         return keep
 
+    def untried_steps(self, centre: Config, rng: np.random.Generator) -> list[Config]:
+        """One open config for each one-value step of an ordered tunable from ``centre`` that no
+        closed config has taken: the step with the fewest other value steps (repaired where the
+        plain step is infeasible), ties broken at random."""
+        anchor = np.asarray(self.space.to_indices(centre), dtype=float)
+        distance = np.abs(self.indices - anchor).sum(axis=1)
+        steps: list[Config] = []
+        for k, name in enumerate(self.space.names):
+            if not self.space.is_ordered(name):
+                continue
+            for target in (anchor[k] - 1, anchor[k] + 1):
+                taking = self.indices[:, k] == target
+                if not taking.any():
+                    continue
+                least = taking & (distance == distance[taking].min())
+                if (least & ~self.open).any() or not (least & self.open).any():
+                    continue  # taken already (asked or told), or nothing left to take it
+                steps.append(self.configs[int(rng.choice(np.flatnonzero(least & self.open)))])
+        return steps
+
     def nearest_open(self, point: Sequence[float] | np.ndarray, rng: np.random.Generator) -> Config | None:
         """The open config closest to ``point`` (unit cube); ties broken at random.
 

@@ -13,9 +13,10 @@ kernel's needle landscape. What earns a model its keep is done here, once:
   configs that show every choice of every unordered tunable at the middle of the ordered
   ranges and, apart, both ends of every ordered one (``CandidatePool.cover_open``), then a
   space-filling design; then the model;
-- when the best has not moved for ``restart_after`` trials, restart: a fresh
-  space-filling design of what is still open before the model goes on, so a model
-  stuck in one basin sees the others again, and a trust region one step wider;
+- when the best has not moved for ``restart_after`` trials, restart: the best's one-value
+  steps no trial has taken yet, then a fresh space-filling design of what is still open,
+  before the model goes on, so a model stuck in one basin sees its centre's untried
+  directions and the other basins, and a trust region one step wider;
 - tell models log time, and failures as a penalty above the worst time seen, so
   multiplicative effects look additive and one failure does not flatten the rest.
 
@@ -74,7 +75,10 @@ class PooledStrategy(Strategy):
             ``PRIOR_TRIALS_PER_SOURCE`` per source of the priors).
         restart_after: trials without a new best after which a restart design of
             ``restart_size`` configs is measured (0: never restart).
-        restart_size: configs in each restart design (a Latin design of the open configs).
+        restart_size: configs in each restart design.
+        restart_steps: of those, at most this many are one-value steps of an ordered tunable
+            from the best that no trial has taken yet (``CandidatePool.untried_steps``); the
+            rest are a Latin design of the open configs (GP's default is 3: measured there).
         prior_patience: asks taken from the priors' order (after their best) in a row
             without a new best, after which the priors' order is no longer followed in
             this study (0: follow it while it agrees, however long it does not pay).
@@ -82,7 +86,7 @@ class PooledStrategy(Strategy):
 
     options_defaults: ClassVar[dict[str, Any]] = {
         "n_startup": 8, "start_center": True, "cover": True, "startup": "latin", "prior_trials": 3,
-        "restart_after": 12, "restart_size": 3, "prior_patience": 4,
+        "restart_after": 12, "restart_size": 3, "restart_steps": 0, "prior_patience": 4,
     }
 
     def __init__(self, space: SearchSpace, *, seed: int = 0, **options: Any) -> None:
@@ -91,6 +95,7 @@ class PooledStrategy(Strategy):
         check_int_option(self, "prior_trials", minimum=0)
         check_int_option(self, "restart_after", minimum=0)
         check_int_option(self, "restart_size", minimum=1)
+        check_int_option(self, "restart_steps", minimum=0)
         check_int_option(self, "prior_patience", minimum=0)
         if self.options["startup"] not in STARTUP_DESIGNS:
             raise ValueError(f"{self.name}: startup must be one of {STARTUP_DESIGNS}, got {self.options['startup']!r}")
@@ -190,10 +195,30 @@ class PooledStrategy(Strategy):
         after = int(self.options["restart_after"])
         if not self._restart and after and self._since_best >= after and self._queue is not None \
                 and not self._queue:
-            self._restart = self.pool.latin_open(int(self.options["restart_size"]), self.rng)
+            self._restart = self._restart_design()
             self._since_best = 0  # the restart gets its own window before the next one
             self._stalls += 1
         return self._pop_open(self._restart)
+
+    def _restart_design(self) -> list[Config]:
+        """Up to ``restart_steps`` of the best's one-value steps no trial has taken yet, then a
+        Latin design of the open configs, ``restart_size`` in all.
+
+        A model that stalled next to its best has judged some of the best's own steps bad on
+        the evidence of other configs (issue 20, D128 full cold, seed 2: a 128x128 tile timed
+        once with TMA loads at 0.38 kept GP off the Gluon 128x128 tiles, 2 % from the optimum,
+        for 22 trials while it measured 128x64 variants): a stall measures them, as a pattern
+        search polls its centre, before the design looks elsewhere.
+        """
+        size = int(self.options["restart_size"])
+        steps: list[Config] = []
+        if self.observed and int(self.options["restart_steps"]):
+            best = min(self.observed, key=self.observed.get)
+            untried = self.pool.untried_steps(best, self.rng)
+            steps = [untried[i] for i in self.rng.permutation(len(untried))][:int(self.options["restart_steps"])]
+        if len(steps) >= size:
+            return steps
+        return steps + self.pool.latin_open(size - len(steps), self.rng, exclude=steps)
 
     def model_cost(self, measurement: Measurement) -> float:
         """log(ms), or log of the failure penalty (``penalized_ms``: above any success)."""

@@ -268,3 +268,44 @@ def test_gp_scores_the_repaired_steps_unless_told_not_to() -> None:
                            for c in gp._candidate_params()}
     assert asked[False] == {(32, 4), (64, 3)}
     assert asked[True] == {(32, 4), (64, 3), (128, 2), (32, 5)}
+
+
+def test_untried_steps_are_the_best_s_ordered_steps_no_trial_has_taken() -> None:
+    # tile x stages with a limit (a 128 tile fits at most two stages), and a load mode.
+    space = SearchSpace({"tile": (32, 64, 128), "stages": (1, 2, 3), "loads": ("a", "b")},
+                        lambda c: not (c["tile"] == 128 and c["stages"] == 3))
+    pool = CandidatePool(space)
+    centre = Config(tile=64, stages=3, loads="a")
+    pool.close(centre)
+    steps = pool.untried_steps(centre, np.random.default_rng(0))
+    # tile down, stages down, and tile up repaired to two stages; no step of the unordered loads.
+    assert sorted(steps, key=Config.key) == sorted([Config(tile=32, stages=3, loads="a"),
+                                                    Config(tile=64, stages=2, loads="a"),
+                                                    Config(tile=128, stages=2, loads="a")], key=Config.key)
+    # A step taken once (asked or told) is not offered again.
+    pool.close(Config(tile=128, stages=2, loads="a"))
+    assert Config(tile=128, stages=2, loads="a") not in pool.untried_steps(centre, np.random.default_rng(0))
+    assert len(pool.untried_steps(centre, np.random.default_rng(0))) == 2
+
+
+def test_a_stalled_study_restarts_with_its_best_s_untried_steps() -> None:
+    from flashtune.objectives.types import Measurement, Status
+    from flashtune.search import make_strategy
+
+    space = SearchSpace({"a": tuple(range(8)), "b": tuple(range(8))})
+    strategy = make_strategy("gp", space, seed=0, restart_after=4, restart_size=3, n_startup=4)
+    best = Config(a=3, b=3)
+    # The start, then a best and four trials that do not beat it: the next ask restarts.
+    told = [best, Config(a=0, b=0), Config(a=7, b=7), Config(a=0, b=7), Config(a=7, b=0)]
+    strategy._lead, strategy._queue = [], []  # the start design is spent
+    for i, config in enumerate(told):
+        strategy.tell(config, Measurement(config, None, Status.OK, median_ms=1.0 if config == best else 2.0 + i))
+    restart = [strategy.ask() for _ in range(3)]
+    neighbours = {Config(a=2, b=3), Config(a=4, b=3), Config(a=3, b=2), Config(a=3, b=4)}
+    assert set(restart) <= neighbours and len(set(restart)) == 3
+    # With the option off, the restart is a Latin design of the whole open space.
+    off = make_strategy("gp", space, seed=0, restart_after=4, restart_size=3, n_startup=4, restart_steps=0)
+    off._lead, off._queue = [], []
+    for i, config in enumerate(told):
+        off.tell(config, Measurement(config, None, Status.OK, median_ms=1.0 if config == best else 2.0 + i))
+    assert not set(off.ask() for _ in range(3)) <= neighbours

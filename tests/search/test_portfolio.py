@@ -90,7 +90,8 @@ def test_a_stalled_search_restarts_with_a_fresh_design() -> None:
         ms = flat[config]
         return Measurement(config=config, workload=WORKLOAD, status=Status.OK, median_ms=ms, p20_ms=ms, p80_ms=ms)
 
-    strategy = make_strategy("tpe", space, seed=0, n_startup=4, restart_after=5, restart_size=3)
+    # restart_steps=0: the design alone (the best's untried steps first: test_candidates.py).
+    strategy = make_strategy("tpe", space, seed=0, n_startup=4, restart_after=5, restart_size=3, restart_steps=0)
     restarts = []
     original = strategy.pool.latin_open
 
