@@ -40,8 +40,10 @@ BY_NAME = {w.name: w for w in SUITE}
 
 
 def variant(bm, bn, groups=2, *, stages=2, persistent=False, zigzag=False, longest=False, ordered=False, poly=0,
-            fp8=False):
+            fp8=False, rowsum=False):
     extra = {"FP8": fp8}
+    if rowsum:
+        extra["ROWSUM_MMA"] = True
     if zigzag:
         extra["ZIGZAG"] = True
     if poly:
@@ -123,8 +125,26 @@ LAZY_CALL = {
         variant(128, 256, fp8=True)),
     "2,16,8192,256": _with_and_without_lazy(variant(128, 128, fp8=True, ordered=True)),
 }
+def _with_and_without_rowsum(*variants):
+    """Each variant with its row sums by adds (the kernel as it was) and by the tensor cores (``ROWSUM_MMA``)."""
+    return [dataclasses.replace(v, extra=v.extra + (("ROWSUM_MMA", True),)) if rowsum else v
+            for v in variants for rowsum in (False, True)]
+
+
+#: (2026-12-05) The row sums l as a warpgroup MMA of P against a tile of ones (``ROWSUM_MMA``): at
+#: fp8 D128 a block's softmax takes 511 instructions a warp (as many issue cycles as the two
+#: groups' GEMMs take on the tensor cores), 64 of them the adds of l; the MMA takes them off.
+#: With fewer adds, a larger share of the exp2s on the FMA pipe may pay (poly 3, 4).
+ROWSUM_CALL = {
+    "2,32,8192,128": _with_and_without_rowsum(
+        variant(128, 128, fp8=True, poly=2), variant(128, 128, fp8=True), variant(128, 128, fp8=True, ordered=True))
+    + [variant(128, 128, fp8=True, poly=p, rowsum=True) for p in (3, 4)],
+    "2,16,8192,256": _with_and_without_rowsum(variant(128, 128, fp8=True, ordered=True), variant(128, 128, fp8=True)),
+    "b16_h16_n1024_d64_full_bfloat16": _with_and_without_rowsum(
+        variant(128, 128, persistent=True, zigzag=True, longest=True, poly=2)),
+}
 #: What a call times (``--plan``).
-PLANS = {"first": FIRST_CALL, "fp8": FP8_CALL, "lazy": LAZY_CALL}
+PLANS = {"first": FIRST_CALL, "fp8": FP8_CALL, "lazy": LAZY_CALL, "rowsum": ROWSUM_CALL}
 
 
 def timed(workload, call):

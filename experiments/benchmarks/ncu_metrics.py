@@ -38,12 +38,14 @@ from flashtune.kernels.space import validate_config
 from flashtune.objectives.bench import make_inputs
 from flashtune.objectives.feasibility import check
 from flashtune.objectives.hardware import HardwareSpec
-from flashtune.objectives.types import SUITE
+from flashtune.objectives.types import Workload
 
 #: Headline figures: (name in our JSON, ncu raw metric). Alternatives for one figure are
 #: listed in order; the first present wins (metric names moved between ncu versions).
 HEADLINES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("duration", ("gpu__time_duration.sum",)),
+    ("sm_clock", ("sm__cycles_elapsed.avg.per_second",)),
+    ("instructions", ("smsp__inst_executed.sum",)),
     ("dram_bandwidth", ("dram__bytes.sum.per_second",)),
     ("dram_throughput_pct", ("dram__throughput.avg.pct_of_peak_sustained_elapsed",)),
     ("l2_bandwidth", ("lts__t_bytes.sum.per_second",)),
@@ -160,15 +162,15 @@ def attach_to_trials(records: list[dict], tracking_uri: str, experiment: str) ->
 
 def target(names: list[str], configs: list[dict] | None = None) -> None:
     """Launch each workload's best recorded bf16 config once (compiling first), then sync;
-    with ``configs``, each of those that fits the workload instead (a new kernel beside the
+    a workload is a suite name or ``B,HQ[/HKV],NQ[/NK],D[,causal]`` (Workload.parse: bf16; an
+    fp8 config quantizes in the call, as users call it, so ncu's ``-k`` picks the kernel); with ``configs``, each of those that fits the workload instead (a new kernel beside the
     recorded best: ``parse``'s labels are then the printed lines' order)."""
     import math
 
     import torch
 
-    by_name = {w.name: w for w in SUITE}
     for name in names:
-        w = by_name[name]
+        w = Workload.parse(name)
         if configs:
             hardware = HardwareSpec.from_device()
             runs = [(c, None) for c in map(validate_config, configs) if check(c, w, hardware).feasible]
