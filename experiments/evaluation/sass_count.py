@@ -10,6 +10,9 @@ config is compiled as ``objectives.aot`` compiles it, its cubin disassembled wit
         --config '{"loads": "gluon_pingpong", "BLOCK_M": 128, "BLOCK_N": 128, "num_warps": 4,
                    "num_stages": 2, "use_fp8": true}' --fp8-p multiply --json counts.json
 
+``--extra NAME=VALUE`` (repeatable) adds a constexpr to a Gluon config's kernel variant, one the
+space does not declare (``ROWSUM_MMA=1``, ``EXP2_POLY=3``), as docs/gpu/variants_probe.py times them.
+
 Run without ``TRITON_INTERPRET`` (the interpreter's kernels do not compile).
 """
 
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import dataclasses
 import json
 import re
 import subprocess
@@ -42,11 +46,15 @@ def opcode_counts(sass: str) -> collections.Counter[str]:
 
 
 def compiled_sass(config: Mapping[str, Value], workload: Workload, hardware: HardwareSpec,
-                  fp8_p: str | None = None) -> tuple[str, dict[str, int]]:
+                  fp8_p: str | None = None, extra: Mapping[str, Value] | None = None) -> tuple[str, dict[str, int]]:
     """(the SASS listing, cuobjdump's resource usage) of ``config`` compiled for ``hardware``
-    (``fp8_p``: an fp8 Gluon config's P form, kernels/gluon.py; None: the op's)."""
+    (``fp8_p``: an fp8 Gluon config's P form, kernels/gluon.py; None: the op's; ``extra``:
+    constexprs added to a Gluon config's kernel variant)."""
     with compiling_for(hardware):
-        kernel = compile_config(validate_config(config), workload, device="cpu", fp8_p=fp8_p)
+        if extra:
+            kernel = _gluon_variant_kernel(validate_config(config), workload, extra, fp8_p)
+        else:
+            kernel = compile_config(validate_config(config), workload, device="cpu", fp8_p=fp8_p)
     cubin = kernel.asm["cubin"]
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "kernel.cubin"
@@ -56,15 +64,51 @@ def compiled_sass(config: Mapping[str, Value], workload: Workload, hardware: Har
     return sass, resource_usage(cubin)
 
 
+def _gluon_variant_kernel(config, workload: Workload, extra: Mapping[str, Value], fp8_p: str | None):
+    """The Gluon kernel of ``config``'s variant with ``extra`` constexprs, compiled (warm-up
+    through ``launch_gluon`` on CPU stand-ins of the workload's shapes)."""
+    import torch
+
+    from flashtune.kernels.attention import TORCH_DTYPES, quantize_fp8
+    from flashtune.kernels.gluon import fp8_p_v_order, gluon_variant_for, launch_gluon
+
+    variant = gluon_variant_for(config)
+    variant = dataclasses.replace(variant, extra=tuple({**dict(variant.extra), **extra}.items()))
+    w, dtype = workload, TORCH_DTYPES[workload.dtype]
+    q, out = (torch.zeros(w.batch, w.q_heads, w.q_len, w.head_dim, dtype=dtype) for _ in range(2))
+    k, v = (torch.zeros(w.batch, w.kv_heads, w.kv_len, w.head_dim, dtype=dtype) for _ in range(2))
+    scales = None
+    if dict(variant.extra).get("FP8"):
+        q, k, v, scales = quantize_fp8(q, k, v, v_order=fp8_p_v_order(fp8_p or "permuted"))
+    # programs: any count; the persistent grid's compile does not depend on it.
+    return launch_gluon(q, k, v, out, causal=w.causal, scale=w.head_dim ** -0.5, variant=variant, programs=1,
+                        scales=scales, fp8_p=fp8_p, warmup=True)
+
+
+def _constexpr(text: str) -> tuple[str, Value]:
+    """``NAME=VALUE`` -> (NAME, VALUE as an int, or a bool for true/false)."""
+    name, sep, value = text.partition("=")
+    if not sep or not name:
+        raise argparse.ArgumentTypeError(f"--extra takes NAME=VALUE, got {text!r}")
+    if value.lower() in ("true", "false"):
+        return name, value.lower() == "true"
+    try:
+        return name, int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--extra {text!r}: VALUE must be an integer, true or false") from None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workload", required=True, help="B,HQ[/HKV],NQ[/NK],D[,causal] as flashtune tune takes it")
     parser.add_argument("--config", action="append", required=True, help="a config as JSON (repeatable)")
     parser.add_argument("--fp8-p", default=None, help="an fp8 Gluon config's P form (kernels/gluon.py FP8_P_FORMS)")
     parser.add_argument("--gpu", default="h200", help="a shipped hardware spec (objectives/specs)")
-    parser.add_argument("--ops", default="FMUL,FADD,FFMA,MUFU,SHFL,PRMT,F2FP,F2F,FSEL,FMNMX,HGMMA,BAR,SYNCS",
+    parser.add_argument("--ops", default="FMUL,FADD,FFMA,MUFU,SHFL,PRMT,F2FP,F2F,FSEL,FMNMX,HGMMA,QGMMA,BAR,SYNCS",
                         help="opcodes printed per config (all of them go to --json)")
     parser.add_argument("--json", type=Path, help="write every config's full counts and resources here")
+    parser.add_argument("--extra", type=_constexpr, action="append", default=[], metavar="NAME=VALUE",
+                        help="a constexpr added to a Gluon config's kernel variant (repeatable)")
     args = parser.parse_args(argv)
     workload, hardware = Workload.parse(args.workload), load_spec(args.gpu)
     ops = args.ops.split(",")
@@ -72,12 +116,13 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for text in args.config:
         config = json.loads(text)
-        sass, usage = compiled_sass(config, workload, hardware, args.fp8_p)
+        sass, usage = compiled_sass(config, workload, hardware, args.fp8_p, dict(args.extra))
         counts = opcode_counts(sass)
         spills = (usage.get("STACK", 0) + usage.get("LOCAL", 0)) // 4
         print("\t".join([str(sum(counts.values())), *(str(counts.get(op, 0)) for op in ops), str(usage["REG"]),
                          str(spills), text]))
-        rows.append({"config": config, "workload": args.workload, "fp8_p": args.fp8_p, "total": sum(counts.values()),
+        rows.append({"config": config, "workload": args.workload, "fp8_p": args.fp8_p, "extra": dict(args.extra),
+                     "total": sum(counts.values()),
                      "counts": dict(sorted(counts.items())), "registers": usage["REG"], "spills": spills})
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1) + "\n")

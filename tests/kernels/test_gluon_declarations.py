@@ -284,3 +284,38 @@ def test_lazy_rescaling_is_on_for_16_bit_variants_from_head_dim_256_only():
         lazy = {d: launch_options(variant, head_dim=d, **call)["LAZY_RESCALE"] for d in (64, 128, 256)}
         assert LAZY_RESCALE_MIN_HEAD_DIM == 256
         assert lazy == {64: False, 128: False, 256: not fp8}, (fp8, lazy)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("workload,knobs", [("2,32,8192,128", {**FP8, "loads": "gluon_pingpong_poly"}),
+                                            ("2,32/8,1000,128,causal", FP8),
+                                            ("16,16,1024,64", {**PINGPONG, "grid": "persistent"})],
+                         ids=["fp8-d128-poly", "fp8-causal-gqa-ragged", "bf16-d64-persistent"])
+def test_row_sums_by_the_tensor_cores_trade_the_adds_for_four_narrow_mmas_a_block(tmp_path, workload, knobs):
+    # ROWSUM_MMA (a variant constexpr, docs/gpu/variants_probe.py): compiled for sm90 here, each of
+    # the kernel's four block bodies (two groups x loop and last block) loses its row-sum adds (64
+    # a thread at 128 keys) and gains one narrow MMA a 32-key (fp8; 16-bit: 16-key) step; no spills.
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["CUDA_VISIBLE_DEVICES"] = ""
+    counts = {}
+    for extra in ([], ["--extra", "ROWSUM_MMA=true"]):
+        out = tmp_path / f"{len(extra)}.json"
+        done = subprocess.run([sys.executable, "-m", "flashtune.experiments.evaluation.sass_count", "--workload", workload,
+                               "--config", json.dumps(knobs), "--json", str(out), *extra],
+                              capture_output=True, text=True, env=env, timeout=600)
+        assert done.returncode == 0, done.stderr[-2000:]
+        (row,) = json.loads(out.read_text())
+        assert row["spills"] == 0, row
+        counts[bool(extra)] = row["counts"]
+    adds, mma = counts[False], counts[True]
+    scores = 64 * knobs["BLOCK_N"] // 128  # a thread's scores a block: a group's 64 rows x BLOCK_N keys over 128 threads
+    fp8 = knobs.get("use_fp8", False)
+    gmma = "QGMMA" if fp8 else "HGMMA"
+    steps = knobs["BLOCK_N"] // (32 if fp8 else 16)
+    assert adds["FADD"] - mma["FADD"] >= 4 * (scores - 8), (adds["FADD"], mma["FADD"])
+    assert mma[gmma] - adds[gmma] == 4 * steps, (adds[gmma], mma[gmma])
