@@ -20,3 +20,17 @@ LISTING = """
 
 def test_counts_each_instruction_once_by_its_opcode():
     assert opcode_counts(LISTING) == {"SHFL": 1, "FMUL": 2, "F2FP": 1, "PRMT": 1, "MUFU": 1}
+
+
+def test_extra_constexprs_parse_as_name_and_value_and_a_bad_one_is_named():
+    import argparse
+
+    import pytest
+
+    from flashtune.experiments.evaluation.sass_count import _constexpr
+
+    assert _constexpr("ROWSUM_MMA=true") == ("ROWSUM_MMA", True)
+    assert _constexpr("EXP2_POLY=3") == ("EXP2_POLY", 3)
+    for bad in ("ROWSUM_MMA", "=1", "EXP2_POLY=three"):
+        with pytest.raises(argparse.ArgumentTypeError, match="--extra"):
+            _constexpr(bad)
