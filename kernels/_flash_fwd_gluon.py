@@ -466,7 +466,7 @@ def _consumer_tile(group, q_tile, q_ready, q_phase, q_prev_empty, has_prev, k_sm
                    qk_scale, HEAD_DIM: gl.constexpr, M_TILE: gl.constexpr, BLOCK_N: gl.constexpr,
                    NUM_STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, MASK: gl.constexpr, EMPTY_ROWS: gl.constexpr,
                    EVEN_M: gl.constexpr, ORDERED: gl.constexpr, PERSISTENT: gl.constexpr, FP8: gl.constexpr, FP8_P: gl.constexpr,
-                   EXP2_POLY: gl.constexpr, LAZY_RESCALE: gl.constexpr, ROWSUM_MMA: gl.constexpr,
+                   EXP2_POLY: gl.constexpr, LAZY_RESCALE: gl.constexpr, ROWSUM_MMA: gl.constexpr, OVERLAP_PV: gl.constexpr,
                    num_warps: gl.constexpr):
     """One consumer warpgroup's rows [q_start + group * M_TILE, + M_TILE) of one tile of its
     (batch, head), whose row 0 is row ``head_row`` of the flat Q and O; the tile's blocks are
@@ -565,10 +565,18 @@ def _consumer_tile(group, q_tile, q_ready, q_phase, q_prev_empty, has_prev, k_sm
                 s = warpgroup_mma_wait(2, deps=[s_tok])
             else:
                 s = warpgroup_mma_wait(1, deps=[s_tok])
-            mbarrier.arrive(k_empty.index(stage), count=1)
+            if not OVERLAP_PV:
+                mbarrier.arrive(k_empty.index(stage), count=1)
             p, m_i, alpha = _scores(s, m_i, j * BLOCK_N, mask_from, limit, offs_n, qk_scale, MASK, EMPTY_ROWS,
                                     FP8 and FP8_P != "multiply", FP8 and FP8_P == "permuted_h2",
                                     EXP2_POLY, tau)
+            if OVERLAP_PV:
+                block_sum = _row_sum(p, o_rows)
+                # The K stage is released only once P's row sums exist (a reduction over the
+                # group: shared memory and a barrier): ptxas keeps the barriers and the PV wait in
+                # program order but moves arithmetic across them, so this holds the wait below
+                # every exponential of the block (the pred is true for any sum, NaN included).
+                mbarrier.arrive(k_empty.index(stage), count=1, pred=gl.sum(block_sum, 0) != -1.0)
             acc = _pv_done(o_tok, p_op, FP8)
             if ROWSUM_MMA:
                 l_acc = _pv_done(l_tok, p_l, FP8)
@@ -580,6 +588,8 @@ def _consumer_tile(group, q_tile, q_ready, q_phase, q_prev_empty, has_prev, k_sm
                 acc = acc * alpha_o[:, None]
             if ROWSUM_MMA:
                 l_acc = l_acc * gl.convert_layout(alpha, gl.SliceLayout(1, l_layout))[:, None]
+            elif OVERLAP_PV:
+                l_i = l_i * alpha_o + block_sum
             else:
                 l_i = l_i * alpha_o + _row_sum(p, o_rows)
         last = (it + n_blocks - 1) % NUM_STAGES
@@ -639,7 +649,7 @@ def _consumer(group, q_smem, k_smem, v_smem, ones_smem, q_ready, q_empty, k_read
               NUM_GROUPS: gl.constexpr, IS_CAUSAL: gl.constexpr, LONGEST_FIRST: gl.constexpr,
               PERSISTENT: gl.constexpr, Q_BUFS: gl.constexpr, MASK: gl.constexpr, EMPTY_ROWS: gl.constexpr,
               EVEN_M: gl.constexpr, ORDERED: gl.constexpr, FP8: gl.constexpr, FP8_P: gl.constexpr,
-              EXP2_POLY: gl.constexpr, LAZY_RESCALE: gl.constexpr, ROWSUM_MMA: gl.constexpr,
+              EXP2_POLY: gl.constexpr, LAZY_RESCALE: gl.constexpr, ROWSUM_MMA: gl.constexpr, OVERLAP_PV: gl.constexpr,
                    num_warps: gl.constexpr):
     """One consumer warpgroup over the program's tiles, in the producer's order."""
     if PERSISTENT:
@@ -657,7 +667,7 @@ def _consumer(group, q_smem, k_smem, v_smem, ones_smem, q_ready, q_empty, k_read
                            k_ready, k_empty, v_ready, v_empty, turns, o_desc, Out, Scales, pid_zh, head_row, q_start,
                            q_len, kv_len, n_program, n_ordered, it, turn, qk_scale, HEAD_DIM, M_TILE, BLOCK_N,
                            NUM_STAGES, IS_CAUSAL, MASK, EMPTY_ROWS, EVEN_M, ORDERED, PERSISTENT, FP8, FP8_P, EXP2_POLY,
-                           LAZY_RESCALE, ROWSUM_MMA, num_warps)
+                           LAZY_RESCALE, ROWSUM_MMA, OVERLAP_PV, num_warps)
             it += n_program
             # Each group takes a turn at every block but the first of those both read.
             turn += gl.maximum(n_ordered - 1, 0)
@@ -670,7 +680,7 @@ def _consumer(group, q_smem, k_smem, v_smem, ones_smem, q_ready, q_empty, k_read
                        v_smem, ones_smem, k_ready, k_empty,
                        v_ready, v_empty, turns, o_desc, Out, Scales, pid_zh, head_row, q_start, q_len, kv_len,
                        n_program, n_ordered, 0, 0, qk_scale, HEAD_DIM, M_TILE, BLOCK_N, NUM_STAGES, IS_CAUSAL, MASK,
-                       EMPTY_ROWS, EVEN_M, ORDERED, PERSISTENT, FP8, FP8_P, EXP2_POLY, LAZY_RESCALE, ROWSUM_MMA, num_warps)
+                       EMPTY_ROWS, EVEN_M, ORDERED, PERSISTENT, FP8, FP8_P, EXP2_POLY, LAZY_RESCALE, ROWSUM_MMA, OVERLAP_PV, num_warps)
 
 
 @gluon.jit
@@ -681,13 +691,13 @@ def _consumer_partition(GROUP: gl.constexpr, q_smem, k_smem, v_smem, ones_smem, 
                         IS_CAUSAL: gl.constexpr, LONGEST_FIRST: gl.constexpr, PERSISTENT: gl.constexpr,
                         Q_BUFS: gl.constexpr, MASK: gl.constexpr, EMPTY_ROWS: gl.constexpr, EVEN_M: gl.constexpr,
                         ORDERED: gl.constexpr, FP8: gl.constexpr, FP8_P: gl.constexpr, EXP2_POLY: gl.constexpr,
-                        LAZY_RESCALE: gl.constexpr, ROWSUM_MMA: gl.constexpr,
+                        LAZY_RESCALE: gl.constexpr, ROWSUM_MMA: gl.constexpr, OVERLAP_PV: gl.constexpr,
                         CONSUMER_WARPS: gl.constexpr):
     """Consumer group ``GROUP`` (0: the default partition; the others: worker partitions)."""
     _consumer(GROUP, q_smem, k_smem, v_smem, ones_smem, q_ready, q_empty, k_ready, k_empty, v_ready, v_empty, turns, o_desc, Out,
               Scales, first, step, flip, n_tiles, n_m, n_bh, q_heads, kv_heads, q_len, kv_len, qk_scale,
               HEAD_DIM, M_TILE, BLOCK_N, NUM_STAGES, NUM_GROUPS, IS_CAUSAL, LONGEST_FIRST, PERSISTENT, Q_BUFS,
-              MASK, EMPTY_ROWS, EVEN_M, ORDERED, FP8, FP8_P, EXP2_POLY, LAZY_RESCALE, ROWSUM_MMA, CONSUMER_WARPS)
+              MASK, EMPTY_ROWS, EVEN_M, ORDERED, FP8, FP8_P, EXP2_POLY, LAZY_RESCALE, ROWSUM_MMA, OVERLAP_PV, CONSUMER_WARPS)
 
 
 @gluon.jit
@@ -715,6 +725,7 @@ def gluon_attention_kernel(
     ZIGZAG: gl.constexpr = False,
     LAZY_RESCALE: gl.constexpr = False,
     ROWSUM_MMA: gl.constexpr = False,
+    OVERLAP_PV: gl.constexpr = False,
 ):
     """Grid: (query tiles of NUM_GROUPS * M_TILE rows, batch * q_heads), one program a tile;
     with ``PERSISTENT``, (programs,), program p taking tiles p, p + programs, ...
@@ -724,6 +735,7 @@ def gluon_attention_kernel(
     ``ZIGZAG``: the persistent programs take the odd rounds of tiles in reverse (``_program_tile``).
     ``LAZY_RESCALE``: a warp rescales its accumulator only where a row's maximum moved (``_consumer_tile``).
     ``ROWSUM_MMA``: the row sums l by a warpgroup MMA of P against a tile of ones (``_consumer_tile``).
+    ``OVERLAP_PV``: a block's exponentials computed under the previous block's PV product (``_consumer_tile``).
     ``EXP2_POLY``: of every 16 exponentials of 16-bit P, how many a polynomial on the FMA pipe
     computes (``_exp2_split``; ``loads="gluon_pingpong_poly"``), 0: all on MUFU.
     """
@@ -795,12 +807,12 @@ def gluon_attention_kernel(
                                    o_desc, Out, Scales, first, step, flip, n_tiles, n_m, n_bh, q_heads, kv_heads, q_len, kv_len,
                                    qk_scale, HEAD_DIM, M_TILE, BLOCK_N, NUM_STAGES, NUM_GROUPS, IS_CAUSAL,
                                    LONGEST_FIRST, PERSISTENT, Q_BUFS, MASK, EMPTY_ROWS, EVEN_M, ORDERED, FP8, FP8_P,
-                                   EXP2_POLY, LAZY_RESCALE, ROWSUM_MMA, num_warps)),
+                                   EXP2_POLY, LAZY_RESCALE, ROWSUM_MMA, OVERLAP_PV, num_warps)),
             (_consumer_partition, (1, q_smem, k_smem, v_smem, ones_smem, q_ready, q_empty, k_ready, k_empty, v_ready, v_empty, turns,
                                    o_desc, Out, Scales, first, step, flip, n_tiles, n_m, n_bh, q_heads, kv_heads, q_len, kv_len,
                                    qk_scale, HEAD_DIM, M_TILE, BLOCK_N, NUM_STAGES, NUM_GROUPS, IS_CAUSAL,
                                    LONGEST_FIRST, PERSISTENT, Q_BUFS, MASK, EMPTY_ROWS, EVEN_M, ORDERED, FP8, FP8_P,
-                                   EXP2_POLY, LAZY_RESCALE, ROWSUM_MMA, num_warps)),
+                                   EXP2_POLY, LAZY_RESCALE, ROWSUM_MMA, OVERLAP_PV, num_warps)),
             (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready,
                          v_empty, first, step, flip, n_tiles, n_m, n_bh, q_heads, kv_heads, q_len, kv_len,
                          M_TILE, BLOCK_N, NUM_STAGES, NUM_GROUPS, IS_CAUSAL, LONGEST_FIRST, PERSISTENT, Q_BUFS,
@@ -812,7 +824,7 @@ def gluon_attention_kernel(
                                    o_desc, Out, Scales, first, step, flip, n_tiles, n_m, n_bh, q_heads, kv_heads, q_len, kv_len,
                                    qk_scale, HEAD_DIM, M_TILE, BLOCK_N, NUM_STAGES, NUM_GROUPS, IS_CAUSAL,
                                    LONGEST_FIRST, PERSISTENT, Q_BUFS, MASK, EMPTY_ROWS, EVEN_M, ORDERED, FP8, FP8_P,
-                                   EXP2_POLY, LAZY_RESCALE, ROWSUM_MMA, num_warps)),
+                                   EXP2_POLY, LAZY_RESCALE, ROWSUM_MMA, OVERLAP_PV, num_warps)),
             (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready,
                          v_empty, first, step, flip, n_tiles, n_m, n_bh, q_heads, kv_heads, q_len, kv_len,
                          M_TILE, BLOCK_N, NUM_STAGES, NUM_GROUPS, IS_CAUSAL, LONGEST_FIRST, PERSISTENT, Q_BUFS,
