@@ -45,6 +45,51 @@ def opcode_counts(sass: str) -> collections.Counter[str]:
     return collections.Counter(match.group(1) for match in _INSTRUCTION.finditer(sass))
 
 
+#: An instruction with its address and text (predicate included, encoding dropped).
+_ADDRESSED = re.compile(r"/\*([0-9a-f]{4,})\*/\s+([^;]*);")
+#: What a block loop's schedule shows: the waits, barriers and releases (their order is what
+#: ptxas keeps), and the GEMM that closes each wgmma group.
+_SYNC = ("WARPGROUP.DEPBAR", "BAR.SYNC", "SYNCS.ARRIVE")
+
+
+def block_loop_schedule(sass: str) -> list[tuple[int, str]]:
+    """The Gluon block loop of a listing (the smallest loop that closes two wgmma groups, QK^T
+    and PV, and takes 16 exponentials or more) as (position in the loop, what): its waits,
+    barriers, mbarrier arrivals and group-closing GEMMs in order, and its first and last
+    ``MUFU``. Why: ptxas keeps the synchronization in program order but moves arithmetic
+    across it, so where a wgmma wait lands against the exponentials is read here, not in the
+    source (BENCHMARKS.md, 2026-12-05)."""
+    lines = [(int(m.group(1), 16), m.group(2).strip()) for m in _ADDRESSED.finditer(sass)]
+    at = {address: i for i, (address, _) in enumerate(lines)}
+    loops = []
+    for i, (address, text) in enumerate(lines):
+        branch = re.search(r"\bBRA\s+(0x[0-9a-f]+)", text)
+        if branch and int(branch.group(1), 16) < address and int(branch.group(1), 16) in at:
+            body = lines[at[int(branch.group(1), 16)]:i + 1]
+            ops = [re.sub(r"^@!?U?P\w+\s+", "", t) for _, t in body]
+            # A block's body: both products issued (two wgmma groups closed) and its exponentials.
+            closing = sum("GMMA" in op.split()[0] and "gsb0" in op for op in ops)
+            if closing >= 2 and sum(op.startswith("MUFU") for op in ops) >= 16:
+                loops.append(ops)
+    if not loops:
+        return []
+    body = min(loops, key=len)
+    mufu = [k for k, op in enumerate(body) if op.startswith("MUFU")]
+    events = [(k, op) for k, op in enumerate(body)
+              if op.startswith(_SYNC) or ("GMMA" in op.split()[0] and "gsb0" in op)]
+    events += [(mufu[0], f"first MUFU (of {len(mufu)})"), (mufu[-1], "last MUFU")]
+    return sorted(events)
+
+
+def pv_wait_follows_the_exponentials(sass: str) -> bool:
+    """Whether the block loop's last full wgmma wait (``DEPBAR.LE gsb0, 0x0``: the PV product's)
+    comes after its last exponential (``block_loop_schedule``)."""
+    events = block_loop_schedule(sass)
+    waits = [k for k, what in events if what.startswith("WARPGROUP.DEPBAR.LE gsb0, 0x0")]
+    last_mufu = [k for k, what in events if what == "last MUFU"]
+    return bool(waits and last_mufu) and waits[-1] > last_mufu[0]
+
+
 def compiled_sass(config: Mapping[str, Value], workload: Workload, hardware: HardwareSpec,
                   fp8_p: str | None = None, extra: Mapping[str, Value] | None = None) -> tuple[str, dict[str, int]]:
     """(the SASS listing, cuobjdump's resource usage) of ``config`` compiled for ``hardware``
@@ -109,6 +154,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="write every config's full counts and resources here")
     parser.add_argument("--extra", type=_constexpr, action="append", default=[], metavar="NAME=VALUE",
                         help="a constexpr added to a Gluon config's kernel variant (repeatable)")
+    parser.add_argument("--schedule", action="store_true",
+                        help="also print the block loop's waits, barriers and exponentials in order (Gluon)")
     args = parser.parse_args(argv)
     workload, hardware = Workload.parse(args.workload), load_spec(args.gpu)
     ops = args.ops.split(",")
@@ -121,6 +168,9 @@ def main(argv: list[str] | None = None) -> int:
         spills = (usage.get("STACK", 0) + usage.get("LOCAL", 0)) // 4
         print("\t".join([str(sum(counts.values())), *(str(counts.get(op, 0)) for op in ops), str(usage["REG"]),
                          str(spills), text]))
+        if args.schedule:
+            for position, what in block_loop_schedule(sass):
+                print(f"    {position:4d}  {what}")
         rows.append({"config": config, "workload": args.workload, "fp8_p": args.fp8_p, "extra": dict(args.extra),
                      "total": sum(counts.values()),
                      "counts": dict(sorted(counts.items())), "registers": usage["REG"], "spills": spills})

@@ -319,3 +319,41 @@ def test_row_sums_by_the_tensor_cores_trade_the_adds_for_four_narrow_mmas_a_bloc
     steps = knobs["BLOCK_N"] // (32 if fp8 else 16)
     assert adds["FADD"] - mma["FADD"] >= 4 * (scores - 8), (adds["FADD"], mma["FADD"])
     assert mma[gmma] - adds[gmma] == 4 * steps, (adds[gmma], mma[gmma])
+
+
+#: Compiles a Gluon config for sm90 with and without OVERLAP_PV (a child process: the suite runs
+#: under TRITON_INTERPRET) and prints whether the PV wait follows the block's exponentials.
+_SCHEDULE_CHILD = """
+import json, sys
+from flashtune.experiments.evaluation.sass_count import compiled_sass, pv_wait_follows_the_exponentials
+from flashtune.objectives.hardware import load_spec
+from flashtune.objectives.types import Workload
+config, workload = json.loads(sys.stdin.read())
+print(json.dumps([pv_wait_follows_the_exponentials(compiled_sass(config, Workload.parse(workload), load_spec("h200"),
+                                                                 extra=extra)[0])
+                  for extra in (None, {"OVERLAP_PV": True})]))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("workload,knobs", [("4,32,4096,128", PINGPONG),
+                                            ("2,32,8192,128", {**FP8, "loads": "gluon_pingpong_poly"})],
+                         ids=["bf16-d128", "fp8-d128-poly"])
+def test_the_pv_wait_follows_the_exponentials_only_when_a_release_reads_them(workload, knobs):
+    # ptxas keeps waits, barriers and mbarrier arrivals in program order but moves arithmetic
+    # across them: the PV product's wait, written after the block's softmax, lands before its
+    # exponentials, and each group's softmax waits for its own PV product. OVERLAP_PV releases
+    # the K stage after a reduction of P's row sums, which holds the wait below them. If a
+    # Triton or ptxas update changes the first half, the flag may no longer be needed.
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["CUDA_VISIBLE_DEVICES"] = ""
+    done = subprocess.run([sys.executable, "-c", _SCHEDULE_CHILD], input=json.dumps([knobs, workload]),
+                          capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    plain, overlapped = json.loads(done.stdout.strip().splitlines()[-1])
+    assert (plain, overlapped) == (False, True)

@@ -34,3 +34,34 @@ def test_extra_constexprs_parse_as_name_and_value_and_a_bad_one_is_named():
     for bad in ("ROWSUM_MMA", "=1", "EXP2_POLY=three"):
         with pytest.raises(argparse.ArgumentTypeError, match="--extra"):
             _constexpr(bad)
+
+
+#: A block loop as cuobjdump prints it (cut to what the schedule reads): the QK^T and PV groups
+#: closed, the QK^T wait, the K release, the PV wait, then the exponentials; the branch back.
+LOOP = """
+        /*1000*/                   BAR.SYNC.DEFER_BLOCKING 0x2, 0x80 ;
+        /*1010*/                   HGMMA.64x128x16.F32.BF16 R24, gdesc[UR28], R24, gsb0 ;
+        /*1020*/                   HGMMA.64x128x16.F32.BF16 R88, R180, gdesc[UR12].tnspB, R88, gsb0 ;
+        /*1030*/                   WARPGROUP.DEPBAR.LE gsb0, 0x1 ;
+        /*1040*/              @!P0 SYNCS.ARRIVE.TRANS64.A1T0 RZ, [UR5+0x28100], RZ ;
+        /*1050*/                   WARPGROUP.DEPBAR.LE gsb0, 0x0 ;
+""" + "".join(f"        /*{0x1060 + 16 * i:04x}*/                   MUFU.EX2 R{i}, R{i} ;\n" for i in range(16)) + """
+        /*1160*/               @P1 BRA 0x1000 ;
+"""
+
+
+def test_the_block_loop_schedule_places_the_waits_against_the_exponentials():
+    from flashtune.experiments.evaluation.sass_count import block_loop_schedule, pv_wait_follows_the_exponentials
+
+    events = block_loop_schedule(LOOP)
+    assert [what.split()[0] for _, what in events] == [
+        "BAR.SYNC.DEFER_BLOCKING", "HGMMA.64x128x16.F32.BF16", "HGMMA.64x128x16.F32.BF16", "WARPGROUP.DEPBAR.LE",
+        "SYNCS.ARRIVE.TRANS64.A1T0", "WARPGROUP.DEPBAR.LE", "first", "last"]
+    assert events[-2] == (6, "first MUFU (of 16)") and events[-1] == (21, "last MUFU")
+    assert not pv_wait_follows_the_exponentials(LOOP)
+    # The wait moved below the exponentials: it follows them.
+    lines = LOOP.splitlines()
+    wait = next(i for i, line in enumerate(lines) if "DEPBAR.LE gsb0, 0x0" in line)
+    moved = "\n".join(lines[:wait] + lines[wait + 1:-2] + [lines[wait].replace("1050", "1150")] + lines[-2:])
+    assert pv_wait_follows_the_exponentials(moved)
+    assert block_loop_schedule("no loop here") == []
