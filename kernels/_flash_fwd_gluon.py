@@ -24,11 +24,17 @@ finish this one's last PV products and store its output (FA3's persistent schedu
   overlap, left to the warp schedulers, or with ``ORDERED`` (``gluon_pingpong_ordered``)
   enforced: the groups' GEMMs take turns. Registers move from the producer to the
   consumers (``worker_num_regs``).
-- inside a group, FA3's intra-warpgroup overlap: the QK^T of block j and the PV of block
-  j-1 are issued asynchronously back to back; ``warpgroup_mma_wait(1)`` returns when the
-  QK^T is done (groups retire in order), so block j's softmax runs while the PV product
-  of block j-1 is still on the tensor cores. P stays in registers as the A operand of the
-  PV product (a ``DotOperandLayout`` of the output's MMA layout).
+- inside a group, FA3's intra-warpgroup overlap as written: the QK^T of block j and the PV
+  of block j-1 are issued asynchronously back to back; ``warpgroup_mma_wait(1)`` returns
+  when the QK^T is done (groups retire in order), and the wait for the PV product follows
+  block j's softmax in the source. But ptxas (sm90) keeps waits, barriers and mbarrier
+  arrivals in program order and moves arithmetic across them: it places the PV wait after
+  the row maxima, ahead of the exponentials, so a group's softmax runs after its own PV
+  product. ``OVERLAP_PV`` releases the K stage after a reduction of P's row sums, which
+  holds the wait below the exponentials (``experiments/evaluation/sass_count.py
+  --schedule`` shows the order). P stays in registers as the A operand of the PV product
+  (a ``DotOperandLayout`` of the output's MMA layout); with ``ROWSUM_MMA`` the row sums l
+  are a second MMA of it, against a tile of ones.
 
 Masks only where needed: ``MASK`` (a launch-time fact: causal, or a ragged key tail) adds
 one runtime branch a block that masks only the blocks from the first one a row of the
