@@ -357,3 +357,24 @@ def test_the_pv_wait_follows_the_exponentials_only_when_a_release_reads_them(wor
     assert done.returncode == 0, done.stderr[-2000:]
     plain, overlapped = json.loads(done.stdout.strip().splitlines()[-1])
     assert (plain, overlapped) == (False, True)
+
+
+def test_the_flags_outside_the_space_are_off_unless_a_variant_names_them():
+    # OVERLAP_PV and ROWSUM_MMA (docs/gpu/variants_probe.py times them): declared by the kernel,
+    # off by default, so every config of the space launches as before; a variant that names one
+    # passes it through.
+    import dataclasses
+    import inspect
+
+    from flashtune.kernels._flash_fwd_gluon import gluon_attention_kernel
+    from flashtune.kernels.gluon import gluon_variant_for, launch_options
+
+    defaults = inspect.signature(gluon_attention_kernel.fn).parameters
+    call = dict(head_dim=128, causal=True, q_len=1000, kv_len=1000)
+    for flag in ("OVERLAP_PV", "ROWSUM_MMA"):
+        assert defaults[flag].default is False
+        variant = gluon_variant_for(validate_config(PINGPONG))
+        assert flag not in launch_options(variant, **call)
+        named = dataclasses.replace(variant, extra=variant.extra + ((flag, True),))
+        assert launch_options(named, **call)[flag] is True
+        assert "overlap-pv" in named.label() or "rowsum-mma" in named.label()
