@@ -29,7 +29,11 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
+import torch
+
+from flashtune.kernels.attention import TORCH_DTYPES, quantize_fp8
 from flashtune.kernels.config import Value
+from flashtune.kernels.gluon import fp8_p_v_order, gluon_variant_for, launch_gluon
 from flashtune.kernels.space import validate_config
 from flashtune.objectives.aot import _triton_tool, compiling_for, resource_usage
 from flashtune.objectives.hardware import HardwareSpec, load_spec
@@ -112,11 +116,6 @@ def compiled_sass(config: Mapping[str, Value], workload: Workload, hardware: Har
 def _gluon_variant_kernel(config, workload: Workload, extra: Mapping[str, Value], fp8_p: str | None):
     """The Gluon kernel of ``config``'s variant with ``extra`` constexprs, compiled (warm-up
     through ``launch_gluon`` on CPU stand-ins of the workload's shapes)."""
-    import torch
-
-    from flashtune.kernels.attention import TORCH_DTYPES, quantize_fp8
-    from flashtune.kernels.gluon import fp8_p_v_order, gluon_variant_for, launch_gluon
-
     variant = gluon_variant_for(config)
     variant = dataclasses.replace(variant, extra=tuple({**dict(variant.extra), **extra}.items()))
     w, dtype = workload, TORCH_DTYPES[workload.dtype]
