@@ -30,11 +30,10 @@ finish this one's last PV products and store its output (FA3's persistent schedu
   block j's softmax in the source. But ptxas (sm90) keeps waits, barriers and mbarrier
   arrivals in program order and moves arithmetic across them: it places the PV wait after
   the row maxima, ahead of the exponentials, so a group's softmax runs after its own PV
-  product. ``OVERLAP_PV`` releases the K stage after a reduction of P's row sums, which
+  product. ``OVERLAP_PV`` stores P's row sums to a scratch row of shared memory, which
   holds the wait below the exponentials (``experiments/evaluation/sass_count.py
   --schedule`` shows the order). P stays in registers as the A operand of the PV product
-  (a ``DotOperandLayout`` of the output's MMA layout); with ``ROWSUM_MMA`` the row sums l
-  are a second MMA of it, against a tile of ones.
+  (a ``DotOperandLayout`` of the output's MMA layout).
 
 Masks only where needed: ``MASK`` (a launch-time fact: causal, or a ragged key tail) adds
 one runtime branch a block that masks only the blocks from the first one a row of the
@@ -233,8 +232,6 @@ def _produce_tile(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_emp
 #: so its weights land in [0, 448] with no multiply a score (the stretch that keeps small
 #: weights' mantissa in e4m3).
 _LOG2_FP8_MAX = gl.constexpr(8.807354922057604)
-#: Columns of the ones tile the row-sum MMA (``ROWSUM_MMA``) multiplies P by: wgmma's narrowest N.
-_ONES_N = gl.constexpr(8)
 
 
 @gluon.jit
@@ -467,12 +464,12 @@ def _release_previous(q_prev_empty, has_prev, PERSISTENT: gl.constexpr):
 
 
 @gluon.jit
-def _consumer_tile(group, q_tile, q_ready, q_phase, q_prev_empty, has_prev, k_smem, v_smem, ones_smem, k_ready, k_empty, v_ready, v_empty, turns,
+def _consumer_tile(group, q_tile, q_ready, q_phase, q_prev_empty, has_prev, k_smem, v_smem, sink_smem, k_ready, k_empty, v_ready, v_empty, turns,
                    o_desc, Out, Scales, pid_zh, head_row, q_start, q_len, kv_len, n_program, n_ordered, it, turn,
                    qk_scale, HEAD_DIM: gl.constexpr, M_TILE: gl.constexpr, BLOCK_N: gl.constexpr,
                    NUM_STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, MASK: gl.constexpr, EMPTY_ROWS: gl.constexpr,
                    EVEN_M: gl.constexpr, ORDERED: gl.constexpr, PERSISTENT: gl.constexpr, FP8: gl.constexpr, FP8_P: gl.constexpr,
-                   EXP2_POLY: gl.constexpr, LAZY_RESCALE: gl.constexpr, ROWSUM_MMA: gl.constexpr, OVERLAP_PV: gl.constexpr,
+                   EXP2_POLY: gl.constexpr, LAZY_RESCALE: gl.constexpr, OVERLAP_PV: gl.constexpr,
                    num_warps: gl.constexpr):
     """One consumer warpgroup's rows [q_start + group * M_TILE, + M_TILE) of one tile of its
     (batch, head), whose row 0 is row ``head_row`` of the flat Q and O; the tile's blocks are
@@ -521,14 +518,6 @@ def _consumer_tile(group, q_tile, q_ready, q_phase, q_prev_empty, has_prev, k_sm
     s_zero = gl.zeros([M_TILE, BLOCK_N], gl.float32, layout=s_layout)
     acc = gl.zeros([M_TILE, HEAD_DIM], gl.float32, layout=o_layout)
     l_i = gl.zeros([M_TILE], gl.float32, layout=o_rows)
-    if ROWSUM_MMA:
-        # l as the product of P and a [BLOCK_N, _ONES_N] tile of ones, accumulated as acc is (every
-        # column a copy of l): the tensor cores sum the very weights the PV product reads (fp8:
-        # e4m3-rounded), and the softmax loses its 64 adds a block a thread at 128 keys.
-        l_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
-                                                           instr_shape=[16, _ONES_N, mma_k])
-        pl_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=l_layout, k_width=k_width)
-        l_acc = gl.zeros([M_TILE, _ONES_N], gl.float32, layout=l_layout)
     mbarrier.wait(q_ready, q_phase)
     if n_blocks > 0:
         # Block 0: its scores alone (no PV product in flight yet).
@@ -541,8 +530,7 @@ def _consumer_tile(group, q_tile, q_ready, q_phase, q_prev_empty, has_prev, k_sm
         p, m_i, alpha = _scores(s, m_i, 0, mask_from, limit, offs_n, qk_scale, MASK, EMPTY_ROWS,
                                     FP8 and FP8_P != "multiply", FP8 and FP8_P == "permuted_h2",
                                     EXP2_POLY, tau)
-        if not ROWSUM_MMA:
-            l_i = _row_sum(p, o_rows)
+        l_i = _row_sum(p, o_rows)
         _release_previous(q_prev_empty, has_prev, PERSISTENT)
         for j in range(1, n_blocks):
             stage = (it + j) % NUM_STAGES
@@ -560,41 +548,28 @@ def _consumer_tile(group, q_tile, q_ready, q_phase, q_prev_empty, has_prev, k_sm
             s_tok = warpgroup_mma(q_tile, k_smem.index(stage).permute((1, 0)), s_zero, use_acc=False,
                                   is_async=True)
             o_tok = warpgroup_mma(p_op, _v_operand(v_smem, prev, FP8), acc, is_async=True)
-            if ROWSUM_MMA:
-                p_l = gl.convert_layout(p_op, pl_layout, assert_trivial=True)
-                l_tok = warpgroup_mma(p_l, ones_smem.permute((1, 0)), l_acc, is_async=True)
             if ORDERED:
                 mbarrier.arrive(turns.index(1 - group), count=1, pred=j < n_ordered)
-            # Groups retire in order: the PV product (and the row-sum MMA) left in flight means
-            # this block's scores are done.
-            if ROWSUM_MMA:
-                s = warpgroup_mma_wait(2, deps=[s_tok])
-            else:
-                s = warpgroup_mma_wait(1, deps=[s_tok])
-            if not OVERLAP_PV:
-                mbarrier.arrive(k_empty.index(stage), count=1)
+            # Groups retire in order: the PV product left in flight means this block's scores are done.
+            s = warpgroup_mma_wait(1, deps=[s_tok])
+            mbarrier.arrive(k_empty.index(stage), count=1)
             p, m_i, alpha = _scores(s, m_i, j * BLOCK_N, mask_from, limit, offs_n, qk_scale, MASK, EMPTY_ROWS,
                                     FP8 and FP8_P != "multiply", FP8 and FP8_P == "permuted_h2",
                                     EXP2_POLY, tau)
             if OVERLAP_PV:
                 block_sum = _row_sum(p, o_rows)
-                # The K stage is released only once P's row sums exist (a reduction over the
-                # group: shared memory and a barrier): ptxas keeps the barriers and the PV wait in
-                # program order but moves arithmetic across them, so this holds the wait below
-                # every exponential of the block (the pred is true for any sum, NaN included).
-                mbarrier.arrive(k_empty.index(stage), count=1, pred=gl.sum(block_sum, 0) != -1.0)
+                # Each thread stores its rows' sums to a scratch row nobody reads: ptxas keeps
+                # shared-memory stores on their side of the PV wait but moves arithmetic across
+                # it, so a store that reads every exponential holds the wait below them.
+                sink_smem.store(block_sum)
             acc = _pv_done(o_tok, p_op, FP8)
-            if ROWSUM_MMA:
-                l_acc = _pv_done(l_tok, p_l, FP8)
             mbarrier.arrive(v_empty.index(prev), count=1)
             alpha_o = gl.convert_layout(alpha, o_rows)
             if LAZY_RESCALE:
                 acc = _rescale_if_warp_moved(acc, alpha_o, 2 * M_TILE // (16 * num_warps))
             else:
                 acc = acc * alpha_o[:, None]
-            if ROWSUM_MMA:
-                l_acc = l_acc * gl.convert_layout(alpha, gl.SliceLayout(1, l_layout))[:, None]
-            elif OVERLAP_PV:
+            if OVERLAP_PV:
                 l_i = l_i * alpha_o + block_sum
             else:
                 l_i = l_i * alpha_o + _row_sum(p, o_rows)
@@ -602,12 +577,7 @@ def _consumer_tile(group, q_tile, q_ready, q_phase, q_prev_empty, has_prev, k_sm
         mbarrier.wait(v_ready.index(last), ((it + n_blocks - 1) // NUM_STAGES) & 1)
         p_op = _p_operand(p, dtype, p_layout, FP8, FP8_P)
         o_tok = warpgroup_mma(p_op, _v_operand(v_smem, last, FP8), acc, is_async=True)
-        if ROWSUM_MMA:
-            p_l = gl.convert_layout(p_op, pl_layout, assert_trivial=True)
-            l_tok = warpgroup_mma(p_l, ones_smem.permute((1, 0)), l_acc, is_async=True)
         acc = _pv_done(o_tok, p_op, FP8)
-        if ROWSUM_MMA:
-            l_acc = _pv_done(l_tok, p_l, FP8)
         mbarrier.arrive(v_empty.index(last), count=1)
     else:
         _release_previous(q_prev_empty, has_prev, PERSISTENT)
@@ -620,8 +590,6 @@ def _consumer_tile(group, q_tile, q_ready, q_phase, q_prev_empty, has_prev, k_sm
         mbarrier.wait(v_ready.index(stage), phase)
         mbarrier.arrive(v_empty.index(stage), count=1)
 
-    if ROWSUM_MMA:
-        l_i = gl.convert_layout(gl.max(l_acc, 1), o_rows)
     # Rows that saw no key: 0 / 1 = 0, as the other kernels write.
     l_safe = gl.where(l_i == 0.0, 1.0, l_i)
     if FP8 and FP8_P == "multiply":
@@ -649,13 +617,13 @@ def _consumer_tile(group, q_tile, q_ready, q_phase, q_prev_empty, has_prev, k_sm
 
 
 @gluon.jit
-def _consumer(group, q_smem, k_smem, v_smem, ones_smem, q_ready, q_empty, k_ready, k_empty, v_ready, v_empty, turns, o_desc,
+def _consumer(group, q_smem, k_smem, v_smem, sink_smem, q_ready, q_empty, k_ready, k_empty, v_ready, v_empty, turns, o_desc,
               Out, Scales, first, step, flip, n_tiles, n_m, n_bh, q_heads, kv_heads, q_len, kv_len, qk_scale,
               HEAD_DIM: gl.constexpr, M_TILE: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr,
               NUM_GROUPS: gl.constexpr, IS_CAUSAL: gl.constexpr, LONGEST_FIRST: gl.constexpr,
               PERSISTENT: gl.constexpr, Q_BUFS: gl.constexpr, MASK: gl.constexpr, EMPTY_ROWS: gl.constexpr,
               EVEN_M: gl.constexpr, ORDERED: gl.constexpr, FP8: gl.constexpr, FP8_P: gl.constexpr,
-              EXP2_POLY: gl.constexpr, LAZY_RESCALE: gl.constexpr, ROWSUM_MMA: gl.constexpr, OVERLAP_PV: gl.constexpr,
+              EXP2_POLY: gl.constexpr, LAZY_RESCALE: gl.constexpr, OVERLAP_PV: gl.constexpr,
                    num_warps: gl.constexpr):
     """One consumer warpgroup over the program's tiles, in the producer's order."""
     if PERSISTENT:
@@ -669,11 +637,11 @@ def _consumer(group, q_smem, k_smem, v_smem, ones_smem, q_ready, q_empty, k_read
             buf = (i % Q_BUFS) * NUM_GROUPS + group
             prev = ((i + Q_BUFS - 1) % Q_BUFS) * NUM_GROUPS + group
             _consumer_tile(group, q_smem.index(buf), q_ready.index(buf), (i // Q_BUFS) & 1, q_empty.index(prev), i > 0,
-                           k_smem, v_smem, ones_smem,
+                           k_smem, v_smem, sink_smem,
                            k_ready, k_empty, v_ready, v_empty, turns, o_desc, Out, Scales, pid_zh, head_row, q_start,
                            q_len, kv_len, n_program, n_ordered, it, turn, qk_scale, HEAD_DIM, M_TILE, BLOCK_N,
                            NUM_STAGES, IS_CAUSAL, MASK, EMPTY_ROWS, EVEN_M, ORDERED, PERSISTENT, FP8, FP8_P, EXP2_POLY,
-                           LAZY_RESCALE, ROWSUM_MMA, OVERLAP_PV, num_warps)
+                           LAZY_RESCALE, OVERLAP_PV, num_warps)
             it += n_program
             # Each group takes a turn at every block but the first of those both read.
             turn += gl.maximum(n_ordered - 1, 0)
@@ -683,27 +651,27 @@ def _consumer(group, q_smem, k_smem, v_smem, ones_smem, q_ready, q_empty, k_read
             first, n_m, n_bh, q_heads, kv_heads, q_len, kv_len, M_TILE, BLOCK_N, NUM_GROUPS, IS_CAUSAL,
             LONGEST_FIRST, PERSISTENT)
         _consumer_tile(group, q_smem.index(group), q_ready.index(group), 0, q_empty.index(group), False, k_smem,
-                       v_smem, ones_smem, k_ready, k_empty,
+                       v_smem, sink_smem, k_ready, k_empty,
                        v_ready, v_empty, turns, o_desc, Out, Scales, pid_zh, head_row, q_start, q_len, kv_len,
                        n_program, n_ordered, 0, 0, qk_scale, HEAD_DIM, M_TILE, BLOCK_N, NUM_STAGES, IS_CAUSAL, MASK,
-                       EMPTY_ROWS, EVEN_M, ORDERED, PERSISTENT, FP8, FP8_P, EXP2_POLY, LAZY_RESCALE, ROWSUM_MMA, OVERLAP_PV, num_warps)
+                       EMPTY_ROWS, EVEN_M, ORDERED, PERSISTENT, FP8, FP8_P, EXP2_POLY, LAZY_RESCALE, OVERLAP_PV, num_warps)
 
 
 @gluon.jit
-def _consumer_partition(GROUP: gl.constexpr, q_smem, k_smem, v_smem, ones_smem, q_ready, q_empty, k_ready, k_empty, v_ready,
+def _consumer_partition(GROUP: gl.constexpr, q_smem, k_smem, v_smem, sink_smem, q_ready, q_empty, k_ready, k_empty, v_ready,
                         v_empty, turns, o_desc, Out, Scales, first, step, flip, n_tiles, n_m, n_bh, q_heads, kv_heads,
                         q_len, kv_len, qk_scale, HEAD_DIM: gl.constexpr, M_TILE: gl.constexpr,
                         BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr, NUM_GROUPS: gl.constexpr,
                         IS_CAUSAL: gl.constexpr, LONGEST_FIRST: gl.constexpr, PERSISTENT: gl.constexpr,
                         Q_BUFS: gl.constexpr, MASK: gl.constexpr, EMPTY_ROWS: gl.constexpr, EVEN_M: gl.constexpr,
                         ORDERED: gl.constexpr, FP8: gl.constexpr, FP8_P: gl.constexpr, EXP2_POLY: gl.constexpr,
-                        LAZY_RESCALE: gl.constexpr, ROWSUM_MMA: gl.constexpr, OVERLAP_PV: gl.constexpr,
+                        LAZY_RESCALE: gl.constexpr, OVERLAP_PV: gl.constexpr,
                         CONSUMER_WARPS: gl.constexpr):
     """Consumer group ``GROUP`` (0: the default partition; the others: worker partitions)."""
-    _consumer(GROUP, q_smem, k_smem, v_smem, ones_smem, q_ready, q_empty, k_ready, k_empty, v_ready, v_empty, turns, o_desc, Out,
+    _consumer(GROUP, q_smem, k_smem, v_smem, sink_smem, q_ready, q_empty, k_ready, k_empty, v_ready, v_empty, turns, o_desc, Out,
               Scales, first, step, flip, n_tiles, n_m, n_bh, q_heads, kv_heads, q_len, kv_len, qk_scale,
               HEAD_DIM, M_TILE, BLOCK_N, NUM_STAGES, NUM_GROUPS, IS_CAUSAL, LONGEST_FIRST, PERSISTENT, Q_BUFS,
-              MASK, EMPTY_ROWS, EVEN_M, ORDERED, FP8, FP8_P, EXP2_POLY, LAZY_RESCALE, ROWSUM_MMA, OVERLAP_PV, CONSUMER_WARPS)
+              MASK, EMPTY_ROWS, EVEN_M, ORDERED, FP8, FP8_P, EXP2_POLY, LAZY_RESCALE, OVERLAP_PV, CONSUMER_WARPS)
 
 
 @gluon.jit
@@ -730,7 +698,6 @@ def gluon_attention_kernel(
     EXP2_POLY: gl.constexpr = 0,
     ZIGZAG: gl.constexpr = False,
     LAZY_RESCALE: gl.constexpr = False,
-    ROWSUM_MMA: gl.constexpr = False,
     OVERLAP_PV: gl.constexpr = False,
 ):
     """Grid: (query tiles of NUM_GROUPS * M_TILE rows, batch * q_heads), one program a tile;
@@ -740,7 +707,6 @@ def gluon_attention_kernel(
     ``FP8_P``: how fp8's P is formed (module docstring; read only with ``FP8``).
     ``ZIGZAG``: the persistent programs take the odd rounds of tiles in reverse (``_program_tile``).
     ``LAZY_RESCALE``: a warp rescales its accumulator only where a row's maximum moved (``_consumer_tile``).
-    ``ROWSUM_MMA``: the row sums l by a warpgroup MMA of P against a tile of ones (``_consumer_tile``).
     ``OVERLAP_PV``: a block's exponentials computed under the previous block's PV product (``_consumer_tile``).
     ``EXP2_POLY``: of every 16 exponentials of 16-bit P, how many a polynomial on the FMA pipe
     computes (``_exp2_split``; ``loads="gluon_pingpong_poly"``), 0: all on MUFU.
@@ -784,16 +750,11 @@ def gluon_attention_kernel(
     v_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
     v_empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
     turns = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())  # ORDERED: whose GEMMs are next
-    if ROWSUM_MMA:
-        # [_ONES_N, BLOCK_N] ones, K-major like fp8's V^T: the B operand of the row-sum MMA, written once.
-        ones_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([_ONES_N, BLOCK_N], q_desc.dtype)
-        ones_smem = gl.allocate_shared_memory(q_desc.dtype, [_ONES_N, BLOCK_N], ones_layout)
-        fill: gl.constexpr = gl.BlockedLayout([1, 1], [1, 32], [num_warps, 1], [1, 0])
-        # (made in f16 and converted: Gluon has no fp8 constant)
-        ones_smem.store(gl.full([_ONES_N, BLOCK_N], 1.0, gl.float16, fill).to(q_desc.dtype))
-        fence_async_shared()
+    if OVERLAP_PV:
+        # A scratch row the consumer groups write their row sums to (``_consumer_tile``), never read.
+        sink_smem = gl.allocate_shared_memory(gl.float32, [M_TILE], gl.SwizzledSharedLayout(1, 1, 1, order=[0]))
     else:
-        ones_smem = turns  # not read
+        sink_smem = turns  # not written
     for b in gl.static_range(Q_BUFS * NUM_GROUPS):
         mbarrier.init(q_ready.index(b), count=1)
         mbarrier.init(q_empty.index(b), count=1)  # one consumer group reads each buffer
@@ -809,16 +770,16 @@ def gluon_attention_kernel(
     # loses its constexprs (Triton 3.6's Gluon).
     if NUM_GROUPS == 2:
         gl.warp_specialize([
-            (_consumer_partition, (0, q_smem, k_smem, v_smem, ones_smem, q_ready, q_empty, k_ready, k_empty, v_ready, v_empty, turns,
+            (_consumer_partition, (0, q_smem, k_smem, v_smem, sink_smem, q_ready, q_empty, k_ready, k_empty, v_ready, v_empty, turns,
                                    o_desc, Out, Scales, first, step, flip, n_tiles, n_m, n_bh, q_heads, kv_heads, q_len, kv_len,
                                    qk_scale, HEAD_DIM, M_TILE, BLOCK_N, NUM_STAGES, NUM_GROUPS, IS_CAUSAL,
                                    LONGEST_FIRST, PERSISTENT, Q_BUFS, MASK, EMPTY_ROWS, EVEN_M, ORDERED, FP8, FP8_P,
-                                   EXP2_POLY, LAZY_RESCALE, ROWSUM_MMA, OVERLAP_PV, num_warps)),
-            (_consumer_partition, (1, q_smem, k_smem, v_smem, ones_smem, q_ready, q_empty, k_ready, k_empty, v_ready, v_empty, turns,
+                                   EXP2_POLY, LAZY_RESCALE, OVERLAP_PV, num_warps)),
+            (_consumer_partition, (1, q_smem, k_smem, v_smem, sink_smem, q_ready, q_empty, k_ready, k_empty, v_ready, v_empty, turns,
                                    o_desc, Out, Scales, first, step, flip, n_tiles, n_m, n_bh, q_heads, kv_heads, q_len, kv_len,
                                    qk_scale, HEAD_DIM, M_TILE, BLOCK_N, NUM_STAGES, NUM_GROUPS, IS_CAUSAL,
                                    LONGEST_FIRST, PERSISTENT, Q_BUFS, MASK, EMPTY_ROWS, EVEN_M, ORDERED, FP8, FP8_P,
-                                   EXP2_POLY, LAZY_RESCALE, ROWSUM_MMA, OVERLAP_PV, num_warps)),
+                                   EXP2_POLY, LAZY_RESCALE, OVERLAP_PV, num_warps)),
             (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready,
                          v_empty, first, step, flip, n_tiles, n_m, n_bh, q_heads, kv_heads, q_len, kv_len,
                          M_TILE, BLOCK_N, NUM_STAGES, NUM_GROUPS, IS_CAUSAL, LONGEST_FIRST, PERSISTENT, Q_BUFS,
@@ -826,11 +787,11 @@ def gluon_attention_kernel(
         ], [num_warps, 1], [CONSUMER_REGS, PRODUCER_REGS])
     else:
         gl.warp_specialize([
-            (_consumer_partition, (0, q_smem, k_smem, v_smem, ones_smem, q_ready, q_empty, k_ready, k_empty, v_ready, v_empty, turns,
+            (_consumer_partition, (0, q_smem, k_smem, v_smem, sink_smem, q_ready, q_empty, k_ready, k_empty, v_ready, v_empty, turns,
                                    o_desc, Out, Scales, first, step, flip, n_tiles, n_m, n_bh, q_heads, kv_heads, q_len, kv_len,
                                    qk_scale, HEAD_DIM, M_TILE, BLOCK_N, NUM_STAGES, NUM_GROUPS, IS_CAUSAL,
                                    LONGEST_FIRST, PERSISTENT, Q_BUFS, MASK, EMPTY_ROWS, EVEN_M, ORDERED, FP8, FP8_P,
-                                   EXP2_POLY, LAZY_RESCALE, ROWSUM_MMA, OVERLAP_PV, num_warps)),
+                                   EXP2_POLY, LAZY_RESCALE, OVERLAP_PV, num_warps)),
             (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready,
                          v_empty, first, step, flip, n_tiles, n_m, n_bh, q_heads, kv_heads, q_len, kv_len,
                          M_TILE, BLOCK_N, NUM_STAGES, NUM_GROUPS, IS_CAUSAL, LONGEST_FIRST, PERSISTENT, Q_BUFS,

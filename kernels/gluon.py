@@ -110,7 +110,6 @@ class GluonVariant:
                         + (["zigzag"] if extra.get("ZIGZAG") else [])
                         + ([f"poly {extra['EXP2_POLY']}/16"] if extra.get("EXP2_POLY") else [])
                         + (["lazy"] if extra.get("LAZY_RESCALE") else [])
-                        + (["rowsum-mma"] if extra.get("ROWSUM_MMA") else [])
                         + (["overlap-pv"] if extra.get("OVERLAP_PV") else []))
 
 

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Issue 20: two kernel flags outside the space, timed and checked in one call:
+# Issue 20: a kernel flag outside the space, timed and checked in one call:
 #   bash docs/gpu/overlap-2026-12-05.sh      (with the jsonschema wheels carried in .whl)
 # OVERLAP_PV (a block's exponentials under the previous block's PV product: on sm90 ptxas had put
-# the PV wait ahead of them) and ROWSUM_MMA (the row sums l by a warpgroup MMA of P against ones).
-# 1. docs/gpu/variants_probe.py --plan overlap: each at fp8 D128 / D256 and the suite's best Gluon
+# the PV wait ahead of them).
+# 1. docs/gpu/variants_probe.py --plan overlap: at fp8 D128 / D256 and the suite's best Gluon
 #    tiles, beside SDPA cuDNN and flash, 3 interleaved rounds (each variant checked against cuDNN first);
-# 2. GPU numerics: fp8 (four cases: the flags beside the plain kernel) and 16-bit (four cases,
+# 2. GPU numerics: fp8 (four cases: the flag beside the plain kernel) and 16-bit (four cases,
 #    three kernel shapes).
 # Back in $OUT: overlap.log, probe.json/.log, tests8.xml/.log, tests16.xml/.log.
 source "$(dirname "$0")/setup.sh" overlap.log

@@ -40,10 +40,8 @@ BY_NAME = {w.name: w for w in SUITE}
 
 
 def variant(bm, bn, groups=2, *, stages=2, persistent=False, zigzag=False, longest=False, ordered=False, poly=0,
-            fp8=False, rowsum=False):
+            fp8=False):
     extra = {"FP8": fp8}
-    if rowsum:
-        extra["ROWSUM_MMA"] = True
     if zigzag:
         extra["ZIGZAG"] = True
     if poly:
@@ -130,33 +128,26 @@ def _flagged(v, *flags):
     return dataclasses.replace(v, extra=v.extra + tuple((flag, True) for flag in flags))
 
 
-def _overlap_and_rowsum(v, both=False):
-    """``v`` as it is, with ``OVERLAP_PV``, with ``ROWSUM_MMA`` (and with both)."""
-    return [v, _flagged(v, "OVERLAP_PV"), _flagged(v, "ROWSUM_MMA")] + ([_flagged(v, "OVERLAP_PV", "ROWSUM_MMA")] if both else [])
+def _with_overlap(v):
+    """``v`` as it is and with ``OVERLAP_PV``."""
+    return [v, _flagged(v, "OVERLAP_PV")]
 
 
-#: (2026-12-05) Two changes to the consumer's block, each a kernel constexpr:
-#: - ``OVERLAP_PV``: the sm90 SASS of every variant had the wait for the previous block's PV
-#:   product ahead of the block's exponentials (ptxas moves arithmetic across the wait), so a
-#:   group's softmax never ran under its own PV product; a release of the K stage that reads P's
-#:   row sums (a reduction over the group) holds the wait below them;
-#: - ``ROWSUM_MMA``: the row sums l as a warpgroup MMA of P against a tile of ones (at fp8 D128 a
-#:   block's softmax is 511 instructions a warp, as many issue cycles as the two groups' GEMMs
-#:   take on the tensor cores; 64 of them are the adds of l).
-#: Each at the suite's (re-timed) best Gluon tile and at fp8's.
+#: (2026-12-05) ``OVERLAP_PV``, a kernel constexpr: the sm90 SASS of every variant had the wait
+#: for the previous block's PV product ahead of the block's exponentials (ptxas moves arithmetic
+#: across the wait), so a group's softmax never ran under its own PV product. A store of P's row
+#: sums to a scratch row of shared memory holds the wait below them (its first form, a K-stage
+#: release after a reduction of the sums over the group, ran 4-11 % slower on an H100:
+#: docs/results/overlap-2026-12-05/h100/). Each at the suite's (re-timed) best Gluon tile and at fp8's.
 OVERLAP_CALL = {
-    "2,32,8192,128": _overlap_and_rowsum(variant(128, 128, fp8=True, poly=2), both=True)
-    + [variant(128, 128, fp8=True, ordered=True), _flagged(variant(128, 128, fp8=True, ordered=True), "OVERLAP_PV")],
-    # (ROWSUM_MMA spills 16 words at fp8 D256 and 24 at bf16 D128, compiled for sm90 on the CPU: not timed there.)
-    "2,16,8192,256": _overlap_and_rowsum(variant(128, 128, fp8=True, ordered=True))[:2],
-    "b4_h32_n4096_d128_full_bfloat16": _overlap_and_rowsum(
-        variant(128, 128, persistent=True, zigzag=True, longest=True))[:2],
-    "b16_h16_n1024_d64_full_bfloat16": _overlap_and_rowsum(
+    "2,32,8192,128": _with_overlap(variant(128, 128, fp8=True, poly=2))
+    + _with_overlap(variant(128, 128, fp8=True, ordered=True)),
+    "2,16,8192,256": _with_overlap(variant(128, 128, fp8=True, ordered=True)),
+    "b4_h32_n4096_d128_full_bfloat16": _with_overlap(variant(128, 128, persistent=True, zigzag=True, longest=True)),
+    "b16_h16_n1024_d64_full_bfloat16": _with_overlap(
         variant(128, 128, persistent=True, zigzag=True, longest=True, poly=2)),
-    "b2_h16_n8192_d256_full_bfloat16": [variant(128, 64), _flagged(variant(128, 64), "OVERLAP_PV")],
-    "b4_h32_n4096_d128_causal_bfloat16": [variant(128, 128, persistent=True, zigzag=True, ordered=True),
-                                          _flagged(variant(128, 128, persistent=True, zigzag=True, ordered=True),
-                                                   "OVERLAP_PV")],
+    "b2_h16_n8192_d256_full_bfloat16": _with_overlap(variant(128, 64)),
+    "b4_h32_n4096_d128_causal_bfloat16": _with_overlap(variant(128, 128, persistent=True, zigzag=True, ordered=True)),
 }
 #: What a call times (``--plan``).
 PLANS = {"first": FIRST_CALL, "fp8": FP8_CALL, "lazy": LAZY_CALL, "overlap": OVERLAP_CALL}

@@ -6,7 +6,7 @@ bottom-right, grouped-query heads (32 query heads on 8 K/V heads) and strided in
 tiles grid and the persistent one, also in its zigzag order (``grid="persistent_zigzag"``, also
 with three programs for many tiles); the ping-pong free-running and ordered; the kernel's
 share of P's exp2 as a polynomial (``EXP2_POLY``: every share; the space's ``gluon_pingpong_poly``
-takes 2 of 16); two kernel flags outside the space (``OVERLAP_PV``, ``ROWSUM_MMA``).
+takes 2 of 16); a kernel flag outside the space (``OVERLAP_PV``).
 
 The interpreter runs no Gluon, so these are the kernel's only numerics; the CPU checks its
 declarations and its sm90 compile (tests/kernels/test_gluon_declarations.py). fp8:
@@ -187,11 +187,11 @@ def test_every_share_of_the_polynomial_matches_the_reference(poly, case):
                                   (128, True, 32, 8, 333, 1000, "bfloat16"), (256, True, 8, 2, 1000, 333, "bfloat16")],
                          ids=["d64-causal-gqa", "d128-full-ragged-keys", "d128-causal-empty-rows", "d256-causal-short-keys"])
 @pytest.mark.parametrize("flag,shape", [("OVERLAP_PV", "pingpong-tiles"), ("OVERLAP_PV", "ordered-persistent"),
-                                        ("OVERLAP_PV", "ws-one-group"), ("ROWSUM_MMA", "pingpong-tiles")])
+                                        ("OVERLAP_PV", "ws-one-group")])
 def test_kernel_flags_outside_the_space_match_the_reference(flag, shape, case):
-    # OVERLAP_PV: a block's exponentials under the previous block's PV product, the K stage
-    # released after them; ROWSUM_MMA: l as P times a tile of ones. Rows that see no key keep
-    # l = 0 (written as 0); every element of the output written.
+    # OVERLAP_PV: a block's exponentials under the previous block's PV product (the row sums
+    # stored to a scratch row). Rows that see no key keep l = 0 (written as 0); every element of
+    # the output written.
     from flashtune.kernels.gluon import gluon_variant_for, launch_gluon
 
     w = _workload(case)

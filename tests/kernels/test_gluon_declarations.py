@@ -286,41 +286,6 @@ def test_lazy_rescaling_is_on_for_16_bit_variants_from_head_dim_256_only():
         assert lazy == {64: False, 128: False, 256: not fp8}, (fp8, lazy)
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("workload,knobs", [("2,32,8192,128", {**FP8, "loads": "gluon_pingpong_poly"}),
-                                            ("2,32/8,1000,128,causal", FP8),
-                                            ("16,16,1024,64", {**PINGPONG, "grid": "persistent"})],
-                         ids=["fp8-d128-poly", "fp8-causal-gqa-ragged", "bf16-d64-persistent"])
-def test_row_sums_by_the_tensor_cores_trade_the_adds_for_four_narrow_mmas_a_block(tmp_path, workload, knobs):
-    # ROWSUM_MMA (a variant constexpr, docs/gpu/variants_probe.py): compiled for sm90 here, each of
-    # the kernel's four block bodies (two groups x loop and last block) loses its row-sum adds (64
-    # a thread at 128 keys) and gains one narrow MMA a 32-key (fp8; 16-bit: 16-key) step; no spills.
-    import json
-    import os
-    import subprocess
-    import sys
-
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["CUDA_VISIBLE_DEVICES"] = ""
-    counts = {}
-    for extra in ([], ["--extra", "ROWSUM_MMA=true"]):
-        out = tmp_path / f"{len(extra)}.json"
-        done = subprocess.run([sys.executable, "-m", "flashtune.experiments.evaluation.sass_count", "--workload", workload,
-                               "--config", json.dumps(knobs), "--json", str(out), *extra],
-                              capture_output=True, text=True, env=env, timeout=600)
-        assert done.returncode == 0, done.stderr[-2000:]
-        (row,) = json.loads(out.read_text())
-        assert row["spills"] == 0, row
-        counts[bool(extra)] = row["counts"]
-    adds, mma = counts[False], counts[True]
-    scores = 64 * knobs["BLOCK_N"] // 128  # a thread's scores a block: a group's 64 rows x BLOCK_N keys over 128 threads
-    fp8 = knobs.get("use_fp8", False)
-    gmma = "QGMMA" if fp8 else "HGMMA"
-    steps = knobs["BLOCK_N"] // (32 if fp8 else 16)
-    assert adds["FADD"] - mma["FADD"] >= 4 * (scores - 8), (adds["FADD"], mma["FADD"])
-    assert mma[gmma] - adds[gmma] == 4 * steps, (adds[gmma], mma[gmma])
-
-
 #: Compiles a Gluon config for sm90 with and without OVERLAP_PV (a child process: the suite runs
 #: under TRITON_INTERPRET) and prints whether the PV wait follows the block's exponentials.
 _SCHEDULE_CHILD = """
@@ -339,11 +304,11 @@ print(json.dumps([pv_wait_follows_the_exponentials(compiled_sass(config, Workloa
 @pytest.mark.parametrize("workload,knobs", [("4,32,4096,128", PINGPONG),
                                             ("2,32,8192,128", {**FP8, "loads": "gluon_pingpong_poly"})],
                          ids=["bf16-d128", "fp8-d128-poly"])
-def test_the_pv_wait_follows_the_exponentials_only_when_a_release_reads_them(workload, knobs):
+def test_the_pv_wait_follows_the_exponentials_only_when_a_store_reads_them(workload, knobs):
     # ptxas keeps waits, barriers and mbarrier arrivals in program order but moves arithmetic
     # across them: the PV product's wait, written after the block's softmax, lands before its
-    # exponentials, and each group's softmax waits for its own PV product. OVERLAP_PV releases
-    # the K stage after a reduction of P's row sums, which holds the wait below them. If a
+    # exponentials, and each group's softmax waits for its own PV product. OVERLAP_PV stores P's
+    # row sums to a scratch row of shared memory, which holds the wait below them. If a
     # Triton or ptxas update changes the first half, the flag may no longer be needed.
     import json
     import os
@@ -360,9 +325,8 @@ def test_the_pv_wait_follows_the_exponentials_only_when_a_release_reads_them(wor
 
 
 def test_the_flags_outside_the_space_are_off_unless_a_variant_names_them():
-    # OVERLAP_PV and ROWSUM_MMA (docs/gpu/variants_probe.py times them): declared by the kernel,
-    # off by default, so every config of the space launches as before; a variant that names one
-    # passes it through.
+    # OVERLAP_PV (docs/gpu/variants_probe.py times it): declared by the kernel, off by default, so
+    # every config of the space launches as before; a variant that names it passes it through.
     import dataclasses
     import inspect
 
@@ -371,10 +335,10 @@ def test_the_flags_outside_the_space_are_off_unless_a_variant_names_them():
 
     defaults = inspect.signature(gluon_attention_kernel.fn).parameters
     call = dict(head_dim=128, causal=True, q_len=1000, kv_len=1000)
-    for flag in ("OVERLAP_PV", "ROWSUM_MMA"):
+    for flag in ("OVERLAP_PV",):
         assert defaults[flag].default is False
         variant = gluon_variant_for(validate_config(PINGPONG))
         assert flag not in launch_options(variant, **call)
         named = dataclasses.replace(variant, extra=variant.extra + ((flag, True),))
         assert launch_options(named, **call)[flag] is True
-        assert "overlap-pv" in named.label() or "rowsum-mma" in named.label()
+        assert "overlap-pv" in named.label()
