@@ -30,10 +30,11 @@ finish this one's last PV products and store its output (FA3's persistent schedu
   block j's softmax in the source. But ptxas (sm90) keeps waits, barriers and mbarrier
   arrivals in program order and moves arithmetic across them: it places the PV wait after
   the row maxima, ahead of the exponentials, so a group's softmax runs after its own PV
-  product. ``OVERLAP_PV`` stores P's row sums to a scratch row of shared memory, which
-  holds the wait below the exponentials (``experiments/evaluation/sass_count.py
-  --schedule`` shows the order). P stays in registers as the A operand of the PV product
-  (a ``DotOperandLayout`` of the output's MMA layout).
+  product and only the other group's GEMMs run under it (``experiments/evaluation/sass_count.py
+  --schedule`` shows the order). Holding the wait below the exponentials (a flag that stored
+  P's row sums to shared memory; docs/results/overlap-2026-12-05/overlap-pv.patch) measured
+  0.97-1.00x of this schedule on an H100, so the kernel keeps ptxas's. P stays in registers
+  as the A operand of the PV product (a ``DotOperandLayout`` of the output's MMA layout).
 
 Masks only where needed: ``MASK`` (a launch-time fact: causal, or a ragged key tail) adds
 one runtime branch a block that masks only the blocks from the first one a row of the
@@ -464,13 +465,12 @@ def _release_previous(q_prev_empty, has_prev, PERSISTENT: gl.constexpr):
 
 
 @gluon.jit
-def _consumer_tile(group, q_tile, q_ready, q_phase, q_prev_empty, has_prev, k_smem, v_smem, sink_smem, k_ready, k_empty, v_ready, v_empty, turns,
+def _consumer_tile(group, q_tile, q_ready, q_phase, q_prev_empty, has_prev, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, turns,
                    o_desc, Out, Scales, pid_zh, head_row, q_start, q_len, kv_len, n_program, n_ordered, it, turn,
                    qk_scale, HEAD_DIM: gl.constexpr, M_TILE: gl.constexpr, BLOCK_N: gl.constexpr,
                    NUM_STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, MASK: gl.constexpr, EMPTY_ROWS: gl.constexpr,
                    EVEN_M: gl.constexpr, ORDERED: gl.constexpr, PERSISTENT: gl.constexpr, FP8: gl.constexpr, FP8_P: gl.constexpr,
-                   EXP2_POLY: gl.constexpr, LAZY_RESCALE: gl.constexpr, OVERLAP_PV: gl.constexpr,
-                   num_warps: gl.constexpr):
+                   EXP2_POLY: gl.constexpr, LAZY_RESCALE: gl.constexpr, num_warps: gl.constexpr):
     """One consumer warpgroup's rows [q_start + group * M_TILE, + M_TILE) of one tile of its
     (batch, head), whose row 0 is row ``head_row`` of the flat Q and O; the tile's blocks are
     the program's ``it``-th on, its turns (``ORDERED``) the group's ``turn``-th on.
@@ -550,18 +550,12 @@ def _consumer_tile(group, q_tile, q_ready, q_phase, q_prev_empty, has_prev, k_sm
             o_tok = warpgroup_mma(p_op, _v_operand(v_smem, prev, FP8), acc, is_async=True)
             if ORDERED:
                 mbarrier.arrive(turns.index(1 - group), count=1, pred=j < n_ordered)
-            # Groups retire in order: the PV product left in flight means this block's scores are done.
+            # Groups retire in order: one left in flight means this block's scores are done.
             s = warpgroup_mma_wait(1, deps=[s_tok])
             mbarrier.arrive(k_empty.index(stage), count=1)
             p, m_i, alpha = _scores(s, m_i, j * BLOCK_N, mask_from, limit, offs_n, qk_scale, MASK, EMPTY_ROWS,
                                     FP8 and FP8_P != "multiply", FP8 and FP8_P == "permuted_h2",
                                     EXP2_POLY, tau)
-            if OVERLAP_PV:
-                block_sum = _row_sum(p, o_rows)
-                # Each thread stores its rows' sums to a scratch row nobody reads: ptxas keeps
-                # shared-memory stores on their side of the PV wait but moves arithmetic across
-                # it, so a store that reads every exponential holds the wait below them.
-                sink_smem.store(block_sum)
             acc = _pv_done(o_tok, p_op, FP8)
             mbarrier.arrive(v_empty.index(prev), count=1)
             alpha_o = gl.convert_layout(alpha, o_rows)
@@ -569,10 +563,7 @@ def _consumer_tile(group, q_tile, q_ready, q_phase, q_prev_empty, has_prev, k_sm
                 acc = _rescale_if_warp_moved(acc, alpha_o, 2 * M_TILE // (16 * num_warps))
             else:
                 acc = acc * alpha_o[:, None]
-            if OVERLAP_PV:
-                l_i = l_i * alpha_o + block_sum
-            else:
-                l_i = l_i * alpha_o + _row_sum(p, o_rows)
+            l_i = l_i * alpha_o + _row_sum(p, o_rows)
         last = (it + n_blocks - 1) % NUM_STAGES
         mbarrier.wait(v_ready.index(last), ((it + n_blocks - 1) // NUM_STAGES) & 1)
         p_op = _p_operand(p, dtype, p_layout, FP8, FP8_P)
@@ -617,14 +608,13 @@ def _consumer_tile(group, q_tile, q_ready, q_phase, q_prev_empty, has_prev, k_sm
 
 
 @gluon.jit
-def _consumer(group, q_smem, k_smem, v_smem, sink_smem, q_ready, q_empty, k_ready, k_empty, v_ready, v_empty, turns, o_desc,
+def _consumer(group, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready, v_empty, turns, o_desc,
               Out, Scales, first, step, flip, n_tiles, n_m, n_bh, q_heads, kv_heads, q_len, kv_len, qk_scale,
               HEAD_DIM: gl.constexpr, M_TILE: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr,
               NUM_GROUPS: gl.constexpr, IS_CAUSAL: gl.constexpr, LONGEST_FIRST: gl.constexpr,
               PERSISTENT: gl.constexpr, Q_BUFS: gl.constexpr, MASK: gl.constexpr, EMPTY_ROWS: gl.constexpr,
               EVEN_M: gl.constexpr, ORDERED: gl.constexpr, FP8: gl.constexpr, FP8_P: gl.constexpr,
-              EXP2_POLY: gl.constexpr, LAZY_RESCALE: gl.constexpr, OVERLAP_PV: gl.constexpr,
-                   num_warps: gl.constexpr):
+              EXP2_POLY: gl.constexpr, LAZY_RESCALE: gl.constexpr, num_warps: gl.constexpr):
     """One consumer warpgroup over the program's tiles, in the producer's order."""
     if PERSISTENT:
         it = 0  # K/V blocks of the program's tiles so far (the ring's position)
@@ -637,11 +627,11 @@ def _consumer(group, q_smem, k_smem, v_smem, sink_smem, q_ready, q_empty, k_read
             buf = (i % Q_BUFS) * NUM_GROUPS + group
             prev = ((i + Q_BUFS - 1) % Q_BUFS) * NUM_GROUPS + group
             _consumer_tile(group, q_smem.index(buf), q_ready.index(buf), (i // Q_BUFS) & 1, q_empty.index(prev), i > 0,
-                           k_smem, v_smem, sink_smem,
+                           k_smem, v_smem,
                            k_ready, k_empty, v_ready, v_empty, turns, o_desc, Out, Scales, pid_zh, head_row, q_start,
                            q_len, kv_len, n_program, n_ordered, it, turn, qk_scale, HEAD_DIM, M_TILE, BLOCK_N,
                            NUM_STAGES, IS_CAUSAL, MASK, EMPTY_ROWS, EVEN_M, ORDERED, PERSISTENT, FP8, FP8_P, EXP2_POLY,
-                           LAZY_RESCALE, OVERLAP_PV, num_warps)
+                           LAZY_RESCALE, num_warps)
             it += n_program
             # Each group takes a turn at every block but the first of those both read.
             turn += gl.maximum(n_ordered - 1, 0)
@@ -651,27 +641,26 @@ def _consumer(group, q_smem, k_smem, v_smem, sink_smem, q_ready, q_empty, k_read
             first, n_m, n_bh, q_heads, kv_heads, q_len, kv_len, M_TILE, BLOCK_N, NUM_GROUPS, IS_CAUSAL,
             LONGEST_FIRST, PERSISTENT)
         _consumer_tile(group, q_smem.index(group), q_ready.index(group), 0, q_empty.index(group), False, k_smem,
-                       v_smem, sink_smem, k_ready, k_empty,
+                       v_smem, k_ready, k_empty,
                        v_ready, v_empty, turns, o_desc, Out, Scales, pid_zh, head_row, q_start, q_len, kv_len,
                        n_program, n_ordered, 0, 0, qk_scale, HEAD_DIM, M_TILE, BLOCK_N, NUM_STAGES, IS_CAUSAL, MASK,
-                       EMPTY_ROWS, EVEN_M, ORDERED, PERSISTENT, FP8, FP8_P, EXP2_POLY, LAZY_RESCALE, OVERLAP_PV, num_warps)
+                       EMPTY_ROWS, EVEN_M, ORDERED, PERSISTENT, FP8, FP8_P, EXP2_POLY, LAZY_RESCALE, num_warps)
 
 
 @gluon.jit
-def _consumer_partition(GROUP: gl.constexpr, q_smem, k_smem, v_smem, sink_smem, q_ready, q_empty, k_ready, k_empty, v_ready,
+def _consumer_partition(GROUP: gl.constexpr, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready,
                         v_empty, turns, o_desc, Out, Scales, first, step, flip, n_tiles, n_m, n_bh, q_heads, kv_heads,
                         q_len, kv_len, qk_scale, HEAD_DIM: gl.constexpr, M_TILE: gl.constexpr,
                         BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr, NUM_GROUPS: gl.constexpr,
                         IS_CAUSAL: gl.constexpr, LONGEST_FIRST: gl.constexpr, PERSISTENT: gl.constexpr,
                         Q_BUFS: gl.constexpr, MASK: gl.constexpr, EMPTY_ROWS: gl.constexpr, EVEN_M: gl.constexpr,
                         ORDERED: gl.constexpr, FP8: gl.constexpr, FP8_P: gl.constexpr, EXP2_POLY: gl.constexpr,
-                        LAZY_RESCALE: gl.constexpr, OVERLAP_PV: gl.constexpr,
-                        CONSUMER_WARPS: gl.constexpr):
+                        LAZY_RESCALE: gl.constexpr, CONSUMER_WARPS: gl.constexpr):
     """Consumer group ``GROUP`` (0: the default partition; the others: worker partitions)."""
-    _consumer(GROUP, q_smem, k_smem, v_smem, sink_smem, q_ready, q_empty, k_ready, k_empty, v_ready, v_empty, turns, o_desc, Out,
+    _consumer(GROUP, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready, v_empty, turns, o_desc, Out,
               Scales, first, step, flip, n_tiles, n_m, n_bh, q_heads, kv_heads, q_len, kv_len, qk_scale,
               HEAD_DIM, M_TILE, BLOCK_N, NUM_STAGES, NUM_GROUPS, IS_CAUSAL, LONGEST_FIRST, PERSISTENT, Q_BUFS,
-              MASK, EMPTY_ROWS, EVEN_M, ORDERED, FP8, FP8_P, EXP2_POLY, LAZY_RESCALE, OVERLAP_PV, CONSUMER_WARPS)
+              MASK, EMPTY_ROWS, EVEN_M, ORDERED, FP8, FP8_P, EXP2_POLY, LAZY_RESCALE, CONSUMER_WARPS)
 
 
 @gluon.jit
@@ -698,7 +687,6 @@ def gluon_attention_kernel(
     EXP2_POLY: gl.constexpr = 0,
     ZIGZAG: gl.constexpr = False,
     LAZY_RESCALE: gl.constexpr = False,
-    OVERLAP_PV: gl.constexpr = False,
 ):
     """Grid: (query tiles of NUM_GROUPS * M_TILE rows, batch * q_heads), one program a tile;
     with ``PERSISTENT``, (programs,), program p taking tiles p, p + programs, ...
@@ -707,7 +695,6 @@ def gluon_attention_kernel(
     ``FP8_P``: how fp8's P is formed (module docstring; read only with ``FP8``).
     ``ZIGZAG``: the persistent programs take the odd rounds of tiles in reverse (``_program_tile``).
     ``LAZY_RESCALE``: a warp rescales its accumulator only where a row's maximum moved (``_consumer_tile``).
-    ``OVERLAP_PV``: a block's exponentials computed under the previous block's PV product (``_consumer_tile``).
     ``EXP2_POLY``: of every 16 exponentials of 16-bit P, how many a polynomial on the FMA pipe
     computes (``_exp2_split``; ``loads="gluon_pingpong_poly"``), 0: all on MUFU.
     """
@@ -750,11 +737,6 @@ def gluon_attention_kernel(
     v_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
     v_empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
     turns = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())  # ORDERED: whose GEMMs are next
-    if OVERLAP_PV:
-        # A scratch row the consumer groups write their row sums to (``_consumer_tile``), never read.
-        sink_smem = gl.allocate_shared_memory(gl.float32, [M_TILE], gl.SwizzledSharedLayout(1, 1, 1, order=[0]))
-    else:
-        sink_smem = turns  # not written
     for b in gl.static_range(Q_BUFS * NUM_GROUPS):
         mbarrier.init(q_ready.index(b), count=1)
         mbarrier.init(q_empty.index(b), count=1)  # one consumer group reads each buffer
@@ -770,16 +752,16 @@ def gluon_attention_kernel(
     # loses its constexprs (Triton 3.6's Gluon).
     if NUM_GROUPS == 2:
         gl.warp_specialize([
-            (_consumer_partition, (0, q_smem, k_smem, v_smem, sink_smem, q_ready, q_empty, k_ready, k_empty, v_ready, v_empty, turns,
+            (_consumer_partition, (0, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready, v_empty, turns,
                                    o_desc, Out, Scales, first, step, flip, n_tiles, n_m, n_bh, q_heads, kv_heads, q_len, kv_len,
                                    qk_scale, HEAD_DIM, M_TILE, BLOCK_N, NUM_STAGES, NUM_GROUPS, IS_CAUSAL,
                                    LONGEST_FIRST, PERSISTENT, Q_BUFS, MASK, EMPTY_ROWS, EVEN_M, ORDERED, FP8, FP8_P,
-                                   EXP2_POLY, LAZY_RESCALE, OVERLAP_PV, num_warps)),
-            (_consumer_partition, (1, q_smem, k_smem, v_smem, sink_smem, q_ready, q_empty, k_ready, k_empty, v_ready, v_empty, turns,
+                                   EXP2_POLY, LAZY_RESCALE, num_warps)),
+            (_consumer_partition, (1, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready, v_empty, turns,
                                    o_desc, Out, Scales, first, step, flip, n_tiles, n_m, n_bh, q_heads, kv_heads, q_len, kv_len,
                                    qk_scale, HEAD_DIM, M_TILE, BLOCK_N, NUM_STAGES, NUM_GROUPS, IS_CAUSAL,
                                    LONGEST_FIRST, PERSISTENT, Q_BUFS, MASK, EMPTY_ROWS, EVEN_M, ORDERED, FP8, FP8_P,
-                                   EXP2_POLY, LAZY_RESCALE, OVERLAP_PV, num_warps)),
+                                   EXP2_POLY, LAZY_RESCALE, num_warps)),
             (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready,
                          v_empty, first, step, flip, n_tiles, n_m, n_bh, q_heads, kv_heads, q_len, kv_len,
                          M_TILE, BLOCK_N, NUM_STAGES, NUM_GROUPS, IS_CAUSAL, LONGEST_FIRST, PERSISTENT, Q_BUFS,
@@ -787,11 +769,11 @@ def gluon_attention_kernel(
         ], [num_warps, 1], [CONSUMER_REGS, PRODUCER_REGS])
     else:
         gl.warp_specialize([
-            (_consumer_partition, (0, q_smem, k_smem, v_smem, sink_smem, q_ready, q_empty, k_ready, k_empty, v_ready, v_empty, turns,
+            (_consumer_partition, (0, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready, v_empty, turns,
                                    o_desc, Out, Scales, first, step, flip, n_tiles, n_m, n_bh, q_heads, kv_heads, q_len, kv_len,
                                    qk_scale, HEAD_DIM, M_TILE, BLOCK_N, NUM_STAGES, NUM_GROUPS, IS_CAUSAL,
                                    LONGEST_FIRST, PERSISTENT, Q_BUFS, MASK, EMPTY_ROWS, EVEN_M, ORDERED, FP8, FP8_P,
-                                   EXP2_POLY, LAZY_RESCALE, OVERLAP_PV, num_warps)),
+                                   EXP2_POLY, LAZY_RESCALE, num_warps)),
             (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready,
                          v_empty, first, step, flip, n_tiles, n_m, n_bh, q_heads, kv_heads, q_len, kv_len,
                          M_TILE, BLOCK_N, NUM_STAGES, NUM_GROUPS, IS_CAUSAL, LONGEST_FIRST, PERSISTENT, Q_BUFS,

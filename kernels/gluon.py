@@ -109,8 +109,7 @@ class GluonVariant:
         return " ".join(parts + (["longest"] if self.longest_first else []) + (["pers"] if self.persistent else [])
                         + (["zigzag"] if extra.get("ZIGZAG") else [])
                         + ([f"poly {extra['EXP2_POLY']}/16"] if extra.get("EXP2_POLY") else [])
-                        + (["lazy"] if extra.get("LAZY_RESCALE") else [])
-                        + (["overlap-pv"] if extra.get("OVERLAP_PV") else []))
+                        + (["lazy"] if extra.get("LAZY_RESCALE") else []))
 
 
 #: The plan's constexprs (``launch_plan``) the Gluon variant takes, as GluonVariant fields.

@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Issue 20: a kernel flag outside the space, timed and checked in one call:
+# Issue 20: a kernel flag outside the space, timed and checked in one call (the flag left the kernel
+# after this ran; put it back first):
+#   git apply docs/results/overlap-2026-12-05/overlap-pv.patch
 #   bash docs/gpu/overlap-2026-12-05.sh      (with the jsonschema wheels carried in .whl)
 # OVERLAP_PV (a block's exponentials under the previous block's PV product: on sm90 ptxas had put
 # the PV wait ahead of them).

@@ -133,7 +133,8 @@ def _with_overlap(v):
     return [v, _flagged(v, "OVERLAP_PV")]
 
 
-#: (2026-12-05) ``OVERLAP_PV``, a kernel constexpr: the sm90 SASS of every variant had the wait
+#: (2026-12-05; the flag left the kernel: ``git apply docs/results/overlap-2026-12-05/overlap-pv.patch`` first)
+#: ``OVERLAP_PV``, a kernel constexpr: the sm90 SASS of every variant had the wait
 #: for the previous block's PV product ahead of the block's exponentials (ptxas moves arithmetic
 #: across the wait), so a group's softmax never ran under its own PV product. A store of P's row
 #: sums to a scratch row of shared memory holds the wait below them (its first form, a K-stage

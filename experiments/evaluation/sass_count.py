@@ -11,7 +11,7 @@ config is compiled as ``objectives.aot`` compiles it, its cubin disassembled wit
                    "num_stages": 2, "use_fp8": true}' --fp8-p multiply --json counts.json
 
 ``--extra NAME=VALUE`` (repeatable) adds a constexpr to a Gluon config's kernel variant, one the
-space does not declare (``OVERLAP_PV=1``, ``EXP2_POLY=3``), as docs/gpu/variants_probe.py times them.
+space does not declare (``LAZY_RESCALE=1``, ``EXP2_POLY=3``), as docs/gpu/variants_probe.py times them.
 
 Run without ``TRITON_INTERPRET`` (the interpreter's kernels do not compile).
 """

@@ -166,33 +166,3 @@ def test_every_p_form_is_within_the_gate_and_the_permuted_one_sums_the_same_pair
     # f16 exponentials (permuted_h2): the same weights but where an f16 exp2 rounds to the other
     # side of an e4m3 step, so close to the fp32 one, not equal to it.
     assert relative_error(outs["permuted_h2"], outs["permuted"].float()) < 1e-2, errors
-
-
-@pytest.mark.parametrize("case", [(128, True, 32, 8, 333, 1000), (128, False, 8, 8, 4096, 4096), (256, True, 8, 2, 1000, 333),
-                                  (64, False, 16, 4, 1000, 1000)],
-                         ids=["d128-causal-gqa-333x1000", "d128-full-4096", "d256-causal-1000x333", "d64-full-gqa"])
-def test_kernel_flags_outside_the_space_are_within_the_gate(case):
-    # OVERLAP_PV moves the same arithmetic ahead of the PV wait: the same output.
-    import dataclasses
-
-    from flashtune.kernels.attention import quantize_fp8
-    from flashtune.kernels.gluon import gluon_variant_for, launch_gluon
-
-    head_dim, causal, hq, hkv, nq, nk = case
-    w = Workload(2, hq, hkv, nq, nk, head_dim, "bfloat16", causal)
-    q, k, v = make_inputs(w, seed=13, dev=torch.device("cuda"))
-    ref = reference_attention(q, k, v, causal=causal)
-    config = validate_config(dict(BLOCK_M=128, BLOCK_N=128 if head_dim <= 128 else 64, num_warps=4, num_stages=2,
-                                  loads="gluon_pingpong_poly" if head_dim == 128 else "gluon_pingpong",
-                                  use_fp8=True))
-    q8, k8, vt, scales = quantize_fp8(q, k, v, v_order="fa3")
-    outs = {}
-    for flag in (None, "OVERLAP_PV"):
-        variant = gluon_variant_for(config)
-        variant = dataclasses.replace(variant, extra=variant.extra + (((flag, True),) if flag else ()))
-        outs[flag] = torch.full_like(q, float("nan"))
-        launch_gluon(q8, k8, vt, outs[flag], causal=causal, scale=head_dim ** -0.5, variant=variant, scales=scales,
-                     programs=132)
-    errors = {flag: relative_error(out, ref) for flag, out in outs.items()}
-    assert all(1e-3 < err < FP8_TOLERANCE for err in errors.values()), errors
-    assert relative_error(outs["OVERLAP_PV"], outs[None].float()) < 1e-6, errors

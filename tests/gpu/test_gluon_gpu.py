@@ -6,7 +6,7 @@ bottom-right, grouped-query heads (32 query heads on 8 K/V heads) and strided in
 tiles grid and the persistent one, also in its zigzag order (``grid="persistent_zigzag"``, also
 with three programs for many tiles); the ping-pong free-running and ordered; the kernel's
 share of P's exp2 as a polynomial (``EXP2_POLY``: every share; the space's ``gluon_pingpong_poly``
-takes 2 of 16); a kernel flag outside the space (``OVERLAP_PV``).
+takes 2 of 16).
 
 The interpreter runs no Gluon, so these are the kernel's only numerics; the CPU checks its
 declarations and its sm90 compile (tests/kernels/test_gluon_declarations.py). fp8:
@@ -181,33 +181,6 @@ def test_every_share_of_the_polynomial_matches_the_reference(poly, case):
     out = torch.empty_like(q)
     launch_gluon(q, k, v, out, causal=w.causal, scale=w.head_dim ** -0.5, variant=variant, programs=132)
     assert relative_error(out, ref) <= TOLERANCE[w.dtype], poly
-
-
-@pytest.mark.parametrize("case", [(64, True, 16, 4, 1000, 1000, "bfloat16"), (128, False, 8, 8, 1000, 333, "float16"),
-                                  (128, True, 32, 8, 333, 1000, "bfloat16"), (256, True, 8, 2, 1000, 333, "bfloat16")],
-                         ids=["d64-causal-gqa", "d128-full-ragged-keys", "d128-causal-empty-rows", "d256-causal-short-keys"])
-@pytest.mark.parametrize("flag,shape", [("OVERLAP_PV", "pingpong-tiles"), ("OVERLAP_PV", "ordered-persistent"),
-                                        ("OVERLAP_PV", "ws-one-group")])
-def test_kernel_flags_outside_the_space_match_the_reference(flag, shape, case):
-    # OVERLAP_PV: a block's exponentials under the previous block's PV product (the row sums
-    # stored to a scratch row). Rows that see no key keep l = 0 (written as 0); every element of
-    # the output written.
-    from flashtune.kernels.gluon import gluon_variant_for, launch_gluon
-
-    w = _workload(case)
-    q, k, v = make_inputs(w, seed=5, dev=torch.device("cuda"))
-    ref = reference_attention(q, k, v, causal=w.causal)
-    keys = 128 if w.head_dim <= 128 else 64
-    loads, grid, rows = {"pingpong-tiles": ("gluon_pingpong", "tiles", 128),
-                         "ordered-persistent": ("gluon_pingpong_ordered", "persistent", 128),
-                         "ws-one-group": ("gluon_ws", "tiles", 64)}[shape]
-    config = validate_config(dict(BLOCK_M=rows, BLOCK_N=keys if grid == "tiles" or w.head_dim <= 128 else 32,
-                                  num_warps=4, num_stages=2, loads=loads, grid=grid))
-    variant = gluon_variant_for(config)
-    variant = dataclasses.replace(variant, extra=variant.extra + ((flag, True),))
-    out = torch.full_like(q, float("nan"))
-    launch_gluon(q, k, v, out, causal=w.causal, scale=w.head_dim ** -0.5, variant=variant, programs=132)
-    assert relative_error(out, ref) <= TOLERANCE[w.dtype], (flag, shape, case)
 
 
 def _rising_scores(w: Workload, rise_log2: float, seed: int = 11):

@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# The SASS behind OVERLAP_PV and ROWSUM_MMA, compiled for sm90 on the CPU (no GPU), about 2 minutes:
+# The SASS behind OVERLAP_PV and ROWSUM_MMA, compiled for sm90 on the CPU (no GPU), about 2 minutes.
+# Both flags have left the kernel; this ran at commit d9d54e9 (git checkout d9d54e9 -- kernels/ to rerun;
+# its OVERLAP_PV was the first form, the K-stage release after a reduction of the row sums):
 #   bash docs/results/overlap-2026-12-05/sass.sh > docs/results/overlap-2026-12-05/sass.log
 PY=${PY:-python}
 count() { $PY -m flashtune.experiments.evaluation.sass_count --ops FADD,FMUL,FFMA,FMNMX,MUFU,HGMMA,QGMMA,BAR "$@"; }
