@@ -150,8 +150,24 @@ OVERLAP_CALL = {
     "b2_h16_n8192_d256_full_bfloat16": _with_overlap(variant(128, 64)),
     "b4_h32_n4096_d128_causal_bfloat16": _with_overlap(variant(128, 128, persistent=True, zigzag=True, ordered=True)),
 }
+def _with_arrivals(v, counts=(0, 1, 2)):
+    """``v`` with ``n`` extra mbarrier arrivals a block, for each ``n`` of ``counts``."""
+    return [dataclasses.replace(v, extra=v.extra + (("EXTRA_ARRIVES", n),)) if n else v for n in counts]
+
+
+#: (2026-12-05; ``git apply docs/results/barrier-2026-12-05/extra-arrivals.patch`` first) What one
+#: warpgroup barrier a block costs: Triton 3.6 puts a ``bar.sync`` of the consumer warpgroup before
+#: each mbarrier arrival (one thread arrives for the group), three a block (the K release, the V
+#: release, the loop's top), and Nsight Compute has the barrier as the consumers' first stall
+#: reason. ``EXTRA_ARRIVES`` adds arrivals (each with its barrier) on a barrier nobody waits for.
+BARRIER_CALL = {
+    "2,32,8192,128": _with_arrivals(variant(128, 128, fp8=True, poly=2)),
+    "b4_h32_n4096_d128_full_bfloat16": _with_arrivals(variant(128, 128, persistent=True, zigzag=True, longest=True),
+                                                      (0, 1)),
+    "b2_h16_n8192_d256_full_bfloat16": _with_arrivals(variant(128, 64), (0, 1)),
+}
 #: What a call times (``--plan``).
-PLANS = {"first": FIRST_CALL, "fp8": FP8_CALL, "lazy": LAZY_CALL, "overlap": OVERLAP_CALL}
+PLANS = {"first": FIRST_CALL, "fp8": FP8_CALL, "lazy": LAZY_CALL, "overlap": OVERLAP_CALL, "barrier": BARRIER_CALL}
 
 
 def timed(workload, call):
