@@ -312,19 +312,6 @@ def _row_sum(p, rows: gl.constexpr):
 
 
 @gluon.jit
-def _row_max(s):
-    """``gl.max(s, 1)`` as a tree over each thread's registers: the wgmma accumulator layout puts
-    a row's 8-column groups in a thread's registers, and Triton reduces those in one chain of
-    dependent max instructions (31 deep at 128 keys); halving the groups pairwise first leaves
-    a chain as deep as log2 of their count."""
-    x = s
-    for _ in gl.static_range(_group_bits(s.shape[1])):
-        x = gl.max(gl.reshape(x, [x.shape[0], 2, x.shape[1] // 2]), 1)
-    # (the same registers in s's row layout: a conversion that moves nothing)
-    return gl.convert_layout(gl.max(x, 1), gl.SliceLayout(1, s.type.layout), assert_trivial=True)
-
-
-@gluon.jit
 def _scores(s, m_i, start_n, mask_from, limit, offs_n, qk_scale,
             MASK: gl.constexpr, EMPTY_ROWS: gl.constexpr, SHIFT: gl.constexpr, H2: gl.constexpr,
             POLY: gl.constexpr, TAU: gl.constexpr):
@@ -344,7 +331,7 @@ def _scores(s, m_i, start_n, mask_from, limit, offs_n, qk_scale,
         if start_n >= mask_from:
             # Keys past the row's diagonal (causal) or past kv_len (the next head's rows) get no weight.
             s = gl.where((start_n + offs_n)[None, :] < limit[:, None], s, float("-inf"))
-    m_block = _row_max(s) * qk_scale
+    m_block = gl.max(s, 1) * qk_scale
     if TAU > 0:
         m_new = gl.where(m_block > m_i + TAU, m_block, m_i)
     else:
@@ -366,13 +353,6 @@ def _scores(s, m_i, start_n, mask_from, limit, offs_n, qk_scale,
         p = gl.exp2(x)
     alpha = gl.exp2(m_i - m_sub)
     return p, m_new, alpha
-
-
-@triton.constexpr_function
-def _group_bits(columns):
-    """log2 of the 8-column groups a row of ``columns`` keys spans in the wgmma accumulator
-    layout (a thread holds a row's columns 8i + 2 * (lane % 4) + {0, 1}): ``_row_max``'s levels."""
-    return int(columns).bit_length() - 4
 
 
 #: Accumulator registers ``_rescale_if_warp_moved`` multiplies behind one branch.

@@ -166,8 +166,26 @@ BARRIER_CALL = {
                                                       (0, 1)),
     "b2_h16_n8192_d256_full_bfloat16": _with_arrivals(variant(128, 64), (0, 1)),
 }
+def _tree_and_chain(v):
+    """``v`` (the row maxima as a tree) and with ``CHAIN_MAX`` (Triton's one chain)."""
+    return [v, _flagged(v, "CHAIN_MAX")]
+
+
+#: (2026-12-05; ``git apply`` docs/results/treemax-2026-12-05/tree-max.patch, then chain-max.patch, first) The row maxima
+#: as a tree over a thread's registers against Triton's chain of dependent max instructions:
+#: Nsight Compute's sampling of fp8 D128 had 21 % of the consumer loop's samples on FMNMX, most
+#: waiting on the previous one (docs/results/ncu-source-2026-12-05/). The suite's best Gluon tiles.
+TREEMAX_CALL = {
+    "2,32,8192,128": _tree_and_chain(variant(128, 128, fp8=True, poly=2)),
+    "2,16,8192,256": _tree_and_chain(variant(128, 128, fp8=True, ordered=True)),
+    "b4_h32_n4096_d128_full_bfloat16": _tree_and_chain(variant(128, 128, persistent=True, zigzag=True, longest=True)),
+    "b16_h16_n1024_d64_full_bfloat16": _tree_and_chain(
+        variant(128, 128, persistent=True, zigzag=True, longest=True, poly=2)),
+    "b2_h16_n8192_d256_full_bfloat16": _tree_and_chain(variant(128, 64)),
+    "b4_h32_n4096_d128_causal_bfloat16": _tree_and_chain(variant(128, 128, persistent=True, zigzag=True, ordered=True)),
+}
 #: What a call times (``--plan``).
-PLANS = {"first": FIRST_CALL, "fp8": FP8_CALL, "lazy": LAZY_CALL, "overlap": OVERLAP_CALL, "barrier": BARRIER_CALL}
+PLANS = {"treemax": TREEMAX_CALL, "first": FIRST_CALL, "fp8": FP8_CALL, "lazy": LAZY_CALL, "overlap": OVERLAP_CALL, "barrier": BARRIER_CALL}
 
 
 def timed(workload, call):
