@@ -123,14 +123,28 @@ LAZY_CALL = {
         variant(128, 256, fp8=True)),
     "2,16,8192,256": _with_and_without_lazy(variant(128, 128, fp8=True, ordered=True)),
 }
+
+
 def _flagged(v, *flags):
     """``v`` with the kernel constexprs ``flags`` on."""
     return dataclasses.replace(v, extra=v.extra + tuple((flag, True) for flag in flags))
 
 
-def _with_overlap(v):
-    """``v`` as it is and with ``OVERLAP_PV``."""
-    return [v, _flagged(v, "OVERLAP_PV")]
+#: The suite's (re-timed) best Gluon tile for each workload, and fp8's at D128 and D256: what each
+#: probe of 2026-12-05 timed a kernel change on.
+SUITE_BEST_GLUON = {
+    "2,32,8192,128": variant(128, 128, fp8=True, poly=2),
+    "2,16,8192,256": variant(128, 128, fp8=True, ordered=True),
+    "b4_h32_n4096_d128_full_bfloat16": variant(128, 128, persistent=True, zigzag=True, longest=True),
+    "b16_h16_n1024_d64_full_bfloat16": variant(128, 128, persistent=True, zigzag=True, longest=True, poly=2),
+    "b2_h16_n8192_d256_full_bfloat16": variant(128, 64),
+    "b4_h32_n4096_d128_causal_bfloat16": variant(128, 128, persistent=True, zigzag=True, ordered=True),
+}
+
+
+def _with_and_without(flag, value=True):
+    """For each of the suite's best Gluon tiles: the kernel as it is, and with ``flag`` set."""
+    return {w: [v, dataclasses.replace(v, extra=v.extra + ((flag, value),))] for w, v in SUITE_BEST_GLUON.items()}
 
 
 #: (2026-12-05; the flag left the kernel: ``git apply docs/results/overlap-2026-12-05/overlap-pv.patch`` first)
@@ -139,17 +153,12 @@ def _with_overlap(v):
 #: across the wait), so a group's softmax never ran under its own PV product. A store of P's row
 #: sums to a scratch row of shared memory holds the wait below them (its first form, a K-stage
 #: release after a reduction of the sums over the group, ran 4-11 % slower on an H100:
-#: docs/results/overlap-2026-12-05/h100/). Each at the suite's (re-timed) best Gluon tile and at fp8's.
-OVERLAP_CALL = {
-    "2,32,8192,128": _with_overlap(variant(128, 128, fp8=True, poly=2))
-    + _with_overlap(variant(128, 128, fp8=True, ordered=True)),
-    "2,16,8192,256": _with_overlap(variant(128, 128, fp8=True, ordered=True)),
-    "b4_h32_n4096_d128_full_bfloat16": _with_overlap(variant(128, 128, persistent=True, zigzag=True, longest=True)),
-    "b16_h16_n1024_d64_full_bfloat16": _with_overlap(
-        variant(128, 128, persistent=True, zigzag=True, longest=True, poly=2)),
-    "b2_h16_n8192_d256_full_bfloat16": _with_overlap(variant(128, 64)),
-    "b4_h32_n4096_d128_causal_bfloat16": _with_overlap(variant(128, 128, persistent=True, zigzag=True, ordered=True)),
-}
+#: docs/results/overlap-2026-12-05/h100-release/). fp8 D128's ordered ping-pong too.
+OVERLAP_CALL = _with_and_without("OVERLAP_PV")
+OVERLAP_CALL["2,32,8192,128"] += [variant(128, 128, fp8=True, ordered=True),
+                                  _flagged(variant(128, 128, fp8=True, ordered=True), "OVERLAP_PV")]
+
+
 def _with_arrivals(v, counts=(0, 1, 2)):
     """``v`` with ``n`` extra mbarrier arrivals a block, for each ``n`` of ``counts``."""
     return [dataclasses.replace(v, extra=v.extra + (("EXTRA_ARRIVES", n),)) if n else v for n in counts]
@@ -161,31 +170,20 @@ def _with_arrivals(v, counts=(0, 1, 2)):
 #: release, the loop's top), and Nsight Compute has the barrier as the consumers' first stall
 #: reason. ``EXTRA_ARRIVES`` adds arrivals (each with its barrier) on a barrier nobody waits for.
 BARRIER_CALL = {
-    "2,32,8192,128": _with_arrivals(variant(128, 128, fp8=True, poly=2)),
-    "b4_h32_n4096_d128_full_bfloat16": _with_arrivals(variant(128, 128, persistent=True, zigzag=True, longest=True),
-                                                      (0, 1)),
-    "b2_h16_n8192_d256_full_bfloat16": _with_arrivals(variant(128, 64), (0, 1)),
+    "2,32,8192,128": _with_arrivals(SUITE_BEST_GLUON["2,32,8192,128"]),
+    "b4_h32_n4096_d128_full_bfloat16": _with_arrivals(SUITE_BEST_GLUON["b4_h32_n4096_d128_full_bfloat16"], (0, 1)),
+    "b2_h16_n8192_d256_full_bfloat16": _with_arrivals(SUITE_BEST_GLUON["b2_h16_n8192_d256_full_bfloat16"], (0, 1)),
 }
-def _tree_and_chain(v):
-    """``v`` (the row maxima as a tree) and with ``CHAIN_MAX`` (Triton's one chain)."""
-    return [v, _flagged(v, "CHAIN_MAX")]
 
-
-#: (2026-12-05; ``git apply`` docs/results/treemax-2026-12-05/tree-max.patch, then chain-max.patch, first) The row maxima
-#: as a tree over a thread's registers against Triton's chain of dependent max instructions:
-#: Nsight Compute's sampling of fp8 D128 had 21 % of the consumer loop's samples on FMNMX, most
-#: waiting on the previous one (docs/results/ncu-source-2026-12-05/). The suite's best Gluon tiles.
-TREEMAX_CALL = {
-    "2,32,8192,128": _tree_and_chain(variant(128, 128, fp8=True, poly=2)),
-    "2,16,8192,256": _tree_and_chain(variant(128, 128, fp8=True, ordered=True)),
-    "b4_h32_n4096_d128_full_bfloat16": _tree_and_chain(variant(128, 128, persistent=True, zigzag=True, longest=True)),
-    "b16_h16_n1024_d64_full_bfloat16": _tree_and_chain(
-        variant(128, 128, persistent=True, zigzag=True, longest=True, poly=2)),
-    "b2_h16_n8192_d256_full_bfloat16": _tree_and_chain(variant(128, 64)),
-    "b4_h32_n4096_d128_causal_bfloat16": _tree_and_chain(variant(128, 128, persistent=True, zigzag=True, ordered=True)),
-}
+#: (2026-12-05; ``git apply`` docs/results/treemax-2026-12-05/tree-max.patch, then chain-max.patch,
+#: first) The row maxima as a tree over a thread's registers (the patched kernel) against Triton's
+#: chain of dependent max instructions (``CHAIN_MAX``): Nsight Compute's sampling of fp8 D128 had
+#: 21 % of the consumer loop's samples on FMNMX, most waiting on the previous one
+#: (docs/results/ncu-source-2026-12-05/).
+TREEMAX_CALL = _with_and_without("CHAIN_MAX")
 #: What a call times (``--plan``).
-PLANS = {"treemax": TREEMAX_CALL, "first": FIRST_CALL, "fp8": FP8_CALL, "lazy": LAZY_CALL, "overlap": OVERLAP_CALL, "barrier": BARRIER_CALL}
+PLANS = {"first": FIRST_CALL, "fp8": FP8_CALL, "lazy": LAZY_CALL, "overlap": OVERLAP_CALL, "barrier": BARRIER_CALL,
+         "treemax": TREEMAX_CALL}
 
 
 def timed(workload, call):
