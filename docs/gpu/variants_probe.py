@@ -181,8 +181,18 @@ BARRIER_CALL = {
 #: 21 % of the consumer loop's samples on FMNMX, most waiting on the previous one
 #: (docs/results/ncu-source-2026-12-05/).
 TREEMAX_CALL = _with_and_without("CHAIN_MAX")
+#: (prepared 2026-12-05, not yet run; ``git apply docs/results/three-groups-fp8/three-groups.patch``
+#: first) fp8 D128 with three consumer warpgroups: Nsight Compute has the consumers' block loop
+#: issuing its softmax from one warp a scheduler while the other group's warp waits on its GEMMs
+#: (docs/results/ncu-source-2026-12-05/); three groups of 64 rows at 64-key blocks (the widest
+#: that compiles without spills at FA3's 160 registers) put three warps a scheduler on half the
+#: softmax each. Beside the current best and the two-group 64-key tile.
+#: (A function: the kernel takes three groups only with the patch applied.)
+def three_fp8_call():
+    return {"2,32,8192,128": [SUITE_BEST_GLUON["2,32,8192,128"], variant(128, 64, fp8=True, poly=2),
+                              variant(192, 64, groups=3, fp8=True), variant(192, 64, groups=3, fp8=True, poly=2)]}
 #: What a call times (``--plan``).
-PLANS = {"first": FIRST_CALL, "fp8": FP8_CALL, "lazy": LAZY_CALL, "overlap": OVERLAP_CALL, "barrier": BARRIER_CALL,
+PLANS = {"three_fp8": three_fp8_call, "first": FIRST_CALL, "fp8": FP8_CALL, "lazy": LAZY_CALL, "overlap": OVERLAP_CALL, "barrier": BARRIER_CALL,
          "treemax": TREEMAX_CALL}
 
 
@@ -212,7 +222,8 @@ def main():
     parser.add_argument("--plan", action="append", choices=sorted(PLANS), help="what to time (default: every plan)")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
-    plan = {name: variants for key in (args.plan or PLANS) for name, variants in PLANS[key].items()}
+    calls = {key: PLANS[key]() if callable(PLANS[key]) else PLANS[key] for key in (args.plan or PLANS)}
+    plan = {name: variants for call in calls.values() for name, variants in call.items()}
     dev = torch.device("cuda")
     programs = persistent_programs(dev)
     rows = []
