@@ -224,7 +224,8 @@ def main(argv: list[str] | None = None) -> int:
                 rec["config"] = best_configs(rec["label"], top=1)[0][0].to_dict()
         args.json.write_text(json.dumps(records, indent=2) + "\n")
         for rec in records:
-            print(rec["label"], json.dumps(rec["metrics"]))
+            stalls = ", ".join(f"{stall_reason(k)} {v:.2f}" for k, v in list(rec["stalls"].items())[:3])
+            print(rec["label"], json.dumps(rec["metrics"]), f"stalls: {stalls}")
     return 0
 
 
