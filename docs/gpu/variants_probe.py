@@ -142,9 +142,9 @@ SUITE_BEST_GLUON = {
 }
 
 
-def _with_and_without(flag, value=True):
-    """For each of the suite's best Gluon tiles: the kernel as it is, and with ``flag`` set."""
-    return {w: [v, dataclasses.replace(v, extra=v.extra + ((flag, value),))] for w, v in SUITE_BEST_GLUON.items()}
+def _with_and_without(flag):
+    """For each of the suite's best Gluon tiles: the kernel as it is, and with ``flag`` on."""
+    return {w: [v, _flagged(v, flag)] for w, v in SUITE_BEST_GLUON.items()}
 
 
 #: (2026-12-05; the flag left the kernel: ``git apply docs/results/overlap-2026-12-05/overlap-pv.patch`` first)
@@ -181,16 +181,20 @@ BARRIER_CALL = {
 #: 21 % of the consumer loop's samples on FMNMX, most waiting on the previous one
 #: (docs/results/ncu-source-2026-12-05/).
 TREEMAX_CALL = _with_and_without("CHAIN_MAX")
+
+
 #: (prepared 2026-12-05, not yet run; ``git apply docs/results/three-groups-fp8/three-groups.patch``
 #: first) fp8 D128 with three consumer warpgroups: Nsight Compute has the consumers' block loop
 #: issuing its softmax from one warp a scheduler while the other group's warp waits on its GEMMs
 #: (docs/results/ncu-source-2026-12-05/); three groups of 64 rows at 64-key blocks (the widest
 #: that compiles without spills at FA3's 160 registers) put three warps a scheduler on half the
 #: softmax each. Beside the current best and the two-group 64-key tile.
-#: (A function: the kernel takes three groups only with the patch applied.)
 def three_fp8_call():
+    """A function, not a table: the kernel takes three groups only with the patch applied."""
     return {"2,32,8192,128": [SUITE_BEST_GLUON["2,32,8192,128"], variant(128, 64, fp8=True, poly=2),
                               variant(192, 64, groups=3, fp8=True), variant(192, 64, groups=3, fp8=True, poly=2)]}
+
+
 #: What a call times (``--plan``).
 PLANS = {"three_fp8": three_fp8_call, "first": FIRST_CALL, "fp8": FP8_CALL, "lazy": LAZY_CALL, "overlap": OVERLAP_CALL, "barrier": BARRIER_CALL,
          "treemax": TREEMAX_CALL}
