@@ -109,7 +109,8 @@ class GluonVariant:
         return " ".join(parts + (["longest"] if self.longest_first else []) + (["pers"] if self.persistent else [])
                         + (["zigzag"] if extra.get("ZIGZAG") else [])
                         + ([f"poly {extra['EXP2_POLY']}/16"] if extra.get("EXP2_POLY") else [])
-                        + (["lazy"] if extra.get("LAZY_RESCALE") else []))
+                        + (["lazy"] if extra.get("LAZY_RESCALE") else [])
+                        + ([f"lag {extra['FP8_LAG']}"] if extra.get("FP8_LAG") else []))
 
 
 #: The plan's constexprs (``launch_plan``) the Gluon variant takes, as GluonVariant fields.

@@ -195,9 +195,27 @@ def three_fp8_call():
                               variant(192, 64, groups=3, fp8=True), variant(192, 64, groups=3, fp8=True, poly=2)]}
 
 
+def _lagging(v, lag):
+    """fp8 ``v`` rescaling lazily, a row's maximum allowed to lag by ``lag`` log2 units (``FP8_LAG``)."""
+    return dataclasses.replace(v, extra=v.extra + (("LAZY_RESCALE", True), ("FP8_LAG", lag)))
+
+
+#: (2026-12-05, the day's fifth session) fp8 with FA4's conditional rescaling given a lag: a block's
+#: accumulator rescale is as many multiplies a thread as its scores at D128 (64 and 64), and with no
+#: lag allowed (fp8's P stretched to 448) a warp still rescales in most blocks (0.97x, 2026-12-04c).
+#: ``FP8_LAG`` stretches P by 448 / 2^lag instead, so a row's maximum may lag by ``lag``.
+FP8_LAG_CALL = {
+    "2,32,8192,128": [SUITE_BEST_GLUON["2,32,8192,128"]]
+    + [_lagging(SUITE_BEST_GLUON["2,32,8192,128"], lag) for lag in (0, 1, 2, 3)]
+    + [_lagging(variant(128, 128, fp8=True), 2), _lagging(variant(128, 128, fp8=True, ordered=True, poly=2), 2)],
+    "2,16,8192,256": [SUITE_BEST_GLUON["2,16,8192,256"]]
+    + [_lagging(SUITE_BEST_GLUON["2,16,8192,256"], lag) for lag in (0, 2)],
+}
+
+
 #: What a call times (``--plan``).
 PLANS = {"three_fp8": three_fp8_call, "first": FIRST_CALL, "fp8": FP8_CALL, "lazy": LAZY_CALL, "overlap": OVERLAP_CALL, "barrier": BARRIER_CALL,
-         "treemax": TREEMAX_CALL}
+         "treemax": TREEMAX_CALL, "fp8_lag": FP8_LAG_CALL}
 
 
 def timed(workload, call):
