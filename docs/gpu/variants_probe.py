@@ -213,9 +213,23 @@ FP8_LAG_CALL = {
 }
 
 
+#: (2026-12-05, fifth session) fp8's tiles and ring depths the Gluon sweep never timed (its tables are
+#: bf16): deeper K/V rings at fp8's best tiles, and 256-row programs (two groups of 128 rows, 64
+#: keys a block; 2 spilled words on sm90) at D128.
+FP8_TILES_CALL = {
+    "2,32,8192,128": [SUITE_BEST_GLUON["2,32,8192,128"], variant(128, 128, fp8=True, poly=2, stages=3),
+                      variant(128, 128, fp8=True, stages=3), variant(128, 64, fp8=True, poly=2, stages=4),
+                      variant(256, 64, fp8=True, poly=2), variant(256, 64, fp8=True, poly=2, stages=3),
+                      variant(256, 64, fp8=True)],
+    "2,16,8192,256": [SUITE_BEST_GLUON["2,16,8192,256"], variant(128, 64, fp8=True, ordered=True, stages=3),
+                      variant(128, 64, fp8=True, ordered=True, stages=4), variant(128, 64, fp8=True, stages=3)],
+}
+
+
 #: What a call times (``--plan``).
 PLANS = {"three_fp8": three_fp8_call, "first": FIRST_CALL, "fp8": FP8_CALL, "lazy": LAZY_CALL, "overlap": OVERLAP_CALL, "barrier": BARRIER_CALL,
-         "treemax": TREEMAX_CALL, "fp8_lag": FP8_LAG_CALL}
+         "treemax": TREEMAX_CALL, "fp8_lag": FP8_LAG_CALL,
+         "fp8_tiles": FP8_TILES_CALL}
 
 
 def timed(workload, call):
