@@ -12,6 +12,10 @@ the issue slots, or occupancy (registers, shared memory). Three parts:
   named (CPU). ``log_to_mlflow`` puts those figures onto a trial's MLflow run.
 - ``log``: each record onto the MLflow trial runs that measured its workload and config
   (``attach_to_trials``), so the counters sit with the trial in the UI.
+- ``stalls``: ncu's per-instruction page (``--page source --csv``, with the sampled warp
+  stalls) -> the stall reasons' shares of the samples in each block loop of the kernel (the
+  innermost loops that issue warpgroup MMAs: a consumer's view, apart from the producer's
+  and the idle warps') and in the whole kernel (CPU).
 
     ncu --clock-control none -k regex:attention_forward --section SpeedOfLight ... \\
         --metrics $(python -m flashtune.experiments.benchmarks.ncu_metrics metrics q.txt) -o rep \\
@@ -19,14 +23,19 @@ the issue slots, or occupancy (registers, shared memory). Three parts:
     ncu --import rep.ncu-rep --csv --page raw > raw.csv
     python -m flashtune.experiments.benchmarks.ncu_metrics parse raw.csv --json ncu.json NAME...
     python -m flashtune.experiments.benchmarks.ncu_metrics log ncu.json --experiment h200 [--tracking-uri URI]
+    ncu --import rep.ncu-rep --csv --page source --print-source sass > source.csv
+    python -m flashtune.experiments.benchmarks.ncu_metrics stalls source.csv[.gz]
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import csv
+import gzip
 import io
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -121,6 +130,55 @@ def stall_reason(metric: str) -> str:
     return reason
 
 
+#: A sampled-stall column of the source page ("stall_wait"; the "(Not Issued)" twins left out).
+_STALL_COLUMN = re.compile(r"^stall_(\w+)$")
+#: A branch and its absolute target in the page's SASS text.
+_BRANCH = re.compile(r"\bBRA\s+(?:\S+\s+)?0x([0-9a-f]+)")
+
+
+def source_stalls(source_csv: str) -> list[dict]:
+    """ncu's ``--page source --csv`` of one kernel -> a record for each block loop (the innermost
+    loops closed by a backward branch that hold a warpgroup MMA) and one for the whole kernel:
+    its address range (offsets from the kernel's first instruction), instructions, samples and
+    each stall reason's share of the samples ("selected": the warp issued)."""
+    rows = list(csv.reader(io.StringIO(source_csv)))
+    start = next((i for i, row in enumerate(rows) if row and row[0] == "Address"), None)
+    if start is None:
+        raise ValueError("not ncu's source page: no 'Address' header row (ncu --page source --csv)")
+    header = rows[start]
+    reasons = {i: m.group(1) for i, name in enumerate(header) if (m := _STALL_COLUMN.match(name))}
+    body = [row for row in rows[start + 1:] if len(row) == len(header)]
+    if not body:
+        return []
+    base = int(body[0][0], 16)
+    offsets = [int(row[0], 16) - base for row in body]
+    text = [row[1] for row in body]
+    loops = []
+    for i, line in enumerate(text):
+        m = _BRANCH.search(line)
+        if m and int(m.group(1), 16) - base < offsets[i]:
+            span = (int(m.group(1), 16) - base, offsets[i])
+            inside = [text[j] for j in range(len(body)) if span[0] <= offsets[j] <= span[1]]
+            # A span over an EXIT is an out-of-line stub's jump back (an mbarrier wait's retry), not a loop.
+            if any("GMMA" in t for t in inside) and not any(re.search(r"\bEXIT\b", t) for t in inside):
+                loops.append(span)
+    innermost = sorted(a for a in loops if not any(b != a and a[0] <= b[0] and b[1] <= a[1] for b in loops))
+
+    def record(name: str, lo: int, hi: int) -> dict:
+        counts: collections.Counter[str] = collections.Counter()
+        rows_in = [row for row, off in zip(body, offsets) if lo <= off <= hi]
+        for row in rows_in:
+            for i, reason in reasons.items():
+                counts[reason] += int(_number(row[i] or "0"))
+        total = sum(counts.values())
+        shares = {r: round(n / total, 4) for r, n in counts.most_common() if n} if total else {}
+        return {"range": name, "from": hex(lo), "to": hex(hi), "instructions": len(rows_in), "samples": total,
+                "shares": shares}
+
+    records = [record(f"block loop {k}", lo, hi) for k, (lo, hi) in enumerate(innermost)]
+    return records + [record("kernel", 0, offsets[-1])]
+
+
 def log_to_mlflow(record: dict, run_id: str | None = None, *, tracking_uri: str | None = None) -> None:
     """Log a parsed record's numeric figures as ``ncu.<name>`` metrics on an MLflow run
     (the active run, or ``run_id`` in ``tracking_uri``): the counters then sit next to the
@@ -198,6 +256,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("raw_csv", type=Path)
     p.add_argument("names", nargs="*")
     p.add_argument("--json", type=Path, required=True)
+    st = sub.add_parser("stalls", help="sampled stall reasons of each block loop, from ncu's source page")
+    st.add_argument("source_csv", type=Path, help="ncu --page source --csv output (.gz read as gzip)")
+    st.add_argument("--json", type=Path, default=None)
     g = sub.add_parser("log", help="put a parsed JSON's figures onto the MLflow trials that measured them")
     g.add_argument("ncu_json", type=Path)
     g.add_argument("--experiment", required=True, help="GPU model: h200, 'NVIDIA H200' or 'flashtune/NVIDIA H200'")
@@ -214,6 +275,16 @@ def main(argv: list[str] | None = None) -> int:
         if not written:
             print("no trial in the experiment measured these workloads and configs", file=sys.stderr)
             return 1
+    elif args.cmd == "stalls":
+        path = args.source_csv
+        raw = gzip.open(path, "rt", errors="replace").read() if path.suffix == ".gz" else path.read_text(errors="replace")
+        records = source_stalls(raw)
+        if args.json:
+            args.json.write_text(json.dumps(records, indent=2) + "\n")
+        for rec in records:
+            shares = ", ".join(f"{r} {v:.2f}" for r, v in list(rec["shares"].items())[:6])
+            print(f"{rec['range']} [{rec['from']}, {rec['to']}] {rec['instructions']} instructions, "
+                  f"{rec['samples']} samples: {shares}")
     elif args.cmd == "metrics":
         print(metrics_arg(args.query_output.read_text(errors="replace")))
     else:
