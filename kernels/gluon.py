@@ -37,7 +37,7 @@ PRODUCER_REGS = 24
 #: Registers a thread of a consumer worker partition asks for: with two consumer
 #: warpgroups, one producer warp and 64K registers an SM, 2 x 128 x 240 + 32 x 24 fit.
 #: (Three consumer groups at 160, FA3's split at head_dim 64, ran slower on every suite
-#: workload: BENCHMARKS.md, 2026-12-04b.)
+#: workload, BENCHMARKS.md 2026-12-04b, and at fp8 D128, 0.97x, 2026-12-05's fifth session.)
 CONSUMER_REGS = 240
 #: From this head dim on, 16-bit variants rescale a warp's accumulator only in blocks where one of
 #: its rows' maxima moved (the kernel's ``LAZY_RESCALE``, FA4's conditional rescaling): at
