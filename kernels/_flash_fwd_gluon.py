@@ -342,8 +342,7 @@ def _scores(s, m_i, start_n, mask_from, limit, offs_n, qk_scale,
     else:
         m_sub = m_new
     if SHIFT:
-        # A row's maximum lags the block's by at most TAU: stretch by 448 / 2^TAU, so P stays <= 448.
-        x = s * qk_scale - (m_sub - (_LOG2_FP8_MAX - TAU))[:, None]
+        x = s * qk_scale - (m_sub - _LOG2_FP8_MAX)[:, None]
     else:
         x = s * qk_scale - m_sub[:, None]
     if H2:
@@ -471,8 +470,7 @@ def _consumer_tile(group, q_tile, q_ready, q_phase, q_prev_empty, has_prev, k_sm
                    qk_scale, HEAD_DIM: gl.constexpr, M_TILE: gl.constexpr, BLOCK_N: gl.constexpr,
                    NUM_STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, MASK: gl.constexpr, EMPTY_ROWS: gl.constexpr,
                    EVEN_M: gl.constexpr, ORDERED: gl.constexpr, PERSISTENT: gl.constexpr, FP8: gl.constexpr, FP8_P: gl.constexpr,
-                   EXP2_POLY: gl.constexpr, LAZY_RESCALE: gl.constexpr, FP8_LAG: gl.constexpr,
-                   num_warps: gl.constexpr):
+                   EXP2_POLY: gl.constexpr, LAZY_RESCALE: gl.constexpr, num_warps: gl.constexpr):
     """One consumer warpgroup's rows [q_start + group * M_TILE, + M_TILE) of one tile of its
     (batch, head), whose row 0 is row ``head_row`` of the flat Q and O; the tile's blocks are
     the program's ``it``-th on, its turns (``ORDERED``) the group's ``turn``-th on.
@@ -500,9 +498,6 @@ def _consumer_tile(group, q_tile, q_ready, q_phase, q_prev_empty, has_prev, k_sm
     # M_TILE x BLOCK_N exponentials: worth it at head_dim 256 only (kernels/gluon.py).
     if LAZY_RESCALE and not FP8:
         tau: gl.constexpr = 8.0
-    elif LAZY_RESCALE:
-        # fp8: a lag of FP8_LAG costs P that many binades of e4m3's range (its stretch is 448 / 2^lag).
-        tau: gl.constexpr = FP8_LAG * 1.0
     else:
         tau: gl.constexpr = 0.0
     causal_offset = kv_len - q_len
@@ -619,8 +614,7 @@ def _consumer(group, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty,
               NUM_GROUPS: gl.constexpr, IS_CAUSAL: gl.constexpr, LONGEST_FIRST: gl.constexpr,
               PERSISTENT: gl.constexpr, Q_BUFS: gl.constexpr, MASK: gl.constexpr, EMPTY_ROWS: gl.constexpr,
               EVEN_M: gl.constexpr, ORDERED: gl.constexpr, FP8: gl.constexpr, FP8_P: gl.constexpr,
-              EXP2_POLY: gl.constexpr, LAZY_RESCALE: gl.constexpr, FP8_LAG: gl.constexpr,
-              num_warps: gl.constexpr):
+              EXP2_POLY: gl.constexpr, LAZY_RESCALE: gl.constexpr, num_warps: gl.constexpr):
     """One consumer warpgroup over the program's tiles, in the producer's order."""
     if PERSISTENT:
         it = 0  # K/V blocks of the program's tiles so far (the ring's position)
@@ -637,7 +631,7 @@ def _consumer(group, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty,
                            k_ready, k_empty, v_ready, v_empty, turns, o_desc, Out, Scales, pid_zh, head_row, q_start,
                            q_len, kv_len, n_program, n_ordered, it, turn, qk_scale, HEAD_DIM, M_TILE, BLOCK_N,
                            NUM_STAGES, IS_CAUSAL, MASK, EMPTY_ROWS, EVEN_M, ORDERED, PERSISTENT, FP8, FP8_P, EXP2_POLY,
-                           LAZY_RESCALE, FP8_LAG, num_warps)
+                           LAZY_RESCALE, num_warps)
             it += n_program
             # Each group takes a turn at every block but the first of those both read.
             turn += gl.maximum(n_ordered - 1, 0)
@@ -650,7 +644,7 @@ def _consumer(group, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty,
                        v_smem, k_ready, k_empty,
                        v_ready, v_empty, turns, o_desc, Out, Scales, pid_zh, head_row, q_start, q_len, kv_len,
                        n_program, n_ordered, 0, 0, qk_scale, HEAD_DIM, M_TILE, BLOCK_N, NUM_STAGES, IS_CAUSAL, MASK,
-                       EMPTY_ROWS, EVEN_M, ORDERED, PERSISTENT, FP8, FP8_P, EXP2_POLY, LAZY_RESCALE, FP8_LAG, num_warps)
+                       EMPTY_ROWS, EVEN_M, ORDERED, PERSISTENT, FP8, FP8_P, EXP2_POLY, LAZY_RESCALE, num_warps)
 
 
 @gluon.jit
@@ -661,12 +655,12 @@ def _consumer_partition(GROUP: gl.constexpr, q_smem, k_smem, v_smem, q_ready, q_
                         IS_CAUSAL: gl.constexpr, LONGEST_FIRST: gl.constexpr, PERSISTENT: gl.constexpr,
                         Q_BUFS: gl.constexpr, MASK: gl.constexpr, EMPTY_ROWS: gl.constexpr, EVEN_M: gl.constexpr,
                         ORDERED: gl.constexpr, FP8: gl.constexpr, FP8_P: gl.constexpr, EXP2_POLY: gl.constexpr,
-                        LAZY_RESCALE: gl.constexpr, FP8_LAG: gl.constexpr, CONSUMER_WARPS: gl.constexpr):
+                        LAZY_RESCALE: gl.constexpr, CONSUMER_WARPS: gl.constexpr):
     """Consumer group ``GROUP`` (0: the default partition; the others: worker partitions)."""
     _consumer(GROUP, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready, v_empty, turns, o_desc, Out,
               Scales, first, step, flip, n_tiles, n_m, n_bh, q_heads, kv_heads, q_len, kv_len, qk_scale,
               HEAD_DIM, M_TILE, BLOCK_N, NUM_STAGES, NUM_GROUPS, IS_CAUSAL, LONGEST_FIRST, PERSISTENT, Q_BUFS,
-              MASK, EMPTY_ROWS, EVEN_M, ORDERED, FP8, FP8_P, EXP2_POLY, LAZY_RESCALE, FP8_LAG, CONSUMER_WARPS)
+              MASK, EMPTY_ROWS, EVEN_M, ORDERED, FP8, FP8_P, EXP2_POLY, LAZY_RESCALE, CONSUMER_WARPS)
 
 
 @gluon.jit
@@ -693,7 +687,6 @@ def gluon_attention_kernel(
     EXP2_POLY: gl.constexpr = 0,
     ZIGZAG: gl.constexpr = False,
     LAZY_RESCALE: gl.constexpr = False,
-    FP8_LAG: gl.constexpr = 0,
 ):
     """Grid: (query tiles of NUM_GROUPS * M_TILE rows, batch * q_heads), one program a tile;
     with ``PERSISTENT``, (programs,), program p taking tiles p, p + programs, ...
@@ -702,8 +695,6 @@ def gluon_attention_kernel(
     ``FP8_P``: how fp8's P is formed (module docstring; read only with ``FP8``).
     ``ZIGZAG``: the persistent programs take the odd rounds of tiles in reverse (``_program_tile``).
     ``LAZY_RESCALE``: a warp rescales its accumulator only where a row's maximum moved (``_consumer_tile``).
-    ``FP8_LAG`` (with ``LAZY_RESCALE`` and ``FP8``; not a knob of the space): a row's maximum may lag by
-    that many log2 units, P stretched by 448 / 2^lag instead of 448 (``_consumer_tile``).
     ``EXP2_POLY``: of every 16 exponentials of 16-bit P, how many a polynomial on the FMA pipe
     computes (``_exp2_split``; ``loads="gluon_pingpong_poly"``), 0: all on MUFU.
     """
@@ -765,12 +756,12 @@ def gluon_attention_kernel(
                                    o_desc, Out, Scales, first, step, flip, n_tiles, n_m, n_bh, q_heads, kv_heads, q_len, kv_len,
                                    qk_scale, HEAD_DIM, M_TILE, BLOCK_N, NUM_STAGES, NUM_GROUPS, IS_CAUSAL,
                                    LONGEST_FIRST, PERSISTENT, Q_BUFS, MASK, EMPTY_ROWS, EVEN_M, ORDERED, FP8, FP8_P,
-                                   EXP2_POLY, LAZY_RESCALE, FP8_LAG, num_warps)),
+                                   EXP2_POLY, LAZY_RESCALE, num_warps)),
             (_consumer_partition, (1, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready, v_empty, turns,
                                    o_desc, Out, Scales, first, step, flip, n_tiles, n_m, n_bh, q_heads, kv_heads, q_len, kv_len,
                                    qk_scale, HEAD_DIM, M_TILE, BLOCK_N, NUM_STAGES, NUM_GROUPS, IS_CAUSAL,
                                    LONGEST_FIRST, PERSISTENT, Q_BUFS, MASK, EMPTY_ROWS, EVEN_M, ORDERED, FP8, FP8_P,
-                                   EXP2_POLY, LAZY_RESCALE, FP8_LAG, num_warps)),
+                                   EXP2_POLY, LAZY_RESCALE, num_warps)),
             (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready,
                          v_empty, first, step, flip, n_tiles, n_m, n_bh, q_heads, kv_heads, q_len, kv_len,
                          M_TILE, BLOCK_N, NUM_STAGES, NUM_GROUPS, IS_CAUSAL, LONGEST_FIRST, PERSISTENT, Q_BUFS,
@@ -782,7 +773,7 @@ def gluon_attention_kernel(
                                    o_desc, Out, Scales, first, step, flip, n_tiles, n_m, n_bh, q_heads, kv_heads, q_len, kv_len,
                                    qk_scale, HEAD_DIM, M_TILE, BLOCK_N, NUM_STAGES, NUM_GROUPS, IS_CAUSAL,
                                    LONGEST_FIRST, PERSISTENT, Q_BUFS, MASK, EMPTY_ROWS, EVEN_M, ORDERED, FP8, FP8_P,
-                                   EXP2_POLY, LAZY_RESCALE, FP8_LAG, num_warps)),
+                                   EXP2_POLY, LAZY_RESCALE, num_warps)),
             (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready,
                          v_empty, first, step, flip, n_tiles, n_m, n_bh, q_heads, kv_heads, q_len, kv_len,
                          M_TILE, BLOCK_N, NUM_STAGES, NUM_GROUPS, IS_CAUSAL, LONGEST_FIRST, PERSISTENT, Q_BUFS,

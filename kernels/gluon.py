@@ -37,7 +37,7 @@ PRODUCER_REGS = 24
 #: Registers a thread of a consumer worker partition asks for: with two consumer
 #: warpgroups, one producer warp and 64K registers an SM, 2 x 128 x 240 + 32 x 24 fit.
 #: (Three consumer groups at 160, FA3's split at head_dim 64, ran slower on every suite
-#: workload, BENCHMARKS.md 2026-12-04b, and at fp8 D128, 0.97x, 2026-12-05's fifth session.)
+#: workload: BENCHMARKS.md, 2026-12-04b.)
 CONSUMER_REGS = 240
 #: From this head dim on, 16-bit variants rescale a warp's accumulator only in blocks where one of
 #: its rows' maxima moved (the kernel's ``LAZY_RESCALE``, FA4's conditional rescaling): at
@@ -109,8 +109,7 @@ class GluonVariant:
         return " ".join(parts + (["longest"] if self.longest_first else []) + (["pers"] if self.persistent else [])
                         + (["zigzag"] if extra.get("ZIGZAG") else [])
                         + ([f"poly {extra['EXP2_POLY']}/16"] if extra.get("EXP2_POLY") else [])
-                        + (["lazy"] if extra.get("LAZY_RESCALE") else [])
-                        + ([f"lag {extra['FP8_LAG']}"] if extra.get("FP8_LAG") else []))
+                        + (["lazy"] if extra.get("LAZY_RESCALE") else []))
 
 
 #: The plan's constexprs (``launch_plan``) the Gluon variant takes, as GluonVariant fields.

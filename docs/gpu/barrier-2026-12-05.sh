@@ -6,9 +6,4 @@
 # docs/gpu/variants_probe.py --plan barrier: fp8 D128 and bf16 D128 / D256 with 0, 1 (and 2)
 # extra arrivals a block, 3 interleaved rounds (each variant checked against cuDNN first).
 # Back in $OUT: barrier.log, probe.json, probe.log.
-source "$(dirname "$0")/setup.sh" barrier.log
-export FLASHTUNE_STORE="$OUT/empty_store.json"
-timeout -k 5 ${PROBE_S:-240} python3 docs/gpu/variants_probe.py --plan barrier --rounds 3 --json "$OUT/probe.json" \
-  > "$OUT/probe.log" 2>&1 || echo "probe exit $?"
-grep -v " round " "$OUT/probe.log" | tail -24
-nvidia-smi --query-gpu=clocks.sm,power.draw,temperature.gpu --format=csv,noheader
+exec bash "$(dirname "$0")/probe.sh" barrier barrier.log

@@ -5,6 +5,6 @@
 # Back in $OUT: variants.log, variants.json.
 source "$(dirname "$0")/setup.sh" variants.log
 date +%T
-timeout -k 5 ${PROBE_S:-480} python3 docs/gpu/variants_probe.py ${PLAN_ARGS:-} --rounds 2 --json "$OUT/variants.json"
+timeout -k 5 ${PROBE_S:-480} python3 docs/gpu/variants_probe.py ${PLAN_ARGS:---plan first --plan fp8} --rounds 2 --json "$OUT/variants.json"
 date +%T
 nvidia-smi --query-gpu=clocks.sm,power.draw,temperature.gpu --format=csv,noheader

@@ -16,7 +16,7 @@ What is asked (the kernel as of this commit):
 - (2026-12-04c, ``--plan lazy``) FA4's conditional rescaling (``LAZY_RESCALE``) at each suite
   workload's best Gluon tiles and for fp8.
 
-    python3 docs/gpu/variants_probe.py [--rounds 2] [--json FILE]
+    python3 docs/gpu/variants_probe.py --plan PLAN [--plan PLAN ...] [--rounds 2] [--json FILE]
 TFLOP/s by CUDA graph (``do_bench_cudagraph``: the kernels back to back, no host in the span)
 and by ``do_bench`` (an L2 flush before each call, as bench_peers times), a short table last.
 """
@@ -200,7 +200,8 @@ def _lagging(v, lag):
     return dataclasses.replace(v, extra=v.extra + (("LAZY_RESCALE", True), ("FP8_LAG", lag)))
 
 
-#: (2026-12-05, the day's fifth session) fp8 with FA4's conditional rescaling given a lag: a block's
+#: (2026-12-05, the day's fifth session; the flag left the kernel: ``git apply
+#: docs/results/fp8-lag-2026-12-05/fp8-lag.patch`` first) fp8 with FA4's conditional rescaling given a lag: a block's
 #: accumulator rescale is as many multiplies a thread as its scores at D128 (64 and 64), and with no
 #: lag allowed (fp8's P stretched to 448) a warp still rescales in most blocks (0.97x, 2026-12-04c).
 #: ``FP8_LAG`` stretches P by 448 / 2^lag instead, so a row's maximum may lag by ``lag``.
@@ -255,10 +256,11 @@ def gluon_call(var, q, k, v, causal, scale, programs):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--plan", action="append", choices=sorted(PLANS), help="what to time (default: every plan)")
+    parser.add_argument("--plan", action="append", choices=sorted(PLANS), required=True,
+                        help="what to time (repeatable; some plans need their patch applied first: see each)")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
-    calls = {key: PLANS[key]() if callable(PLANS[key]) else PLANS[key] for key in (args.plan or PLANS)}
+    calls = {key: PLANS[key]() if callable(PLANS[key]) else PLANS[key] for key in args.plan}
     plan = {name: variants for call in calls.values() for name, variants in call.items()}
     dev = torch.device("cuda")
     programs = persistent_programs(dev)
