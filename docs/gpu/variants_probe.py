@@ -95,12 +95,17 @@ FP8_CALL = {
     "2,16,8192,256": [variant(128, 128, fp8=True, ordered=True, poly=p) for p in (0, 2, 3, 4)],
 }
 
+def _with(v, **constexprs):
+    """``v`` with the kernel constexprs ``constexprs`` added to its variant."""
+    return dataclasses.replace(v, extra=v.extra + tuple(constexprs.items()))
+
+
 def _with_and_without_lazy(*variants):
     """Each variant without and with FA4's conditional rescaling (``LAZY_RESCALE``, given either way:
     the launcher's default turns it on at head_dim 256). The call of 2026-12-04c also timed a
     second form, one branch for the group by a reduction over its rows (1-5 % slower than the
     warp vote the kernel kept; raw docs/results/lazy-2026-12-04c)."""
-    return [dataclasses.replace(v, extra=v.extra + (("LAZY_RESCALE", lazy),)) for v in variants for lazy in (False, True)]
+    return [_with(v, LAZY_RESCALE=lazy) for v in variants for lazy in (False, True)]
 
 
 #: (2026-12-04c) The accumulator rescaled only in blocks where a row's maximum moved (16-bit P: by
@@ -127,7 +132,7 @@ LAZY_CALL = {
 
 def _flagged(v, *flags):
     """``v`` with the kernel constexprs ``flags`` on."""
-    return dataclasses.replace(v, extra=v.extra + tuple((flag, True) for flag in flags))
+    return _with(v, **dict.fromkeys(flags, True))
 
 
 #: The suite's (re-timed) best Gluon tile for each workload, and fp8's at D128 and D256: what each
@@ -161,7 +166,7 @@ OVERLAP_CALL["2,32,8192,128"] += [variant(128, 128, fp8=True, ordered=True),
 
 def _with_arrivals(v, counts=(0, 1, 2)):
     """``v`` with ``n`` extra mbarrier arrivals a block, for each ``n`` of ``counts``."""
-    return [dataclasses.replace(v, extra=v.extra + (("EXTRA_ARRIVES", n),)) if n else v for n in counts]
+    return [_with(v, EXTRA_ARRIVES=n) if n else v for n in counts]
 
 
 #: (2026-12-05; ``git apply docs/results/barrier-2026-12-05/extra-arrivals.patch`` first) What one
@@ -183,8 +188,7 @@ BARRIER_CALL = {
 TREEMAX_CALL = _with_and_without("CHAIN_MAX")
 
 
-#: (prepared 2026-12-05, not yet run; ``git apply docs/results/three-groups-fp8/three-groups.patch``
-#: first) fp8 D128 with three consumer warpgroups: Nsight Compute has the consumers' block loop
+#: (2026-12-05, 0.97x; ``git apply docs/results/three-groups-fp8/three-groups.patch`` first) fp8 D128 with three consumer warpgroups: Nsight Compute has the consumers' block loop
 #: issuing its softmax from one warp a scheduler while the other group's warp waits on its GEMMs
 #: (docs/results/ncu-source-2026-12-05/); three groups of 64 rows at 64-key blocks (the widest
 #: that compiles without spills at FA3's 160 registers) put three warps a scheduler on half the
@@ -197,7 +201,7 @@ def three_fp8_call():
 
 def _lagging(v, lag):
     """fp8 ``v`` rescaling lazily, a row's maximum allowed to lag by ``lag`` log2 units (``FP8_LAG``)."""
-    return dataclasses.replace(v, extra=v.extra + (("LAZY_RESCALE", True), ("FP8_LAG", lag)))
+    return _with(v, LAZY_RESCALE=True, FP8_LAG=lag)
 
 
 #: (2026-12-05, the day's fifth session; the flag left the kernel: ``git apply
@@ -228,9 +232,8 @@ FP8_TILES_CALL = {
 
 
 #: What a call times (``--plan``).
-PLANS = {"three_fp8": three_fp8_call, "first": FIRST_CALL, "fp8": FP8_CALL, "lazy": LAZY_CALL, "overlap": OVERLAP_CALL, "barrier": BARRIER_CALL,
-         "treemax": TREEMAX_CALL, "fp8_lag": FP8_LAG_CALL,
-         "fp8_tiles": FP8_TILES_CALL}
+PLANS = {"first": FIRST_CALL, "fp8": FP8_CALL, "lazy": LAZY_CALL, "overlap": OVERLAP_CALL, "barrier": BARRIER_CALL,
+         "treemax": TREEMAX_CALL, "three_fp8": three_fp8_call, "fp8_lag": FP8_LAG_CALL, "fp8_tiles": FP8_TILES_CALL}
 
 
 def timed(workload, call):

@@ -41,6 +41,7 @@ from pathlib import Path
 
 from flashtune.experiments.evaluation.best_configs import best_configs
 from flashtune.experiments.evaluation.prior_mlflow import RUN_ID_KEY, trial_measurements_of_experiment
+from flashtune.experiments.evaluation.sass_count import block_loops
 from flashtune.experiments.tracking.tracker import DEFAULT_TRACKING_URI
 from flashtune.kernels.attention import launch
 from flashtune.kernels.space import validate_config
@@ -132,13 +133,11 @@ def stall_reason(metric: str) -> str:
 
 #: A sampled-stall column of the source page ("stall_wait"; the "(Not Issued)" twins left out).
 _STALL_COLUMN = re.compile(r"^stall_(\w+)$")
-#: A branch and its absolute target in the page's SASS text.
-_BRANCH = re.compile(r"\bBRA\s+(?:\S+\s+)?0x([0-9a-f]+)")
 
 
 def source_stalls(source_csv: str) -> list[dict]:
-    """ncu's ``--page source --csv`` of one kernel -> a record for each block loop (the innermost
-    loops closed by a backward branch that hold a warpgroup MMA) and one for the whole kernel:
+    """ncu's ``--page source --csv`` of one kernel -> a record for each block loop (sass_count's
+    ``block_loops``) and one for the whole kernel:
     its address range (offsets from the kernel's first instruction), instructions, samples and
     each stall reason's share of the samples ("selected": the warp issued)."""
     rows = list(csv.reader(io.StringIO(source_csv)))
@@ -151,32 +150,19 @@ def source_stalls(source_csv: str) -> list[dict]:
     if not body:
         return []
     base = int(body[0][0], 16)
-    offsets = [int(row[0], 16) - base for row in body]
-    text = [row[1] for row in body]
-    loops = []
-    for i, line in enumerate(text):
-        m = _BRANCH.search(line)
-        if m and int(m.group(1), 16) - base < offsets[i]:
-            span = (int(m.group(1), 16) - base, offsets[i])
-            inside = [text[j] for j in range(len(body)) if span[0] <= offsets[j] <= span[1]]
-            # A span over an EXIT is an out-of-line stub's jump back (an mbarrier wait's retry), not a loop.
-            if any("GMMA" in t for t in inside) and not any(re.search(r"\bEXIT\b", t) for t in inside):
-                loops.append(span)
-    innermost = sorted(a for a in loops if not any(b != a and a[0] <= b[0] and b[1] <= a[1] for b in loops))
 
-    def record(name: str, lo: int, hi: int) -> dict:
+    def record(name: str, first: int, last: int) -> dict:
         counts: collections.Counter[str] = collections.Counter()
-        rows_in = [row for row, off in zip(body, offsets) if lo <= off <= hi]
-        for row in rows_in:
+        for row in body[first:last + 1]:
             for i, reason in reasons.items():
                 counts[reason] += int(_number(row[i] or "0"))
         total = sum(counts.values())
         shares = {r: round(n / total, 4) for r, n in counts.most_common() if n} if total else {}
-        return {"range": name, "from": hex(lo), "to": hex(hi), "instructions": len(rows_in), "samples": total,
-                "shares": shares}
+        return {"range": name, "from": hex(int(body[first][0], 16) - base), "to": hex(int(body[last][0], 16) - base),
+                "instructions": last - first + 1, "samples": total, "shares": shares}
 
-    records = [record(f"block loop {k}", lo, hi) for k, (lo, hi) in enumerate(innermost)]
-    return records + [record("kernel", 0, offsets[-1])]
+    loops = block_loops([(int(row[0], 16), row[1]) for row in body])
+    return [record(f"block loop {k}", *span) for k, span in enumerate(loops)] + [record("kernel", 0, len(body) - 1)]
 
 
 def log_to_mlflow(record: dict, run_id: str | None = None, *, tracking_uri: str | None = None) -> None:
@@ -277,8 +263,8 @@ def main(argv: list[str] | None = None) -> int:
             return 1
     elif args.cmd == "stalls":
         path = args.source_csv
-        raw = gzip.open(path, "rt", errors="replace").read() if path.suffix == ".gz" else path.read_text(errors="replace")
-        records = source_stalls(raw)
+        with (gzip.open(path, "rt", errors="replace") if path.suffix == ".gz" else path.open(errors="replace")) as page:
+            records = source_stalls(page.read())
         if args.json:
             args.json.write_text(json.dumps(records, indent=2) + "\n")
         for rec in records:

@@ -56,28 +56,43 @@ _ADDRESSED = re.compile(r"/\*([0-9a-f]{4,})\*/\s+([^;]*);")
 _SYNC = ("WARPGROUP.DEPBAR", "BAR.SYNC", "SYNCS.ARRIVE")
 
 
-def block_loop_schedule(sass: str) -> list[tuple[int, str]]:
-    """The Gluon block loop of a listing (the smallest loop that closes two wgmma groups, QK^T
-    and PV, and takes 16 exponentials or more) as (position in the loop, what): its waits,
-    barriers, mbarrier arrivals and group-closing GEMMs in order, and its first and last
-    ``MUFU``. Why: ptxas keeps the synchronization in program order but moves arithmetic
-    across it, so where a wgmma wait lands against the exponentials is read here, not in the
-    source (BENCHMARKS.md, 2026-12-05)."""
-    lines = [(int(m.group(1), 16), m.group(2).strip()) for m in _ADDRESSED.finditer(sass)]
+def _opcodes_first(lines: list[tuple[int, str]]) -> list[str]:
+    """The instructions without their predicates (``@!P0 BRA ...`` -> ``BRA ...``)."""
+    return [re.sub(r"^@!?U?P\w+\s+", "", text.strip()) for _, text in lines]
+
+
+def block_loops(lines: list[tuple[int, str]]) -> list[tuple[int, int]]:
+    """The Gluon block loops of a kernel's instructions ((address, text) in address order: a
+    cuobjdump listing or Nsight Compute's source page) as (first, last) indices: the innermost
+    loops closed by a backward branch whose body closes two wgmma groups (QK^T and PV) and
+    takes 16 exponentials or more. A backward jump over an ``EXIT`` is not one: it is an
+    out-of-line stub (an mbarrier wait's retry) going back into a loop."""
     at = {address: i for i, (address, _) in enumerate(lines)}
-    loops = []
+    spans = []
     for i, (address, text) in enumerate(lines):
         branch = re.search(r"\bBRA\s+(0x[0-9a-f]+)", text)
         if branch and int(branch.group(1), 16) < address and int(branch.group(1), 16) in at:
-            body = lines[at[int(branch.group(1), 16)]:i + 1]
-            ops = [re.sub(r"^@!?U?P\w+\s+", "", t) for _, t in body]
-            # A block's body: both products issued (two wgmma groups closed) and its exponentials.
+            first = at[int(branch.group(1), 16)]
+            ops = _opcodes_first(lines[first:i + 1])
             closing = sum("GMMA" in op.split()[0] and "gsb0" in op for op in ops)
-            if closing >= 2 and sum(op.startswith("MUFU") for op in ops) >= 16:
-                loops.append(ops)
-    if not loops:
+            if (closing >= 2 and sum(op.startswith("MUFU") for op in ops) >= 16
+                    and not any(op.startswith("EXIT") for op in ops)):
+                spans.append((first, i))
+    return sorted(s for s in spans if not any(o != s and s[0] <= o[0] and o[1] <= s[1] for o in spans))
+
+
+def block_loop_schedule(sass: str) -> list[tuple[int, str]]:
+    """The Gluon block loop of a listing (the smallest of ``block_loops``) as (position in the
+    loop, what): its waits, barriers, mbarrier arrivals and group-closing GEMMs in order, and
+    its first and last ``MUFU``. Why: ptxas keeps the synchronization in program order but
+    moves arithmetic across it, so where a wgmma wait lands against the exponentials is read
+    here, not in the source (BENCHMARKS.md, 2026-12-05)."""
+    lines = [(int(m.group(1), 16), m.group(2).strip()) for m in _ADDRESSED.finditer(sass)]
+    spans = block_loops(lines)
+    if not spans:
         return []
-    body = min(loops, key=len)
+    first, last = min(spans, key=lambda span: span[1] - span[0])
+    body = _opcodes_first(lines[first:last + 1])
     mufu = [k for k, op in enumerate(body) if op.startswith("MUFU")]
     events = [(k, op) for k, op in enumerate(body)
               if op.startswith(_SYNC) or ("GMMA" in op.split()[0] and "gsb0" in op)]
