@@ -19,12 +19,14 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from flashtune.experiments.study.measurers import gpu_names
+from flashtune.experiments.evaluation.sweep_plan import SweepPlan, plan_sweep
+from flashtune.experiments.study.measurers import default_replay_dirs, gpu_names, recorded_workloads, table_path
 from flashtune.kernels.config import Config
 from flashtune.kernels.space import KERNEL_TUNABLES, all_configs, tunables_for, validate_config
-from flashtune.objectives.hardware import HardwareSpec, load_spec
+from flashtune.objectives.feasibility import check
+from flashtune.objectives.hardware import HardwareSpec, known_specs, load_spec
 from flashtune.objectives.objective import Objective
-from flashtune.objectives.replay import write_table
+from flashtune.objectives.replay import load_table, write_table
 from flashtune.objectives.types import SUITE, Measurement, Status, Workload
 
 
@@ -36,16 +38,19 @@ def sweep_workload(
     progress: bool = True,
     limit: int | None = None,
     where: dict[str, set[str]] | None = None,
+    configs: list[Config] | None = None,
 ) -> list[Measurement]:
-    """Measure every config of the space (or those ``where`` selects, the first ``limit``) on
-    ``workload``; resume from a partial or a finished table, measuring only what they lack."""
+    """Measure every config of the space (or those ``where`` selects, the first ``limit``; or
+    the ``configs`` given) on ``workload``; resume from a partial or a finished table,
+    measuring only what they lack."""
     out_dir.mkdir(parents=True, exist_ok=True)
     table = out_dir / f"{workload.name}.jsonl"
     partial = table.with_suffix(".jsonl.partial")
     # A finished table and a partial one both count: a sweep run again measures only
     # what neither holds (a new knob's configs, a larger --limit), never the whole space.
     done = {**_read_measurements(table), **_read_measurements(partial)}
-    configs = _select(where or {}, limit, tunables_for(workload))
+    if configs is None:
+        configs = _select(where or {}, limit, tunables_for(workload))
     todo = [c for c in configs if c not in done]
     if not todo:
         print(f"flashtune sweep: {table} already holds all {len(configs)} configs; nothing to measure",
@@ -125,6 +130,15 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                    help="only configs whose KNOB is one of the values (repeatable), e.g. loads=tma,tma_ws")
     p.add_argument("--limit", type=int, default=None, help="only the first N configs of the space (throughput runs)")
     p.add_argument("--interpret", action="store_true", help="run the kernel in Triton's CPU interpreter")
+    like = p.add_argument_group("a new GPU recorded from a known one's space (instead of the whole space)")
+    like.add_argument("--like", default=None, metavar="GPU",
+                      help="measure configs of this GPU's recorded space (a shipped spec with tables, e.g. h200): "
+                           "its fastest --top-share per workload, then a space-filling --sample of the rest")
+    like.add_argument("--top-share", type=float, default=0.05, help="with --like: fastest share taken (default: 0.05)")
+    like.add_argument("--sample", type=int, default=200,
+                      help="with --like: configs sampled from the rest, every kernel variant represented, a tenth "
+                           "of them configs the known GPU could not run (default: 200)")
+    like.add_argument("--seed", type=int, default=0, help="with --like: seeds the sample (default: 0)")
     p.set_defaults(func=run_sweep)
 
 
@@ -142,6 +156,12 @@ def run_sweep(args: argparse.Namespace) -> int:
     if args.out.exists() and not args.out.is_dir():
         raise ValueError(f"--out {str(args.out)!r} is a file, not a folder")
     hardware: HardwareSpec | None = load_spec(args.hardware) if args.hardware else None
+    where = _parse_where(args.where)
+    if args.like and args.limit:
+        raise ValueError("--like chooses the configs itself: drop --limit")
+    plans = {w: _like_plan(args, w, hardware or _device_spec()) for w in workloads} if args.like else {}
+    if plans:
+        _print_plans(args.like, plans)
     _check_device(args.interpret, hardware)
     if args.interpret:
         _check_interpretable(workloads)
@@ -154,17 +174,61 @@ def run_sweep(args: argparse.Namespace) -> int:
                    static_check=not args.no_static_check) as live:
         objective = InterpretedObjective(live) if args.interpret else live
         for workload in workloads:
-            measurements = sweep_workload(objective, workload, args.out, limit=args.limit,
-                                          where=_parse_where(args.where))
+            plan = plans[workload].configs if plans else None
+            measurements = sweep_workload(objective, workload, args.out, limit=args.limit, where=where, configs=plan)
             lines.append(summarize(workload, measurements))
     elapsed = time.perf_counter() - started
-    total = sum(len(_select(_parse_where(args.where), args.limit, tunables_for(w))) for w in workloads)
+    total = sum(len(plans[w].configs) if plans else len(_select(where, args.limit, tunables_for(w)))
+                for w in workloads)
     print(f"\n{total} trials in {elapsed:.1f} s ({total / elapsed * 60:.1f} trials/min); tables in {args.out}/")
     if args.interpret:
         print("times are Triton's CPU interpreter's, not a GPU's: the tables say which configs run and "
               "compute right; `flashtune export` skips them")
     print("\n".join(lines))
     return 0
+
+
+def _like_plan(args: argparse.Namespace, workload: Workload, hardware: HardwareSpec | None) -> SweepPlan:
+    """``workload``'s configs from the recorded space of the GPU ``--like`` names (the folders
+    replay reads for it, merged), those ``--where`` excludes left out."""
+    known = load_spec(args.like)
+    folders = default_replay_dirs(known)
+    paths = [path for folder in folders if (path := table_path(folder, workload)).exists()]
+    if not paths:
+        raise ValueError(f"--like {args.like}: no recorded table of {workload.name} in "
+                         f"{', '.join(map(str, folders))} (recorded there: {recorded_workloads(folders) or 'none'})")
+    where = _parse_where(args.where)
+    space = set(all_configs(tunables_for(workload)))
+    rows = []
+    for path in paths:
+        for m in load_table(path):
+            config = validate_config(m.config)  # knobs added since the recording: their implied values
+            if config in space and all(str(config[k]) in vals for k, vals in where.items() if k in config):
+                rows.append(dataclasses.replace(m, config=config))
+    target = hardware or known  # without a GPU (a dry run) the known GPU's limits stand in
+    runnable = [c for c in space if all(str(c[k]) in vals for k, vals in where.items() if k in c)
+                and check(c, workload, target).feasible]
+    return plan_sweep(rows, top_share=args.top_share, sample=args.sample, space=sorted(runnable, key=str),
+                      seed=args.seed)
+
+
+def _print_plans(like: str, plans: dict[Workload, SweepPlan]) -> None:
+    for workload, plan in plans.items():
+        print(f"flashtune sweep --like {like}: {workload.name}: {len(plan.top)} fastest + {len(plan.sample)} sampled "
+              f"+ {len(plan.failed)} it could not run + {len(plan.unrecorded)} of variants it never recorded",
+              file=sys.stderr)
+
+
+def _device_spec() -> HardwareSpec | None:
+    """This machine's GPU's spec for the plan's feasibility filter (None without a GPU: the parent
+    process never touches CUDA, so it is read by nvidia-smi's name from the shipped specs)."""
+    names = gpu_names()
+    if not names:
+        return None
+    for spec in known_specs().values():
+        if spec.name == names[0]:
+            return spec
+    return None
 
 
 def _check_device(interpret: bool, hardware: HardwareSpec | None) -> None:
