@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Live studies on this GPU, cold and warm-started from the H200's recorded tables, seed after seed,
+# each workload of the suite an independent study (the default strategy):
+#   bash docs/gpu/live-transfer.sh          (carry .whl; SEEDS="0 1", TRIALS=30, LIVE_S cuts the whole)
+# The image lacks optuna, mlflow, deap and scikit-optimize: .whl carries them with their missing
+# dependencies (`pip download optuna mlflow deap scikit-optimize --only-binary=:all: --python-version 3.12
+# --platform manylinux2014_x86_64 -d .whl`, less what the image has; mlflow's UI bundle, mlflow/server/js,
+# stripped from its wheel to keep the tree under the device's 64 MiB).
+# Each seed runs the warm study first (its compiles warm Triton's cache for the cold one).
+# Back in $OUT: live.log, <arm>-s<seed>.log, optuna.db (studies warm-s<seed> / cold-s<seed>, per workload), mlflow.db
+# (one experiment for this GPU model: a parent run a study, a child run a trial).
+source "$(dirname "$0")/setup.sh" live.log
+export FLASHTUNE_STORE="$OUT/empty_store.json"
+python3 -c "import optuna, mlflow, deap, skopt; print('optuna', optuna.__version__, 'mlflow', mlflow.__version__)" || exit 3
+date +%T
+PRIORS="--prior-from table:experiments/data/h200_grown --prior-from table:experiments/data/h200_lean
+  --prior-from table:experiments/data/h200_lean_order --prior-from table:experiments/data/h200_gluon
+  --prior-from table:experiments/data/h200_retimed"
+deadline=$((SECONDS + ${LIVE_S:-500}))
+for seed in ${SEEDS:-0 1}; do
+  for arm in warm cold; do
+    left=$((deadline - SECONDS)); [ $left -le 10 ] && break 2
+    [ $arm = warm ] && from=$PRIORS || from=""
+    timeout -k 5 $left flashtune study h100 --trials ${TRIALS:-30} --seed $seed --independent --no-progress \
+      --study-name $arm-s$seed --storage "sqlite:///$OUT/optuna.db" --tracking-uri "sqlite:///$OUT/mlflow.db" \
+      $from > "$OUT/$arm-s$seed.log" 2>&1 || echo "study $arm-s$seed exit $?"
+    grep -E "^(== |best config|flashtune)" "$OUT/$arm-s$seed.log" | cut -c1-150
+    echo "   $arm-s$seed done at $(date +%T)"
+  done
+done
+date +%T
