@@ -161,6 +161,20 @@ def test_export_folder_of_tables(replay_dir, stores, tmp_path) -> None:
         assert by_bucket[Bucket.of(workload)].config == best.config
 
 
+def test_export_onto_a_store_with_one_bad_number_keeps_the_others(replay_dir, h100_replay_dir, stores, tmp_path,
+                                                                 capsys) -> None:
+    out = tmp_path / "configs.json"
+    assert _export(stores, out, f"table:{replay_dir}") == 0
+    doc = json.loads(out.read_text())
+    kept = doc["entries"][1]
+    out.write_text(json.dumps(doc).replace(f'"median_ms": {doc["entries"][0]["median_ms"]!r}', '"median_ms": NaN', 1))
+    with pytest.warns(UserWarning, match=r"1 unusable entries dropped .*entries/0/median_ms: non-finite number NaN"):
+        assert _export(stores, out, f"table:{h100_replay_dir}") == 0
+    assert "the file holds 2" in capsys.readouterr().out  # the good H200 entry and the H100 one
+    assert kept["config"] in [e.config.to_dict() for e in _entries(out)]
+    assert [p.name.split(".")[2] for p in tmp_path.glob("configs.json.*.*")] == ["dropped"]  # nothing moved aside
+
+
 def test_bad_sources_exit_2_naming_them(studies, tmp_path, capsys) -> None:
     stores = studies.stores
     out = tmp_path / "never.json"
