@@ -112,9 +112,9 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:
         room = full_disk(exc)
         # Said as what it is, whichever package raised it: Optuna blames "invalid data in
-        # the commit", MLflow and SQLAlchemy name no file. An OSError of ours that names no
-        # file says it in its own words (the journal's: which file, and that it is whole).
-        if room is not None and (room[0] is not None or not isinstance(exc, OSError)):
+        # the commit", MLflow and SQLAlchemy name no file. Where the file is unknown, the
+        # error's own words name it (the journal's, export's ``--to``) or nothing does.
+        if room is not None and (room[0] is not None or not isinstance(exc, (ValueError, TypeError, OSError))):
             file, said = room
             where = f"{file}: the disk is full" if file else "the disk is full"
             print(f"{command}: error: {where} ({said}); what was written is kept: free space, then run the "
