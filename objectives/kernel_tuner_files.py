@@ -22,6 +22,7 @@ from __future__ import annotations
 import gzip
 import json
 import math
+import re
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -111,6 +112,23 @@ def read_json(path: Path) -> Any:
         ends_early = exc.pos >= len(raw.rstrip()) - 1 or exc.msg.startswith("Unterminated")
         where = "truncated" if ends_early else "not valid JSON"
         raise ValueError(f"{path}: {where} (line {exc.lineno}, column {exc.colno}: {exc.msg})") from None
+    except (ValueError, RecursionError) as exc:
+        raise ValueError(f"{path}: {json_problem(exc)}") from None
+
+
+#: Python's words for an integer longer than it converts (``sys.get_int_max_str_digits``).
+_TOO_MANY_DIGITS = re.compile(r"Exceeds the limit \((\d+) digits\).*value has (\d+) digits")
+
+
+def json_problem(exc: ValueError | RecursionError) -> str:
+    """What ``json.loads`` met, said for a user: a RecursionError or Python's advice to
+    raise its digit limit name neither the file nor what is wrong with it."""
+    if isinstance(exc, RecursionError):
+        return "not valid JSON (nested too deeply)"
+    digits = _TOO_MANY_DIGITS.search(str(exc))
+    if digits:
+        return f"not valid JSON (a number of {digits[2]} digits; Python reads at most {digits[1]})"
+    return f"not valid JSON ({str(exc)[:200]})"
 
 
 def _tunables(path: Path, data: dict[str, Any]) -> dict[str, tuple]:

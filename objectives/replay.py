@@ -14,14 +14,16 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from collections.abc import Iterable, Mapping
+import re
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
 from flashtune.kernels.config import Config
 from flashtune.kernels.space import IMPLIED
-from flashtune.objectives.kernel_tuner_files import is_kernel_tuner_file, load_kernel_tuner
+from flashtune.objectives.kernel_tuner_files import is_kernel_tuner_file, json_problem, load_kernel_tuner
 from flashtune.objectives.types import Measurement, Status, Workload
 
 # 20th..80th percentile of a normal distribution spans 2 * 0.8416 standard deviations.
@@ -37,36 +39,108 @@ def load_table(path: str | Path) -> list[Measurement]:
     if is_kernel_tuner_file(path):
         return list(load_kernel_tuner(path).measurements)
     measurements = []
-    try:
-        lines = path.read_text().splitlines()
-    except OSError as exc:
-        raise ValueError(f"replay table {path}: {exc}") from None
     line_of: dict[Config, int] = {}  # a config's line: one line per config
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            measurement = Measurement.from_dict(json.loads(line))
-        except (ValueError, KeyError, TypeError) as exc:
-            raise ValueError(f"replay table {path}, line {number}: {exc}") from None
-        # Rows may omit a knob with an implied value (a table extended by a later sweep: rows
-        # recorded before the knob mean its implied value); any other difference is an error.
-        params = set(measurement.config.keys())
-        if measurements and (params ^ set(measurements[0].config.keys())) - set(IMPLIED):
-            raise ValueError(f"replay table {path}, line {number}: config parameters {sorted(params)} differ from "
-                             f"the table's {sorted(measurements[0].config.keys())} (line {min(line_of.values())})")
-        completed = _with_implied(measurement.config)
-        if completed in line_of:
-            raise ValueError(f"replay table {path}, line {number}: config {measurement.config} is recorded twice "
-                             f"(line {line_of[completed]} too); keep one line per config")
-        line_of[completed] = number
-        measurements.append(measurement)
+    try:
+        with path.open("rb") as handle:
+            for number, line in _nonblank_lines(handle, path):
+                measurement = _record(path, number, line)
+                # Rows may omit a knob with an implied value (a table extended by a later sweep:
+                # rows recorded before the knob mean its implied value); any other difference
+                # is an error.
+                params = set(measurement.config.keys())
+                if measurements and (params ^ set(measurements[0].config.keys())) - set(IMPLIED):
+                    raise ValueError(f"replay table {path}, line {number}: config parameters {sorted(params)} "
+                                     f"differ from the table's {sorted(measurements[0].config.keys())} "
+                                     f"(line {min(line_of.values())})")
+                completed = _with_implied(measurement.config)
+                if completed in line_of:
+                    raise ValueError(f"replay table {path}, line {number}: config {measurement.config} is recorded "
+                                     f"twice (line {line_of[completed]} too); keep one line per config")
+                line_of[completed] = number
+                measurements.append(measurement)
+    except OSError as exc:
+        raise ValueError(f"replay table {path}: {exc.strerror or exc}") from None
     if not measurements:
         raise ValueError(f"replay table {path} is empty")
     workloads = {m.workload for m in measurements}
     if len(workloads) != 1:
         raise ValueError(f"replay table {path} mixes {len(workloads)} workloads; one table holds one")
     return measurements
+
+
+#: Bytes read at a time: a table is streamed, never held whole.
+_CHUNK_BYTES = 1 << 20
+#: The longest line a table may hold; a record is about a kilobyte (compiler output is clipped).
+MAX_LINE_BYTES = 16 << 20
+#: Any byte that is not JSON whitespace (or a vertical tab or form feed, which ``str.strip``
+#: took as blank too).
+_CONTENT = re.compile(rb"[^ \t\r\n\f\v]")
+
+
+def _nonblank_lines(handle: BinaryIO, path: Path) -> Iterator[tuple[int, bytes]]:
+    """The lines of ``handle`` that hold anything but whitespace, numbered from 1.
+
+    Blank lines are stepped over by C-level searches, not a Python loop per line: a table
+    of 300 MB of blank lines once took 3 GB (read whole, split into a list of lines), and
+    a loop over its 300 million lines would take a minute. Memory is a chunk plus one line.
+
+    Raises:
+        ValueError: a line over ``MAX_LINE_BYTES``, naming the file and line.
+    """
+    number = 1  # the number of the line at ``pos`` of the current block
+    head: list[bytes] = []  # the start of a line that the chunks read so far have not ended
+    head_bytes = 0
+    while chunk := handle.read(_CHUNK_BYTES):
+        end = chunk.rfind(b"\n")
+        if end < 0:
+            head.append(chunk)
+            head_bytes += len(chunk)
+            if head_bytes > MAX_LINE_BYTES:
+                raise ValueError(f"replay table {path}, line {number}: over {MAX_LINE_BYTES} bytes, not a record")
+            continue
+        block = b"".join([*head, chunk[:end + 1]])  # whole lines, the last ending at its end
+        head = [chunk[end + 1:]]
+        head_bytes = len(head[0])
+        if block.isspace():  # blank lines only: about ten times faster than the search below
+            number += block.count(b"\n")
+            continue
+        pos = 0
+        while (found := _CONTENT.search(block, pos)) is not None:
+            newline = block.rfind(b"\n", pos, found.start())
+            start = pos if newline < 0 else newline + 1
+            stop = block.index(b"\n", found.start())
+            number += block.count(b"\n", pos, start)
+            if stop - start > MAX_LINE_BYTES:
+                raise ValueError(f"replay table {path}, line {number}: over {MAX_LINE_BYTES} bytes, not a record")
+            yield number, block[start:stop]
+            number += 1
+            pos = stop + 1
+        number += block.count(b"\n", pos)
+    tail = b"".join(head)
+    if _CONTENT.search(tail):
+        yield number, tail
+
+
+def _record(path: Path, number: int, line: bytes) -> Measurement:
+    """One line of a table as a measurement; any problem is one ValueError naming the file and line."""
+    where = f"replay table {path}, line {number}"
+    try:
+        text = line.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{where}: not UTF-8 text ({exc.reason} at byte {exc.start} of the line)") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+    except (ValueError, RecursionError) as exc:
+        raise ValueError(f"{where}: {json_problem(exc)}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{where}: not a measurement (a JSON {type(data).__name__}, not an object)")
+    try:
+        return Measurement.from_dict(data)
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        said = f"missing field {exc}" if isinstance(exc, KeyError) else str(exc)
+        raise ValueError(f"{where}: {said}") from None
 
 
 def _with_implied(config: Config) -> Config:

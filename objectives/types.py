@@ -190,6 +190,10 @@ class Measurement:
         unknown = set(data) - set(known)
         if unknown:
             raise ValueError(f"Measurement: unknown field(s) {sorted(unknown)}")
+        missing = [name for name, f in known.items() if name not in data
+                   and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+        if missing:  # a KeyError would say only 'config'
+            raise ValueError(f"Measurement: missing field(s) {missing}")
         values = dict(data)
         values["config"] = Config.from_dict(values["config"])
         values["workload"] = None if values["workload"] is None else Workload.from_dict(values["workload"])

@@ -10,6 +10,7 @@ import signal
 import sys
 from typing import Any
 
+from flashtune.experiments.localhost import full_disk
 from flashtune.experiments.study.signals import StudyInterrupted, raise_interrupted
 
 # Each module defines ``add_parser(subparsers)`` and sets ``func`` on its parser.
@@ -108,13 +109,23 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{command}: stopped by SIGTERM; what was written is kept (run it again to resume)",
               file=sys.stderr)
         return EXIT_SIGTERM
-    except (ValueError, TypeError, OSError) as exc:
-        # Bad input from the command line, or a file that cannot be read or written
-        # (missing, unreadable, a folder): one clear line, not a traceback.
-        print(f"{command}: error: {_without_sql(str(exc))}", file=sys.stderr)
-        return 2
-    except Exception as exc:  # a store's errors are many types; anything else is re-raised
-        if not _store_error(exc):
+    except Exception as exc:
+        room = full_disk(exc)
+        # Said as what it is, whichever package raised it: Optuna blames "invalid data in
+        # the commit", MLflow and SQLAlchemy name no file. Where the file is unknown, the
+        # error's own words name it (the journal's, export's ``--to``) or nothing does.
+        if room is not None and (room[0] is not None or not isinstance(exc, (ValueError, TypeError, OSError))):
+            file, said = room
+            where = f"{file}: the disk is full" if file else "the disk is full"
+            print(f"{command}: error: {where} ({said}); what was written is kept: free space, then run the "
+                  "same command again to resume", file=sys.stderr)
+            return 2
+        if isinstance(exc, (ValueError, TypeError, OSError)):
+            # Bad input from the command line, or a file that cannot be read or written
+            # (missing, unreadable, a folder): one clear line, not a traceback.
+            print(f"{command}: error: {_without_sql(str(exc))}", file=sys.stderr)
+            return 2
+        if not _store_error(exc):  # a store's errors are many types; anything else is re-raised
             raise  # a bug: its traceback is what a report needs
         print(f"{command}: error: {_first_line(exc)}", file=sys.stderr)
         return 2

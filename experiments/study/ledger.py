@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from flashtune.experiments.localhost import first_line, full_disk
 from flashtune.experiments.study.signals import signals_deferred
 from flashtune.experiments.study.storage import (
     CONFIG_ATTR,
@@ -246,11 +247,11 @@ class TrialStore:
                 with signals_deferred():
                     self._finish(trial_id, measurement)
                     finished = True
-            except BaseException:
+            except BaseException as exc:
                 # An exception or a signal mid-measurement: the trial is failed, not left RUNNING.
                 if trial_id is not None and not finished:
                     with signals_deferred():
-                        self.abandon(trial_id)
+                        self.abandon(trial_id, failed_on=exc)
                 raise
             return measurement
 
@@ -326,13 +327,16 @@ class TrialStore:
         else:
             self.storage.set_trial_state_values(trial_id, TrialState.FAIL)
 
-    def abandon(self, trial_id: int) -> None:
+    def abandon(self, trial_id: int, *, failed_on: BaseException | None = None) -> None:
+        """Fail a trial that ``failed_on`` (an exception or a signal) interrupted."""
         TrialState = self._optuna.trial.TrialState
         try:
             self.storage.set_trial_user_attr(trial_id, INTERRUPTED_ATTR, True)
             self.storage.set_trial_state_values(trial_id, TrialState.FAIL)
         except Exception as exc:  # the storage itself may be what failed; resume cleans up
-            _log.warning("study %r: could not mark trial %s failed: %s", self.study_name, trial_id, exc)
+            if full_disk(failed_on) is None or full_disk(exc) is None:  # else the study's error line says it
+                _log.warning("study %r: could not mark trial %s failed: %s", self.study_name, trial_id,
+                             first_line(exc))
 
 
 @dataclass
@@ -425,10 +429,10 @@ class SharedLedger(Ledger):
             with signals_deferred():
                 trial = self.finish(claim, measurement, wall_elapsed_s(self._snap))
                 finished = True
-        except BaseException:
+        except BaseException as exc:
             if claim is not None and not finished:
                 with signals_deferred():
-                    self.abandon(claim)
+                    self.abandon(claim, failed_on=exc)
             raise
         self._mine.append(trial)
         return trial
@@ -508,9 +512,9 @@ class SharedLedger(Ledger):
         self.store.set_final_state(claim.trial_id, measurement)
         return Trial(claim.number, claim.config, measurement, elapsed_s)
 
-    def abandon(self, claim: Claim) -> None:
+    def abandon(self, claim: Claim, *, failed_on: BaseException | None = None) -> None:
         """An exception or a signal mid-measurement: fail the claim now (its config is free)."""
-        self.store.abandon(claim.trial_id)
+        self.store.abandon(claim.trial_id, failed_on=failed_on)
 
     def _release(self, trial_id: int, reason: str) -> None:
         self.storage.set_trial_user_attr(trial_id, RELEASED_ATTR, reason)

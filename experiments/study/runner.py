@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from flashtune.experiments.evaluation import priors as prior_tags
+from flashtune.experiments.localhost import first_line, full_disk
 from flashtune.experiments.study.journal_restore import restore_from_mlflow
 from flashtune.experiments.study.ledger import SharedLedger, StoreLedger, TrialStore
 from flashtune.experiments.study.locks import study_lock
@@ -265,9 +266,10 @@ def _run_study(study: Study, evaluate: Callable[[Config], Measurement], storage_
             except Exception:  # the storage may be what failed: close MLflow with what we have
                 final = history.trials
             try:
-                tracker.end(status, final)
+                tracker.end(status, final, failed_on=exc)
             except Exception as end_exc:  # keep the original error; this one is secondary
-                _log.error("study %r: could not close the MLflow parent run: %s", study.name, end_exc)
+                if full_disk(exc) is None or full_disk(end_exc) is None:  # else the error line says it
+                    _log.error("study %r: could not close the MLflow parent run: %s", study.name, first_line(end_exc))
         raise
     status = "FINISHED"
     with signals_deferred():

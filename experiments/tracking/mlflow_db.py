@@ -25,7 +25,7 @@ import sqlite3
 import time
 from pathlib import Path
 
-from flashtune.experiments.localhost import process_alive
+from flashtune.experiments.localhost import journal_in_memory, process_alive
 
 _log = logging.getLogger(__name__)
 
@@ -174,7 +174,9 @@ def _build_schema(temporary: Path) -> None:
 
     uri = f"sqlite:///{temporary}"
     try:
-        SqlAlchemyStore(uri, DEFAULT_LOCAL_FILE_AND_ARTIFACT_PATH)
+        # No write-ahead log while building: the file is linked into place only once whole.
+        with journal_in_memory():
+            SqlAlchemyStore(uri, DEFAULT_LOCAL_FILE_AND_ARTIFACT_PATH)
     finally:
         engine = SqlAlchemyStore._engine_map.pop(uri, None)
         if engine is not None:

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
-from flashtune.experiments.localhost import tune_sqlite_connections
+from flashtune.experiments.localhost import first_line, full_disk, tune_sqlite_connections
 from flashtune.experiments.tracking import report
 from flashtune.experiments.tracking.mlflow_db import prepare_sqlite_db
 from flashtune.experiments.tracking.shared import SharedTracking
@@ -292,23 +292,33 @@ class MlflowTracker(SharedTracking):
         self._note_best(trial)
         self._log_best_now(trial.number)
 
-    def end(self, status: str, trials: Sequence[Trial]) -> None:
+    def end(self, status: str, trials: Sequence[Trial], *, failed_on: BaseException | None = None) -> None:
         """Upload the parent's artifacts and close it with ``status`` (FINISHED, FAILED, KILLED).
 
         The status is set even when the artifacts cannot be written: a parent must never
         stay RUNNING because a plot failed.
+
+        Args:
+            failed_on: the error the study stopped on. When it is a full disk, the same full
+                disk failing these writes is not said again: the study's error line says it,
+                and the same command, run again, writes them.
         """
         if not self._opened:
             return
+
+        def note(what: str, exc: Exception) -> None:
+            if failed_on is None or full_disk(failed_on) is None or full_disk(exc) is None:
+                _log.warning("study %r: %s: %s", self.study_name, what, first_line(exc))
+
         if self.shared:
             try:  # a killed worker's trial may lack its child: whoever ends writes it
                 self._shared_reconcile(trials)
             except Exception as exc:  # reported: a failed reconcile must not keep the run open
-                _log.warning("study %r: could not reconcile MLflow children: %s", self.study_name, exc)
+                note("could not reconcile MLflow children", exc)
         try:
             self._write_summary(trials)
         except Exception as exc:  # reported, then the run is closed all the same
-            _log.warning("study %r: could not write the parent's artifacts: %s", self.study_name, exc)
+            note("could not write the parent's artifacts", exc)
         finally:
             self.client.set_terminated(self.parent_run_id, status=status)
 

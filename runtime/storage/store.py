@@ -3,8 +3,10 @@
 Keyed by hardware fingerprint, kernel source hash, Triton version and workload bucket
 (docs/reference.md: a config cache keyed only on the config is a bug). Reading never raises
 and never runs code: the file is JSON (never pickle), bounded in size, validated by a
-schema; a missing file is an empty store, and a corrupt, truncated, stale or hostile one
-is an empty store plus one :class:`StoreWarning` per file state. Writing is atomic
+schema; a missing file is an empty store (silently: the state before any export), a
+corrupt, truncated, stale or hostile one is an empty store plus one :class:`StoreWarning`
+per file state, and a file with some unusable entries (a bad number, an unknown knob)
+serves the others, with one warning naming the first. Writing is atomic
 (temporary file, fsync, ``os.replace``) and serialised between processes by an
 ``fcntl`` lock on a side file, with entries merged, so concurrent writers lose nothing
 and readers (who take no lock) always see a whole file.
@@ -338,8 +340,39 @@ class _Invalid(Exception):
     """The file is not a usable store; the message says why."""
 
 
-def _reject_constant(name: str) -> Any:
-    raise _Invalid(f"non-finite number {name} (not JSON)")
+class _BadNumber:
+    """A number of the file that no store value can be: ``NaN``, ``Infinity`` (not JSON),
+    ``1e400`` (out of range), an integer of more digits than Python converts.
+
+    Parsed as this marker rather than refusing the file, so that it fails the schema
+    where it stands: in an entry, that entry alone is skipped and the others are served
+    (one bad number used to make the whole store unreadable, and a write moved it all
+    aside). The marker is hashable (entries are grouped by raw bucket fields) and equals
+    nothing but itself, so no lookup ever matches it.
+    """
+
+    __slots__ = ("text", "problem")
+
+    def __init__(self, text: str, problem: str) -> None:
+        self.text = text  # as written: kept in the side file of dropped entries
+        self.problem = problem
+
+    def __repr__(self) -> str:  # jsonschema quotes the repr in its messages
+        return self.problem
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def _reject_constant(name: str) -> _BadNumber:
+    return _BadNumber(name, f"non-finite number {name} (not JSON)")
+
+
+def _int_or_marker(text: str) -> int | _BadNumber:
+    try:
+        return int(text)
+    except ValueError:  # over sys.get_int_max_str_digits()
+        return _BadNumber(text, f"an integer of {len(text.lstrip('-'))} digits (too long)")
 
 
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -359,18 +392,28 @@ def _parse(data: bytes) -> dict[str, Any]:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise _Invalid(f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    hooks = {"parse_constant": _reject_constant, "parse_float": _finite_float, "object_pairs_hook": _no_duplicates}
     try:
-        doc = json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float,
-                         object_pairs_hook=_no_duplicates)
+        try:
+            doc = json.loads(text, **hooks)
+        except json.JSONDecodeError:
+            raise
+        except ValueError:
+            # An integer of more digits than Python converts: read again with such
+            # integers as markers. Only then: a hook for every integer would cost a
+            # tenth of a second on a store at the size limit.
+            doc = json.loads(text, parse_int=_int_or_marker, **hooks)
     except json.JSONDecodeError as exc:
         raise _Invalid(f"not valid JSON ({exc.msg} at byte {exc.pos}): corrupt or truncated") from None
     except RecursionError:
         raise _Invalid("JSON nested too deeply") from None
-    except ValueError as exc:  # e.g. an integer with more digits than Python converts
+    except ValueError as exc:
         raise _Invalid(f"not valid JSON ({str(exc)[:120]})") from None
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise _Invalid(f"not a flashtune store (expected an object with format {FORMAT!r})")
     version = doc.get("version")
+    if isinstance(version, _BadNumber):  # not a version of another flashtune: corrupt
+        raise _Invalid(f"format version is {version.problem}")
     if version not in READABLE_VERSIONS:
         raise _Invalid(f"stale format version {version!r} (this flashtune reads versions {list(READABLE_VERSIONS)})")
     entries = doc.get("entries")
@@ -400,7 +443,8 @@ def _validate_entries(items: Iterable[tuple[int, Any]]) -> tuple[list[StoreEntry
         error = next(_ENTRY_VALIDATOR.iter_errors(raw), None)
         if error is not None:
             where = "/".join(str(p) for p in error.absolute_path)
-            problems.append(f"entries/{number}{'/' + where if where else ''}: {error.message[:200]}")
+            said = error.instance.problem if isinstance(error.instance, _BadNumber) else error.message[:200]
+            problems.append(f"entries/{number}{'/' + where if where else ''}: {said}")
             continue
         try:
             entry = completed(StoreEntry.from_dict(raw), current_kernel)
@@ -439,10 +483,10 @@ def _check_time(entry: StoreEntry, number: int) -> None:
                              f"{'positive' if name == 'median_ms' else 'non-negative'} number or None, got {value!r}")
 
 
-def _finite_float(text: str) -> float:
+def _finite_float(text: str) -> float | _BadNumber:
     value = float(text)
     if not math.isfinite(value):  # 1e400: Python's JSON reads it as inf
-        raise _Invalid(f"non-finite number {text[:40]} (out of range)")
+        return _BadNumber(text, f"non-finite number {text[:40]} (out of range)")
     return value
 
 

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import math
+import tracemalloc
 
 import pytest
 
 from flashtune.kernels.config import Config
+from flashtune.objectives import replay
 from flashtune.objectives.replay import load_table
 from flashtune.objectives.types import Measurement, Status, Workload
 
@@ -62,4 +64,40 @@ def test_rows_may_omit_a_knob_with_an_implied_value(tmp_path):
 def test_a_config_equal_once_its_implied_knobs_are_filled_in_is_a_duplicate(tmp_path):
     path = _table(tmp_path, _line(64, 1.0), _line(64, 2.0, grid="tiles"))
     with pytest.raises(ValueError, match=rf"replay table {path}, line 2: config .* is recorded twice \(line 1 too\)"):
+        load_table(path)
+
+
+@pytest.mark.parametrize("chunk_bytes", [1, 7, 1 << 20])
+def test_blank_lines_are_skipped_and_lines_keep_their_numbers(tmp_path, monkeypatch, chunk_bytes):
+    monkeypatch.setattr(replay, "_CHUNK_BYTES", chunk_bytes)  # lines cut at every chunk boundary
+    path = tmp_path / "t.jsonl"
+    path.write_text("\n \t\n" + _line(64, 1.0) + "\r\n\n\n" + _line(128, 2.0) + "\n\f\n" + _line(64, 0.5))  # no last \n
+    with pytest.raises(ValueError, match=rf"replay table {path}, line 8: config .* is recorded twice \(line 3 too\)"):
+        load_table(path)
+    path.write_text("\n" * 5 + _line(64, 1.0) + "\n" * 3 + "  " + _line(128, 2.0) + "  \n\n")
+    assert [m.median_ms for m in load_table(path)] == [1.0, 2.0]
+    path.write_text("\n \n\t\n")
+    with pytest.raises(ValueError, match=rf"replay table {path} is empty"):
+        load_table(path)
+
+
+def test_a_table_of_blank_lines_costs_no_memory(tmp_path):
+    """It was read whole and split into a list of lines: 300 MB of them took 3 GB."""
+    path = tmp_path / "t.jsonl"
+    with path.open("w") as handle:
+        handle.write("\n" * (32 << 20) + _line(64, 1.0) + "\n")
+    tracemalloc.start()
+    try:
+        assert [m.median_ms for m in load_table(path)] == [1.0]
+        peak_bytes = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak_bytes < 8 << 20, peak_bytes  # a chunk or two of 1 MiB, not the 32 MiB file
+
+
+def test_a_line_too_long_to_be_a_record_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setattr(replay, "MAX_LINE_BYTES", 4096)
+    monkeypatch.setattr(replay, "_CHUNK_BYTES", 1000)
+    path = _table(tmp_path, _line(64, 1.0), "[" + " " * 10_000 + "]")
+    with pytest.raises(ValueError, match=rf"replay table {path}, line 2: over 4096 bytes, not a record"):
         load_table(path)

@@ -6,7 +6,9 @@ import contextlib
 import dataclasses
 import io
 import json
+import os
 import shutil
+import subprocess
 import warnings
 from pathlib import Path
 
@@ -159,6 +161,43 @@ def test_export_folder_of_tables(replay_dir, stores, tmp_path) -> None:
     for workload in (WORKLOAD, GQA_WORKLOAD):
         best = _best(load_table(measurers.table_path(replay_dir, workload)))
         assert by_bucket[Bucket.of(workload)].config == best.config
+
+
+def test_export_onto_a_store_with_one_bad_number_keeps_the_others(replay_dir, h100_replay_dir, stores, tmp_path,
+                                                                 capsys) -> None:
+    out = tmp_path / "configs.json"
+    assert _export(stores, out, f"table:{replay_dir}") == 0
+    doc = json.loads(out.read_text())
+    kept = doc["entries"][1]
+    out.write_text(json.dumps(doc).replace(f'"median_ms": {doc["entries"][0]["median_ms"]!r}', '"median_ms": NaN', 1))
+    with pytest.warns(UserWarning, match=r"1 unusable entries dropped .*entries/0/median_ms: non-finite number NaN"):
+        assert _export(stores, out, f"table:{h100_replay_dir}") == 0
+    assert "the file holds 2" in capsys.readouterr().out  # the good H200 entry and the H100 one
+    assert kept["config"] in [e.config.to_dict() for e in _entries(out)]
+    assert [p.name.split(".")[2] for p in tmp_path.glob("configs.json.*.*")] == ["dropped"]  # nothing moved aside
+
+
+def test_export_onto_a_full_disk_is_one_line_and_keeps_the_store(replay_dir, h100_replay_dir, stores, tmp_path,
+                                                                 capsys) -> None:
+    small = tmp_path / "small"
+    small.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(small)], check=False,
+                      capture_output=True).returncode:
+        pytest.skip("mount -t tmpfs is not allowed here (needs root; CI runs as root)")
+    try:
+        out = small / "configs.json"
+        assert _export(stores, out, f"table:{replay_dir}") == 0
+        before = out.read_bytes()
+        room = os.statvfs(small)
+        # Less room than the new file needs (it is written whole beside the old one, then renamed).
+        (small / "filler").write_bytes(b"x" * (room.f_bavail * room.f_frsize - len(before) // 2))
+        capsys.readouterr()
+        assert _export(stores, out, f"table:{h100_replay_dir}") == 2
+        err = capsys.readouterr().err
+        assert err == f"flashtune export: error: --to {out}: cannot write: [Errno 28] No space left on device\n"
+        assert out.read_bytes() == before and not list(small.glob(".configs.json.*"))  # no temporary left
+    finally:
+        subprocess.run(["umount", "-l", str(small)], check=False)
 
 
 def test_bad_sources_exit_2_naming_them(studies, tmp_path, capsys) -> None:

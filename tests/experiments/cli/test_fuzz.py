@@ -94,3 +94,44 @@ def test_bad_input_is_one_clear_line(argv: list[str], files, capsys, monkeypatch
     assert "Traceback" not in err, err
     lines = [line for line in err.splitlines() if line.strip() and not line.startswith(("usage:", " "))]
     assert len(lines) == 1 and "error" in lines[0], err
+
+
+#: A table a hostile or unlucky file system hands over, and what the one line says of it.
+BAD_TABLES = {
+    "deeply nested": (b"[" * 5000 + b"\n", "line 1: not valid JSON (nested too deeply)"),
+    "not UTF-8": (b'\n\n{"config": "\xff"}\n', "line 3: not UTF-8 text (invalid start byte at byte 12 of the line)"),
+    "a time of 5000 digits": (b'{"median_ms": ' + b"9" * 5000 + b"}\n",
+                              "line 1: not valid JSON (a number of 5000 digits; Python reads at most 4300)"),
+    "a row without config": (b'{"workload": null, "status": "ok"}\n', "line 1: Measurement: missing field(s) ['config']"),
+    "a list, not a row": (b"[1, 2]\n", "line 1: not a measurement (a JSON list, not an object)"),
+}
+
+
+@pytest.mark.parametrize("command", ["compare", "tune"])
+@pytest.mark.parametrize("name", list(BAD_TABLES))
+def test_a_bad_table_is_one_line_naming_the_file(name, command, tmp_path, capsys, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    folder = tmp_path / "tables"
+    folder.mkdir()
+    table = folder / "b2_h8_n1024_d64_causal_bfloat16.jsonl"
+    data, problem = BAD_TABLES[name]
+    table.write_bytes(data)
+    argv = (["compare", "--tables", str(folder), "--seeds", "1", "--budget", "5", "--strategies", "random",
+             "--priors", "none", "--jobs", "1"] if command == "compare" else
+            ["tune", "--objective", "replay", "--workload", W, "--replay-dir", str(folder), "--trials", "2",
+             "--no-progress", "--tracking-uri", f"sqlite:///{tmp_path}/mlflow.db"])
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    assert f"error: replay table {table}, {problem}" in err, err
+
+
+@pytest.mark.parametrize("name", ["deeply nested", "a time of 5000 digits"])
+def test_a_bad_kernel_tuner_file_is_one_line_naming_the_file(name, tmp_path, capsys) -> None:
+    path = tmp_path / "space.json"
+    path.write_bytes({"deeply nested": b"[" * 5000,
+                      "a time of 5000 digits": b'{"tune_params": {"a": [1]}, "cache": {"1": {"a": 1, "time": '
+                                               + b"9" * 5000 + b"}}}"}[name])
+    assert main(["compare", "--tables", str(path), "--seeds", "1", "--budget", "5", "--priors", "none"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"error: {path}: not valid JSON (" in err, err

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -14,7 +15,7 @@ import pytest
 from study_support import cli_env, flashtune_command, run_cli, tune_args
 
 from flashtune.experiments.cli.main import main
-from flashtune.experiments.study.storage import close_storage, open_storage
+from flashtune.experiments.study.storage import CONFIG_ATTR, MEASUREMENT_ATTR, NUMBER_ATTR, close_storage, open_storage
 
 
 def _catches(pid: int, signum: int) -> bool:
@@ -92,3 +93,55 @@ def test_a_full_disk_on_sqlite_is_one_line_and_resumes(replay_dir, tmp_path) -> 
         assert "resuming study 'random-seed0' at trial" in resumed.stderr and before > 0
     finally:
         subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+@contextlib.contextmanager
+def _small_disk(folder: Path, size: str):
+    """A tmpfs of ``size`` at ``folder``, unmounted after (needs root: CI runs as root)."""
+    folder.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)], check=False,
+                      capture_output=True).returncode:
+        pytest.skip("mount -t tmpfs is not allowed here (needs root; CI runs as root)")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], check=False)
+
+
+def _measured(storage_url: str) -> dict[int, str]:
+    """The study's measured trials: their numbers and configs."""
+    storage = open_storage(storage_url)
+    try:
+        trials = optuna.load_study(study_name="NVIDIA H200/random-seed0", storage=storage).trials
+    finally:
+        close_storage(storage)  # an open connection would keep the tmpfs busy
+    return {t.user_attrs[NUMBER_ATTR]: str(t.user_attrs[CONFIG_ATTR]) for t in trials if MEASUREMENT_ATTR in t.user_attrs}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("full", ["optuna", "mlflow"])
+def test_a_full_disk_is_one_line_naming_the_database(full, replay_dir, stores, tmp_path) -> None:
+    """Optuna said "invalid data in the commit", MLflow named no file, and the study's notes on
+    what it could not close after the failure added SQLAlchemy's link: 3 to 6 lines."""
+    # Room for Optuna's schema and a few trials; for the MLflow database and a few runs.
+    with _small_disk(tmp_path / "small", {"optuna": "400k", "mlflow": "1200k"}[full]) as small:
+        on_disk = dict(stores)
+        if full == "optuna":
+            on_disk["storage"] = f"sqlite:///{small}/optuna.db"
+        else:
+            shutil.copyfile(stores["tracking_uri"][len("sqlite:///"):], small / "mlflow.db")
+            on_disk["tracking_uri"] = f"sqlite:///{small}/mlflow.db"
+        args = tune_args(on_disk, replay_dir, "--strategy", "random", "--trials", "30")
+        done = run_cli(*args, cwd=tmp_path)
+        assert done.returncode == 2, done.stderr
+        lines = [line for line in done.stderr.strip().splitlines() if "no GPU found" not in line]  # the replay's notice
+        assert len(lines) == 1, done.stderr
+        (line,) = lines
+        assert line.startswith(f"flashtune tune: error: {small}/{full}.db: the disk is full (database or disk is full);")
+        assert "run the same command again to resume" in line
+        before = _measured(on_disk["storage"])
+        subprocess.run(["mount", "-o", "remount,size=64m", str(small)], check=True)
+        resumed = run_cli(*args, cwd=tmp_path)
+        assert resumed.returncode == 0, resumed.stderr
+        after = _measured(on_disk["storage"])
+        assert before and before.items() <= after.items() and len(after) == 30  # nothing measured was lost
