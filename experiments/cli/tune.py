@@ -383,6 +383,12 @@ def _check_ranges(args: argparse.Namespace) -> None:
         raise ValueError(f"--precompile must be an int >= 0, got {args.precompile}")
     if args.study_name is not None and not args.study_name.strip():
         raise ValueError("--study-name must not be empty (leave it out for the default name)")
+    # A mistyped folder is not an empty recording: say it does not exist, rather than the
+    # replay's "no table ... (recorded there: none)", which reads as a folder with nothing in it.
+    for folder in args.replay_dir or ():
+        if not folder.is_dir():
+            raise ValueError(f"--replay-dir {str(folder)!r}: "
+                             f"{'not a folder' if folder.exists() else 'no such folder'}")
 
 
 def _recorded_or_all(workloads: list[Workload], folders: Sequence[Path], prog: str) -> list[Workload]:

@@ -68,6 +68,17 @@ def test_missing_table_says_where_and_what(stores, tmp_path, capsys) -> None:
     assert "flashtune sweep" in err and "recorded there: none" in err
 
 
+@pytest.mark.parametrize("kind", ["missing", "file"])
+def test_a_replay_dir_that_is_no_folder_is_named_as_such(stores, tmp_path, capsys, kind) -> None:
+    folder = tmp_path / "typo"
+    if kind == "file":
+        folder.write_text("")
+    assert main(tune_args(stores, folder)) == 2
+    err = capsys.readouterr().err
+    assert f"--replay-dir '{folder}': {'no such folder' if kind == 'missing' else 'not a folder'}" in err, err
+    assert "recorded there" not in err
+
+
 def test_live_without_gpu_is_refused(stores, replay_dir, capsys, monkeypatch) -> None:
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     assert main(tune_args(stores, replay_dir, "--objective", "live")) == 2
