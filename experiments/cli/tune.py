@@ -17,6 +17,7 @@ import math
 import shlex
 import signal
 import sys
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -162,7 +163,7 @@ def run_tune(args: argparse.Namespace) -> int:
             workloads = _recorded_or_all(workloads, args.replay_dir or measurers.default_replay_dirs(hardware), prog)
         measurer = measurers.open_replay(hardware, workloads, args.replay_dir, noise=args.replay_noise, seed=args.seed)
     note = "" if args.objective == "replay" or kind == "live" else "no GPU found (nvidia-smi): "
-    print(f"{prog}: {note}{measurer.description}", file=sys.stderr)
+    print(wrap_line(f"{prog}: {note}{measurer.description}"), file=sys.stderr)
 
     studies = studies_for(name, workloads, hardware=measurer.hardware, strategy=args.strategy,
                           strategy_options=options, trials=args.trials, seed=args.seed, objective=kind,
@@ -202,6 +203,18 @@ def run_tune(args: argparse.Namespace) -> int:
     else:
         print(overview_text(results, defaults, peers, tracking_uri=tracking_uri, storage_url=storage_url))
     return 0
+
+
+#: Where a long message line is wrapped (the width the code and the terminal keep to).
+LINE_WIDTH = 120
+
+
+def wrap_line(text: str, width: int = LINE_WIDTH) -> str:
+    """``text`` wrapped at spaces to ``width``, continuation lines indented: a replay's
+    description names every folder it reads in full, several hundred characters on one line.
+    Paths and numbers are never split."""
+    return textwrap.fill(text, width=width, subsequent_indent="    ", break_long_words=False,
+                         break_on_hyphens=False)
 
 
 def _default_measurement(measurer: Any, study: Any) -> Measurement:
