@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from flashtune.experiments.evaluation import priors
+from flashtune.experiments.evaluation.recorded_peers import recorded_peer
 from flashtune.experiments.study import measurers, workers
 from flashtune.experiments.study.progress import ProgressBar
 from flashtune.experiments.study.runner import StudyInterrupted, StudyResult, check_study_name, run_study, studies_for
@@ -386,6 +387,20 @@ def _peer_lines(best: Any, peers: list[PeerTime] | None) -> list[str]:
     return lines
 
 
+def recorded_text(best: Any, optimum: Measurement, study: Any) -> str:
+    """A replayed study's best against the recorded optimum and SDPA cuDNN's recorded speed
+    (``experiments/data/recorded_peers.json``): what a replay can say of how good it is."""
+    tflops = study.workload.flops / (best.cost_ms * 1e-3) / 1e12
+    optimum_tflops = study.workload.flops / (optimum.median_ms * 1e-3) / 1e12
+    text = (f"vs recorded: best {tflops:.1f} TFLOP/s, {100 * optimum.median_ms / best.cost_ms:.1f} % of the "
+            f"recorded optimum ({optimum_tflops:.1f} TFLOP/s)")
+    cudnn = recorded_peer(study.hardware.name, study.workload.name)
+    if cudnn is None:
+        return f"{text}; no SDPA cuDNN time recorded for this workload on {study.hardware.name}"
+    return (f"{text}, {tflops / cudnn.tflops:.2f}x the speed of SDPA cuDNN's recorded {cudnn.tflops:.1f} TFLOP/s "
+            f"({cudnn.gpu}, {cudnn.date})")
+
+
 def _check_ranges(args: argparse.Namespace) -> None:
     """Numbers out of range and an empty study name, refused before anything starts (even
     those only one objective or storage uses: a typo should not wait for the day it matters)."""
@@ -516,6 +531,8 @@ def _run_one(study: Any, measurer: Any, tracking_uri: str, storage_url: str, *, 
     if len(result.trials) < study.trials and study.max_seconds is None:
         print(f"note: the strategy ran out of configs after {len(result.trials)} of {study.trials} trials "
               "(the feasible space is smaller than the budget)")
+    if result.best is not None and (optimum := measurer.optimum(study.workload)) is not None:
+        print(wrap_line(recorded_text(result.best, optimum, study)))
     print()
     return result
 
