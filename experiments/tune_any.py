@@ -24,6 +24,7 @@ goes on.
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -125,7 +126,23 @@ def tune(
     finally:
         if tracker is not None:  # closed FAILED by a KeyboardInterrupt too, never left RUNNING
             tracker.end(status, history.trials)
+    if len(history.trials) < trials:
+        # The loop stops when the strategy has no new config to ask: on a space smaller than
+        # the budget the study is complete, but a caller reading len(result.trials) should
+        # not have to guess why it is short.
+        warnings.warn(_short_run(space, len(history.trials), trials), UserWarning, stacklevel=2)
     return TuneResult(history, tracker.experiment_id if tracker else "", tracker.parent_run_id if tracker else "")
+
+
+#: Above this many combinations the admitted configs are not counted for the short-run warning.
+_COUNT_LIMIT = 100_000
+
+
+def _short_run(space: SearchSpace, ran: int, asked: int) -> str:
+    """Why a study measured fewer configs than its budget, with the space's size where cheap."""
+    admitted = f"; the space admits {len(space.feasible_configs())} configs" if space.size <= _COUNT_LIMIT else ""
+    return (f"tune: {ran} of the {asked} trials asked ran: the strategy had no new config left to measure"
+            f"{admitted}")
 
 
 def as_measurement(config: Config, objective: Objective, *, fingerprint: str = "") -> Measurement:

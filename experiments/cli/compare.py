@@ -32,20 +32,27 @@ from flashtune.experiments.evaluation.compare import (
 from flashtune.experiments.evaluation.compare_plot import plot_curves
 from flashtune.experiments.evaluation.landscape import Landscape, build_landscape, group_by_workload, table_files
 from flashtune.experiments.evaluation.replay_batch import job_count, run_all, select_strategies, write_report
-from flashtune.objectives.hardware import load_spec
+from flashtune.experiments.study.measurers import default_replay_dirs
+from flashtune.objectives.hardware import HardwareSpec, load_spec
 from flashtune.search import check_options, option_defaults, option_value
+
+#: Trials per run on the default tables: `flashtune tune`'s default --trials.
+DEFAULT_BUDGET = 50
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("compare", help="compare search strategies on recorded spaces (replay)")
     p.add_argument("--tables", nargs="+", type=Path, default=None,
-                   help=f"recorded tables or folders of them (default: every *.jsonl in {DEFAULT_TABLES}); "
-                        "tables of one workload (parts of its space) are merged")
+                   help="recorded tables or folders of them (default: the space `flashtune tune` replays for "
+                        "--hardware, measurers.RECORDED_SPACE: the H200's 2,952-3,024 configs a workload); "
+                        f"tables of one workload (parts of its space) are merged; {DEFAULT_TABLES} is the "
+                        "120-config space BENCHMARKS' older comparisons ran")
     p.add_argument("--workloads", default="", help="comma-separated workload names (default: every table)")
     p.add_argument("--strategies", default="", help="comma-separated strategy names (default: every registered one)")
     p.add_argument("--seeds", type=int, default=20, help="seeds per strategy and workload (default: 20)")
     p.add_argument("--budget", type=int, default=None,
-                   help="trials per run (default: the workload's feasible configs, the whole space)")
+                   help=f"trials per run (default: {DEFAULT_BUDGET} on the default tables, as `flashtune tune`'s "
+                        "default --trials; with --tables, the workload's feasible configs, the whole space)")
     p.add_argument("--priors", choices=PRIOR_MODES, default="loo",
                    help="loo (default): the cold comparison, then a held-out one (each search warm-started with "
                         "the other workloads' tables, never its own), in one report; none: the cold one only")
@@ -75,8 +82,14 @@ def run_compare(args: argparse.Namespace) -> int:
         raise ValueError("--kernel-tuner needs --budget (Kernel Tuner's max_fevals)")
     if args.kernel_tuner_seeds < 1:
         raise ValueError(f"--kernel-tuner-seeds must be >= 1, got {args.kernel_tuner_seeds}")
-    groups = _table_groups(args.tables)
     spec = load_spec(args.hardware)
+    groups = _table_groups(args.tables, spec)
+    if args.budget is None and not args.tables:
+        # The recorded space holds 510-1,314 feasible configs a workload: a whole-space budget
+        # there would run GP and skopt for hours (a portfolio run of 1,020 trials took over 5
+        # minutes), where tune's budget keeps the default comparison about as long as the
+        # 120-config one was (about 14.5 s per workload and seed for every strategy, both modes).
+        args.budget = DEFAULT_BUDGET
     recorded = [build_landscape(group, spec) for group in groups]
     landscapes = _select_workloads(recorded, args.workloads)
     strategies = select_strategies(args.strategies)
@@ -147,11 +160,16 @@ def _execute(runs: Sequence[RunSpec], paths: Sequence[Sequence[str]], args: argp
     return results
 
 
-def _table_groups(tables: Sequence[Path] | None) -> list[list[Path]]:
-    """The tables of each workload: files and folders as given, else the default folder."""
-    if not tables and not sorted(DEFAULT_TABLES.glob("*.jsonl")):
-        raise ValueError(f"no recorded tables in {DEFAULT_TABLES}; record some with `flashtune sweep` or give --tables")
-    return group_by_workload(table_files(tables or [DEFAULT_TABLES]))
+def _table_groups(tables: Sequence[Path] | None, spec: HardwareSpec) -> list[list[Path]]:
+    """The tables of each workload: files and folders as given, else the GPU's recorded space
+    as ``flashtune tune`` replays it (so that compare scores strategies on the space tune searches)."""
+    if tables:
+        return group_by_workload(table_files(tables))
+    folders = [folder for folder in default_replay_dirs(spec) if sorted(folder.glob("*.jsonl"))]
+    if not folders:
+        raise ValueError(f"no recorded tables in {', '.join(map(str, default_replay_dirs(spec)))}; "
+                         "record some with `flashtune sweep` or give --tables")
+    return group_by_workload(table_files(folders))
 
 
 def _select_workloads(landscapes: list[Landscape], text: str) -> list[Landscape]:

@@ -17,11 +17,13 @@ import math
 import shlex
 import signal
 import sys
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from flashtune.experiments.evaluation import priors
+from flashtune.experiments.evaluation.recorded_peers import recorded_peer
 from flashtune.experiments.study import measurers, workers
 from flashtune.experiments.study.progress import ProgressBar
 from flashtune.experiments.study.runner import StudyInterrupted, StudyResult, check_study_name, run_study, studies_for
@@ -162,7 +164,7 @@ def run_tune(args: argparse.Namespace) -> int:
             workloads = _recorded_or_all(workloads, args.replay_dir or measurers.default_replay_dirs(hardware), prog)
         measurer = measurers.open_replay(hardware, workloads, args.replay_dir, noise=args.replay_noise, seed=args.seed)
     note = "" if args.objective == "replay" or kind == "live" else "no GPU found (nvidia-smi): "
-    print(f"{prog}: {note}{measurer.description}", file=sys.stderr)
+    print(wrap_line(f"{prog}: {note}{measurer.description}"), file=sys.stderr)
 
     studies = studies_for(name, workloads, hardware=measurer.hardware, strategy=args.strategy,
                           strategy_options=options, trials=args.trials, seed=args.seed, objective=kind,
@@ -202,6 +204,18 @@ def run_tune(args: argparse.Namespace) -> int:
     else:
         print(overview_text(results, defaults, peers, tracking_uri=tracking_uri, storage_url=storage_url))
     return 0
+
+
+#: Where a long message line is wrapped (the width the code and the terminal keep to).
+LINE_WIDTH = 120
+
+
+def wrap_line(text: str, width: int = LINE_WIDTH) -> str:
+    """``text`` wrapped at spaces to ``width``, continuation lines indented: a replay's
+    description names every folder it reads in full, several hundred characters on one line.
+    Paths and numbers are never split."""
+    return textwrap.fill(text, width=width, subsequent_indent="    ", break_long_words=False,
+                         break_on_hyphens=False)
 
 
 def _default_measurement(measurer: Any, study: Any) -> Measurement:
@@ -373,6 +387,20 @@ def _peer_lines(best: Any, peers: list[PeerTime] | None) -> list[str]:
     return lines
 
 
+def recorded_text(best: Any, optimum: Measurement, study: Any) -> str:
+    """A replayed study's best against the recorded optimum and SDPA cuDNN's recorded speed
+    (``experiments/data/recorded_peers.json``): what a replay can say of how good it is."""
+    tflops = study.workload.flops / (best.cost_ms * 1e-3) / 1e12
+    optimum_tflops = study.workload.flops / (optimum.median_ms * 1e-3) / 1e12
+    text = (f"vs recorded: best {tflops:.1f} TFLOP/s, {100 * optimum.median_ms / best.cost_ms:.1f} % of the "
+            f"recorded optimum ({optimum_tflops:.1f} TFLOP/s)")
+    cudnn = recorded_peer(study.hardware.name, study.workload.name)
+    if cudnn is None:
+        return f"{text}; no SDPA cuDNN time recorded for this workload on {study.hardware.name}"
+    return (f"{text}, {tflops / cudnn.tflops:.2f}x the speed of SDPA cuDNN's recorded {cudnn.tflops:.1f} TFLOP/s "
+            f"({cudnn.gpu}, {cudnn.date})")
+
+
 def _check_ranges(args: argparse.Namespace) -> None:
     """Numbers out of range and an empty study name, refused before anything starts (even
     those only one objective or storage uses: a typo should not wait for the day it matters)."""
@@ -383,6 +411,12 @@ def _check_ranges(args: argparse.Namespace) -> None:
         raise ValueError(f"--precompile must be an int >= 0, got {args.precompile}")
     if args.study_name is not None and not args.study_name.strip():
         raise ValueError("--study-name must not be empty (leave it out for the default name)")
+    # A mistyped folder is not an empty recording: say it does not exist, rather than the
+    # replay's "no table ... (recorded there: none)", which reads as a folder with nothing in it.
+    for folder in args.replay_dir or ():
+        if not folder.is_dir():
+            raise ValueError(f"--replay-dir {str(folder)!r}: "
+                             f"{'not a folder' if folder.exists() else 'no such folder'}")
 
 
 def _recorded_or_all(workloads: list[Workload], folders: Sequence[Path], prog: str) -> list[Workload]:
@@ -497,6 +531,8 @@ def _run_one(study: Any, measurer: Any, tracking_uri: str, storage_url: str, *, 
     if len(result.trials) < study.trials and study.max_seconds is None:
         print(f"note: the strategy ran out of configs after {len(result.trials)} of {study.trials} trials "
               "(the feasible space is smaller than the budget)")
+    if result.best is not None and (optimum := measurer.optimum(study.workload)) is not None:
+        print(wrap_line(recorded_text(result.best, optimum, study)))
     print()
     return result
 

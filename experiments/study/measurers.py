@@ -122,6 +122,16 @@ class Measurer:
         recorded = frozenset(self._objective.table(workload))  # type: ignore[attr-defined]
         return recorded.__contains__
 
+    def optimum(self, workload: Workload) -> Measurement | None:
+        """Replay: the fastest recorded config of ``workload`` (the exhaustive optimum a study
+        is measured against); None live, or where no recorded config ran."""
+        if self.kind != "replay":
+            return None
+        try:
+            return self._objective.optimum(workload)  # type: ignore[attr-defined]
+        except ValueError:
+            return None
+
     def evaluator(self, workload: Workload) -> Callable[[Config], Measurement]:
         objective = self._objective
         return lambda config: objective.evaluate(config, workload)

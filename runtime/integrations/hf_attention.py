@@ -421,7 +421,11 @@ def register(name: str = NAME) -> str:
     if reserved:
         raise ValueError(f"attention name {name!r} contains {reserved[0]!r}: transformers would not route it "
                          f"to the registered function; pick another (default {NAME!r})")
-    from transformers import AttentionInterface
+    try:
+        from transformers import AttentionInterface
+    except ImportError as exc:  # an optional extra: say which, not only "No module named"
+        raise ImportError(f"flashtune.runtime.hf_attention.register needs transformers >= 5.0, an extra: "
+                          f"pip install 'flashtune[hf]' (or transformers itself) ({exc})") from exc
 
     AttentionInterface.register(name, attention_forward)
     try:

@@ -52,3 +52,11 @@ def test_a_recorded_cache_file_is_a_space_and_objective_without_tracking() -> No
     assert result.best.cost_ms == min(landscape.cost(t.config) for t in result.trials)
     with pytest.raises(ValueError, match="trials must be an int >= 1"):
         tune(landscape.space, replay.evaluate, trials=0)
+
+
+def test_a_space_smaller_than_the_budget_runs_what_it_holds_and_says_so() -> None:
+    space = {"block": [32, 64, 128], "unroll": [1, 2]}
+    with pytest.warns(UserWarning, match=r"tune: 5 of the 50 trials asked ran: .*the space admits 5 configs"):
+        result = tune(space, lambda c: c["block"] / c["unroll"], restrictions=["block * unroll <= 128"],
+                      trials=50, strategy="grid")
+    assert len(result.trials) == 5

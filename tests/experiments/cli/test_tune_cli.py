@@ -68,6 +68,17 @@ def test_missing_table_says_where_and_what(stores, tmp_path, capsys) -> None:
     assert "flashtune sweep" in err and "recorded there: none" in err
 
 
+@pytest.mark.parametrize("kind", ["missing", "file"])
+def test_a_replay_dir_that_is_no_folder_is_named_as_such(stores, tmp_path, capsys, kind) -> None:
+    folder = tmp_path / "typo"
+    if kind == "file":
+        folder.write_text("")
+    assert main(tune_args(stores, folder)) == 2
+    err = capsys.readouterr().err
+    assert f"--replay-dir '{folder}': {'no such folder' if kind == 'missing' else 'not a folder'}" in err, err
+    assert "recorded there" not in err
+
+
 def test_live_without_gpu_is_refused(stores, replay_dir, capsys, monkeypatch) -> None:
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     assert main(tune_args(stores, replay_dir, "--objective", "live")) == 2
@@ -112,6 +123,25 @@ def test_shipped_h200_tables_replay(stores, capsys, monkeypatch) -> None:
     # The runtime's default (the Gluon kernel on Hopper) is in the replayed space: the main job
     # ends with its speedup over it, not "not in the replayed tables".
     assert "speedup over the default" in captured.out, captured.out
+
+
+@pytest.mark.skipif(not _shipped_h200_tables(), reason="no recorded H200 tables shipped yet")
+def test_the_main_jobs_first_lines_are_short_and_say_all_they_said(stores, capsys, monkeypatch) -> None:
+    """The replay's description names five folders in full: wrapped, not one line of ~400 characters."""
+    from flashtune.objectives.hardware import load_spec
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    workload = _shipped_h200_tables()[0]
+    args = ["tune", "--trials", "2", "--study-name", "short", "--tracking-uri", stores["tracking_uri"],
+            "--storage", stores["storage"], "--no-progress", "--workload", workload.name]
+    assert main(args) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert all(len(line) <= 120 for line in err), [len(line) for line in err]
+    measurer = measurers.open_replay(load_spec("h200"), [workload])
+    measurer.close()
+    said = f"flashtune tune: no GPU found (nvidia-smi): {measurer.description}"
+    first = [err[0], *(line for line in err[1:] if line.startswith("    "))]
+    assert " ".join(line.strip() for line in first) == said
 
 
 def test_replay_dirs_merge_a_workloads_tables_and_the_later_folder_wins(replay_dir, tmp_path) -> None:

@@ -190,3 +190,31 @@ def test_a_default_the_replayed_tables_do_not_hold_is_said_so(replay_dir, stores
     assert main(tune_args(stores, folder, "--study-name", "unrecorded", "--trials", "3")) == 0
     line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("default config:"))
     assert line == f"default config: {fallback.to_dict()}: not in the replayed tables; no speedup to report"
+
+
+def test_a_replayed_study_says_how_close_it_came_to_the_recorded_optimum_and_cudnn(stores, monkeypatch, capsys) -> None:
+    import json
+
+    from flashtune.experiments import DATA_DIR
+    from flashtune.experiments.study import measurers
+    from flashtune.objectives.types import SUITE
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    workload = SUITE[0]  # the main job's workload, replayed from the shipped recorded space
+    args = ["tune", "--trials", "5", "--study-name", "close", "--tracking-uri", stores["tracking_uri"],
+            "--storage", stores["storage"], "--no-progress", "--workload", workload.name]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    # The line (wrapped at 120, continuation indented) ends the study's summary.
+    text = re.sub(r"\n +", " ", out)
+    said = re.search(r"vs recorded: best ([\d.]+) TFLOP/s, ([\d.]+) % of the recorded optimum \(([\d.]+) TFLOP/s\), "
+                     r"([\d.]+)x the speed of SDPA cuDNN's recorded ([\d.]+) TFLOP/s \(NVIDIA H200, (\S+)\)", text)
+    assert said, out
+    best, percent, optimum, ratio, cudnn = map(float, said.groups()[:5])
+    measurer = measurers.open_replay(load_spec("h200"), [workload])
+    measurer.close()
+    recorded = measurer.optimum(workload)
+    assert abs(optimum - recorded.tflops) < 0.06 and abs(percent - 100 * best / recorded.tflops) < 0.1
+    peers = json.loads((DATA_DIR / "recorded_peers.json").read_text())["gpus"]["NVIDIA H200"]
+    assert cudnn == peers["workloads"][workload.name]["sdpa_cudnn"] and said.group(6) == peers["date"]
+    assert abs(ratio - best / cudnn) < 0.01

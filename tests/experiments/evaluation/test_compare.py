@@ -202,3 +202,25 @@ def test_the_report_leads_cold_and_says_where_held_out_priors_placed_the_optimum
     assert cold.startswith("== COLD") and "NOTE" not in cold
     assert "NOTE: on 2 of 2 workloads every strategy's first evaluation is within 2 %" in held_out
     assert "the strategies are not being compared" in held_out
+
+
+def test_by_default_compare_scores_the_space_tune_replays(tmp_path) -> None:
+    """No --tables: the recorded space `flashtune tune` replays (not the 120-config folder), at
+    tune's default budget (the whole space would be 510-1,314 trials a run there)."""
+    from flashtune.experiments.study import measurers
+    from flashtune.objectives.types import SUITE
+
+    spec = load_spec("h200")
+    workload = SUITE[0]
+    measurer = measurers.open_replay(spec, [workload])  # what `flashtune tune` replays for it
+    measurer.close()
+    replayed = set(measurer._objective.table(workload))
+    report_path = tmp_path / "compare.json"
+    assert main(["compare", "--strategies", "random", "--seeds", "1", "--priors", "none", "--jobs", "1",
+                 "--workloads", workload.name, "--json", str(report_path)]) == 0
+    report = json.loads(report_path.read_text())
+    assert report["budget"] == 50 and "--budget 50" in report["command"]
+    landscape = build_landscape([measurers.table_path(f, workload) for f in measurers.default_replay_dirs(spec)
+                                 if measurers.table_path(f, workload).exists()], spec)
+    assert set(landscape.table) == replayed  # the same configs as tune's replay
+    assert report["feasible"][workload.name] == len(landscape.feasible) > 120
