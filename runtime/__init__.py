@@ -20,7 +20,7 @@ Usage::
 
     rt.set_store("configs.json")  # else $FLASHTUNE_STORE, else ~/.cache/flashtune/configs.json
     out = rt.flash_attention(q, k, v, causal=True)
-    rt.explain(q, k, causal=True)  # Resolution(config, origin="exact"|"nearest"|"baseline", detail)
+    rt.explain(q, k, causal=True)  # Resolution(config, origin="exact"|"nearest"|"sibling"|"baseline", detail)
 
     from flashtune.runtime.hf_attention import register
     model.set_attn_implementation(register())  # transformers, name "tuned_attention"

@@ -37,7 +37,7 @@ from flashtune.runtime.storage.buckets import Bucket, kind_of
 from flashtune.runtime.storage.store import ENV_STORE, Key, Store, default_store_path, triton_version  # noqa: F401 - re-exported
 
 #: Resolution origins whose config was measured for its bucket (kept as recorded).
-STORE_ORIGINS = ("exact", "nearest")
+STORE_ORIGINS = ("exact", "nearest", "sibling")
 #: Set to 1 to let the store serve fp8 configs (other numerics than the inputs' dtype).
 ENV_ALLOW_FP8 = "FLASHTUNE_ALLOW_FP8"
 

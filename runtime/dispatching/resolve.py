@@ -1,7 +1,8 @@
 """The fallback chain: which config serves a bucket on a GPU, and why.
 
-exact bucket in the store -> nearest bucket in the store -> the architecture's baseline
-(-> the kernel's safe default without a GPU spec). Decode buckets (q_len <=
+exact bucket in the store -> nearest bucket in the store -> another GPU's entry of the same
+architecture (its exact bucket, else its nearest) -> the architecture's baseline (-> the kernel's
+safe default without a GPU spec). Decode buckets (q_len <=
 ``DECODE_MAX_Q_LEN``) only ever get decode configs: the store never shares across classes
 and the baseline is the decode default, so q_len 1 never runs a prefill tile. Every step re-checks feasibility on
 the live GPU's spec, so a store written on another card of the same fingerprint family,
@@ -18,10 +19,10 @@ from dataclasses import dataclass
 from flashtune.kernels.config import Config
 from flashtune.kernels.space import SAFE_DEFAULT
 from flashtune.objectives.feasibility import check
-from flashtune.objectives.hardware import HardwareSpec
+from flashtune.objectives.hardware import HardwareSpec, known_specs
 from flashtune.runtime.dispatching.baselines import arch_of, decode_default, fallback_config
 from flashtune.runtime.storage.buckets import DECODE_MAX_Q_LEN, Bucket, distance
-from flashtune.runtime.storage.store import Key, Snapshot, warn_once
+from flashtune.runtime.storage.store import Key, Snapshot, StoreEntry, warn_once
 
 
 @dataclass(frozen=True)
@@ -30,7 +31,8 @@ class Resolution:
 
     Attributes:
         config: the config to launch.
-        origin: ``exact``, ``nearest``, ``baseline`` or ``default`` (no GPU spec).
+        origin: ``exact``, ``nearest``, ``sibling`` (another GPU of the same architecture),
+            ``baseline`` or ``default`` (no GPU spec).
         detail: a sentence for people: the bucket and its class, and why this config
             (exact store hit, nearest bucket at distance d, arch default and its
             reasons, safe default), with what was skipped.
@@ -102,6 +104,16 @@ def resolve(
                 f"{stale} entr{'y' if stale == 1 else 'ies'} for this GPU were tuned with another kernel source "
                 "or Triton version and are ignored (re-tune and re-export)",
             )
+        sibling = _sibling_entry(snapshot, key, bucket, hardware, accept)
+        if sibling is not None:
+            d = distance(bucket, sibling.bucket)
+            at = "its exact bucket" if d == 0 else f"its nearest bucket {sibling.bucket.name} at distance {d:g}"
+            detail = (f"{where}: no store entry for {hardware.name}: {sibling.hardware}'s entry, {at} (same "
+                      f"architecture {hardware.arch}, kernel and Triton; {SIBLING_EVIDENCE}; tune this GPU for "
+                      f"its own: flashtune study)")
+            warn_once(snapshot.path, f"{snapshot.state}:sibling:{hardware.name}",
+                      f"no entries for {hardware.name}: serving {sibling.hardware}'s ({SIBLING_EVIDENCE})")
+            return Resolution(sibling.config, "sibling", "; ".join([detail, *skipped]), bucket)
     arch = arch_of(hardware)
     if bucket.kind == "decode":
         config, why = decode_default(hardware, workload)
@@ -110,6 +122,35 @@ def resolve(
         config = fallback_config(hardware, workload)
         note = f"{arch} baseline"
     return Resolution(config, "baseline", "; ".join([f"{where}: no store entry: {note}", *skipped]), bucket)
+
+
+#: Why another GPU's entry beats the architecture's baseline, as measured: each GPU's tuned
+#: configs timed on the other beside the baseline, in one run a GPU (BENCHMARKS.md, "Two GPU
+#: models"). Shown by ``explain`` and in the one warning a store gives when it serves one.
+SIBLING_EVIDENCE = ("on the suite, the H200's entries ran at 0.98x the H100's own on an H100 (geomean; "
+                    "the baseline 0.96x), the H100's at 0.99x the H200's own on an H200 (the baseline 0.97x)")
+
+
+def _sibling_entry(snapshot: Snapshot, key: Key, bucket: Bucket, hardware: HardwareSpec,
+                   accept: Callable[[Config], bool] | None) -> StoreEntry | None:
+    """The entry another GPU of ``hardware``'s architecture has for ``bucket`` (measured with
+    the same kernel and Triton), nearest bucket first, then by GPU name; None if none fits.
+
+    A GPU is recognised by the name its entries carry, among the shipped specs: an unknown
+    GPU's architecture is unknown, and its entries are never served here.
+    """
+    found: list[tuple[float, str, StoreEntry]] = []
+    arch_by_name = {spec.name: spec.arch for spec in known_specs().values()}
+    workload = bucket.representative()
+    for other in snapshot.other_gpus(key):
+        exact = snapshot.exact(other, bucket)
+        for entry in ([exact] if exact is not None else []) + list(snapshot.nearest(other, bucket)):
+            if arch_by_name.get(entry.hardware) != hardware.arch:
+                break  # one group is one GPU: none of its entries is of this architecture
+            if (accept is None or accept(entry.config)) and check(entry.config, workload, hardware).feasible:
+                found.append((distance(bucket, entry.bucket) or 0.0, entry.hardware, entry))
+                break
+    return min(found, key=lambda item: item[:2])[2] if found else None
 
 
 def _class_reason(bucket: Bucket) -> str:

@@ -292,6 +292,11 @@ class Snapshot:
             if entry is not None:
                 yield entry
 
+    def other_gpus(self, key: Key) -> list[Key]:
+        """Keys of the other GPUs whose entries were measured with this kernel source and
+        Triton version (another fingerprint: another GPU model, driver or torch)."""
+        return sorted(k for k in self._places if k is not None and k[0] != key[0] and k[1:] == key[1:])
+
     def stale_count(self, key: Key) -> int:
         """Entries for this GPU measured with another kernel source or Triton version."""
         return sum(len(items) for k, group in self._places.items() if k is not None and k[0] == key[0] and k != key

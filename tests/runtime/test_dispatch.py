@@ -10,7 +10,7 @@ import flashtune.runtime as runtime
 from flashtune.kernels.attention import takes_key_ranges
 from flashtune.kernels.reference import reference_attention, relative_error
 from flashtune.kernels.space import SAFE_DEFAULT, validate_config
-from flashtune.objectives.hardware import load_spec
+from flashtune.objectives.hardware import HardwareSpec, load_spec
 from flashtune.objectives.types import Workload
 from flashtune.runtime.dispatching.baselines import fallback_config
 from flashtune.runtime.dispatching.dispatch import Dispatcher, default_store_path
@@ -71,6 +71,44 @@ def test_entries_of_another_gpu_or_infeasible_here_are_skipped(store_path, h200,
     q, k, v = _qkv(head_dim=256)
     resolution = on_h200.explain(q, k)
     assert resolution.origin == "baseline" and "infeasible" in resolution.detail
+
+
+def test_a_gpu_the_store_has_not_seen_gets_a_same_architecture_gpus_entry(store_path, h200, recorder):
+    # A team tunes on an H200 and deploys on an H100: the H200's entry for the bucket, not the
+    # baseline (measured: 0.98x the H100's own over the suite, the baseline 0.96x); the A100's
+    # (sm80) never; each GPU's own entries win.
+    h100, a100 = load_spec("h100"), load_spec("a100")
+    d128 = Bucket("float16", False, 128, 2, 128, 128)
+    Store(store_path).merge([entry(h200, EXACT, cfg(128, 64, 4, 2)), entry(a100, d128, cfg(64, 64, 4, 2)),
+                             entry(h200, Bucket("float16", False, 128, 2, 512, 512), cfg(128, 32, 8, 3))])
+    on_h100 = Dispatcher(store_path, hardware=lambda device: h100)
+    q, k, v = _qkv()
+    with store_warnings() as caught:
+        on_h100(q, k, v)
+        on_h100(*_qkv(head_dim=128))
+    assert recorder.configs == [cfg(128, 64, 4, 2), cfg(128, 32, 8, 3)]
+    assert len(caught) == 1 and "no entries for NVIDIA H100 80GB HBM3: serving NVIDIA H200's" in str(caught[0].message)
+    resolution = on_h100.explain(q, k)
+    assert resolution.origin == "sibling"
+    assert "NVIDIA H200's entry, its exact bucket (same architecture sm90" in resolution.detail
+    assert "flashtune study" in resolution.detail
+    # The A100 (sm80) has the exact D128 bucket; the H200's nearest one is served instead.
+    assert "nearest bucket" in on_h100.explain(*_qkv(head_dim=128)[:2]).detail
+
+    Store(store_path).merge([entry(h100, EXACT, cfg(64, 32, 4, 3))])
+    on_h100.reload()
+    on_h100(q, k, v)
+    assert recorder.configs[-1] == cfg(64, 32, 4, 3) and on_h100.explain(q, k).origin == "exact"
+
+
+def test_an_unknown_gpus_entries_or_one_that_does_not_fit_are_not_served_elsewhere(store_path, h200, recorder):
+    h100 = load_spec("h100")
+    mystery = HardwareSpec.from_dict({**h200.to_dict(), "name": "Some GPU", "driver": "1"})
+    d256 = Bucket("float16", False, 256, 2, 128, 128)
+    Store(store_path).merge([entry(mystery, EXACT, cfg(128, 64, 4, 2)), entry(h200, d256, cfg(128, 128, 8, 3))])
+    on_h100 = Dispatcher(store_path, hardware=lambda device: h100)
+    assert on_h100.explain(*_qkv()[:2]).origin == "baseline"  # an unknown GPU's architecture is unknown
+    assert on_h100.explain(*_qkv(head_dim=256)[:2]).origin == "baseline"  # about 450 KB: fits no GPU
 
 
 def test_a_bad_store_is_one_warning_then_baselines(dispatcher, store_path, recorder):
