@@ -67,7 +67,8 @@ def spec_key(hardware: HardwareSpec) -> str:
 #: it was swept in parts as kernels joined the space (each folder's README says when and how;
 #: ``h200_grown`` holds ``h200``'s 120 pointer configs a workload too). A GPU model not named
 #: here replays ``experiments/data/<key>/``.
-RECORDED_SPACE = {"h200": ("h200_grown", "h200_lean", "h200_lean_order", "h200_gluon", "h200_retimed")}
+RECORDED_SPACE = {"h200": ("h200_grown", "h200_lean", "h200_lean_order", "h200_gluon", "h200_retimed"),
+                  "h100": ("h100_sampled", "h100_retimed")}
 
 ReplayDirs = Path | Sequence[Path]
 
