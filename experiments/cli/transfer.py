@@ -25,14 +25,17 @@ from flashtune.experiments.evaluation.transfer import (
     RunSpec,
     file_pair,
     format_table,
+    gpu_pairs,
     init_worker,
     optimum_moves,
     run_one,
     smaller_spec,
     summarize,
-    table_path,
+    table_paths,
+    target_spec,
 )
 from flashtune.experiments.evaluation.transfer_plot import plot_transfer
+from flashtune.experiments.study.measurers import RECORDED_SPACE, default_replay_dirs
 from flashtune.objectives.hardware import load_spec
 
 
@@ -46,6 +49,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--pair", nargs=2, action="append", default=[], metavar=("SOURCE", "TARGET"), type=Path,
                    help="a pair of recorded tables of one kernel as files (a *.jsonl table, or a Kernel Tuner "
                         "cache or T4 file: *.json, *.json.gz); repeatable; replaces the default pairs")
+    p.add_argument("--gpu-pair", nargs=2, action="append", default=[], metavar=("SOURCE_GPU", "TARGET_GPU"),
+                   help="one pair per workload both GPU models recorded (shipped specs with recorded spaces, "
+                        "e.g. h200 h100): the source GPU's tables told as priors to the target GPU's search "
+                        "(repeatable: h200 h100 --gpu-pair h100 h200 measures both ways)")
     p.add_argument("--stable-pairs", type=Path, default=None, metavar="FOLDER",
                    help="every ordered pair of the tables in FOLDER (one kernel, one GPU or several) whose "
                         f"optimum moves at most {100 * (STABLE_OPTIMUM - 1):.0f} %% (the source's best within that "
@@ -71,32 +78,35 @@ def run_transfer(args: argparse.Namespace) -> int:
         return 0
     if args.budget is not None and args.budget < 1:
         raise ValueError(f"--budget must be >= 1, got {args.budget}")
-    if sum(map(bool, (args.pair, args.pairs, args.stable_pairs))) > 1:
-        raise ValueError("give one of --pair files, --pairs numbers or --stable-pairs FOLDER")
+    if sum(map(bool, (args.pair, args.pairs, args.stable_pairs, args.gpu_pair))) > 1:
+        raise ValueError("give one of --pair files, --pairs numbers, --gpu-pair GPUs or --stable-pairs FOLDER")
     if args.stable_pairs is not None:
         args.pair = _stable_pairs(args.stable_pairs)
-    pairs = [file_pair(source, target) for source, target in args.pair] if args.pair else _select_pairs(args.pairs)
+    if args.gpu_pair:
+        pairs = [p for source, target in args.gpu_pair for p in _gpu_pairs(source, target)]
+    else:
+        pairs = [file_pair(source, target) for source, target in args.pair] if args.pair else _select_pairs(args.pairs)
     strategies = select_strategies(args.strategies)
     tables = Path(args.tables)
-    missing = sorted({str(table_path(tables, p, side)) for p in pairs for side in ("source", "target")
-                      if not table_path(tables, p, side).exists()})
+    missing = sorted({str(path) for p in pairs for side in ("source", "target")
+                      for path in table_paths(tables, p, side) if not path.exists()})
     if missing:
         raise FileNotFoundError(f"--tables {tables}: no recorded table(s) {missing}")
-    specs = {False: load_spec("h200"), True: smaller_spec(args.smaller_shared_bytes)}
-    landscapes = {(p.target, p.smaller): build_landscape(table_path(tables, p, "target"), specs[p.smaller])
-                  for p in pairs}
+    landscapes = {p.landscape_key: build_landscape(table_paths(tables, p, "target"),
+                                                   target_spec(p, args.smaller_shared_bytes)) for p in pairs}
     # Every source as recorded (on the H200, or its own GPU): how far its best moves on the
     # target (``optimum_moves``); built here, so a bad --pair file fails now, named, not in a worker.
-    sources = {path: build_landscape(path, specs[False])
-               for path in dict.fromkeys(table_path(tables, p, "source") for p in pairs)}
-    moves = {p: optimum_moves(sources[table_path(tables, p, "source")], landscapes[(p.target, p.smaller)])
+    sources = {paths: build_landscape(list(paths), load_spec(p.source_gpu or "h200"))
+               for p in pairs for paths in [tuple(table_paths(tables, p, "source"))]}
+    moves = {p: optimum_moves(sources[tuple(table_paths(tables, p, "source"))], landscapes[p.landscape_key])
              for p in pairs}
     runs = [RunSpec(pair, name, seed, priors) for pair in pairs for name in strategies
             for seed in range(args.seeds) for priors in (False, True)]
     results = _execute(runs, args)
     report = summarize(results, pairs, strategies, landscapes, moves)
     report.update(date=datetime.date.today().isoformat(), command=_command_line(args), seeds=args.seeds,
-                  strategies=strategies, smaller_gpu=specs[True].to_dict(), tolerances=TOLERANCES,
+                  strategies=strategies, smaller_gpu=smaller_spec(args.smaller_shared_bytes).to_dict(),
+                  tolerances=TOLERANCES,
                   target_ratio=TARGET_RATIO, worst_ratio=WORST_RATIO)
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
@@ -124,6 +134,19 @@ def _execute(runs: Sequence[RunSpec], args: argparse.Namespace) -> list[RunResul
     run_all(runs, run_one, jobs=jobs, initializer=init_worker,
             initargs=(str(args.tables), args.smaller_shared_bytes, args.budget), record=record)
     return results
+
+
+def _gpu_pairs(source: str, target: str) -> list[Pair]:
+    """``--gpu-pair SOURCE TARGET``: the pairs of the workloads both GPU models recorded."""
+    folders = {gpu: [f for f in default_replay_dirs(load_spec(gpu)) if f.is_dir()] for gpu in (source, target)}
+    for gpu, found in folders.items():
+        if not found:
+            raise ValueError(f"--gpu-pair: no recorded space shipped for {gpu} (RECORDED_SPACE names "
+                             f"{', '.join(sorted(RECORDED_SPACE))})")
+    pairs = gpu_pairs(source, target, folders)
+    if not pairs:
+        raise ValueError(f"--gpu-pair {source} {target}: the two GPUs recorded no workload in common")
+    return pairs
 
 
 def _stable_pairs(folder: Path) -> list[tuple[Path, Path]]:
@@ -164,6 +187,8 @@ def _command_line(args: argparse.Namespace) -> str:
     else:
         for source, target in args.pair:
             parts += ["--pair", str(source), str(target)]
+    for source, target in args.gpu_pair:
+        parts += ["--gpu-pair", source, target]
     if args.budget is not None:
         parts += ["--budget", str(args.budget)]
     if args.strategies:

@@ -47,6 +47,8 @@ from flashtune.search import History, SearchSpace, make_strategy, run
 DEFAULT_TABLES = DATA_DIR / "h200"
 #: Shared memory per block of the simulated smaller GPU: sm86/sm89's 99 KB (RTX 4090, L40S, A10).
 SMALLER_SHARED_BYTES = 101376
+#: ``Pair.target_gpu`` of the simulated smaller GPU.
+SMALLER_GPU = "smaller"
 TOLERANCES = {"evals_to_2pct": 0.02, "evals_to_5pct": 0.05}
 #: The issue's targets: priors need at most this fraction of cold start's evaluations on
 #: most pairs, and no pair may need more than cold start times ``WORST_RATIO``.
@@ -63,30 +65,63 @@ class Pair:
     """One transfer: the source's table told as priors to a search of the target's space.
 
     Attributes:
-        kind: what changes (``tokens``, ``head_dim``, ``mask``, ``smaller GPU``).
-        source: workload name of the source table (recorded on the H200).
+        kind: what changes (``tokens``, ``head_dim``, ``mask``, ``smaller GPU``, ``GPU``).
+        source: workload name of the source table (recorded on the H200 unless files say).
         target: workload name of the target table.
-        smaller: the target runs on the simulated smaller GPU (else the H200).
+        target_gpu: the GPU the target is searched on: a shipped spec's key (``h200``,
+            ``h100``), or ``smaller`` (the H200 with less shared memory, simulated).
+        source_files, target_files: the tables, given as files (``--pair SOURCE TARGET``: any
+            two tables of one kernel, such as Kernel Tuner caches of two GPUs; ``--gpu-pair``:
+            a GPU model's recorded space, its folders' tables of the workload merged); empty:
+            ``<workload>.jsonl`` in ``--tables``.
+        source_gpu: names the source's GPU in the pair's name (``--gpu-pair``), else "".
     """
 
     kind: str
     source: str
     target: str
-    smaller: bool = False
-    #: Tables given as files (``--pair SOURCE TARGET``: any two tables of one kernel, such as
-    #: Kernel Tuner caches of two GPUs); empty: ``<workload>.jsonl`` in ``--tables``.
-    source_file: str = ""
-    target_file: str = ""
+    target_gpu: str = "h200"
+    source_files: tuple[str, ...] = ()
+    target_files: tuple[str, ...] = ()
+    source_gpu: str = ""
+
+    @property
+    def smaller(self) -> bool:
+        return self.target_gpu == SMALLER_GPU
 
     @property
     def name(self) -> str:
+        if self.source_gpu:
+            return f"{_short(self.source)}: {self.source_gpu} -> {self.target_gpu}"
         gpu = " (smaller GPU)" if self.smaller else ""
         return f"{_short(self.source)} -> {_short(self.target)}{gpu}"
+
+    @property
+    def landscape_key(self) -> tuple[str, str]:
+        """What identifies the target's landscape: its tables and the GPU it is searched on."""
+        return (":".join(self.target_files) or self.target, self.target_gpu)
 
 
 def file_pair(source: str | Path, target: str | Path) -> Pair:
     """A pair of two recorded tables given as files (their names name the pair)."""
-    return Pair("files", space_name(source), space_name(target), source_file=str(source), target_file=str(target))
+    return Pair("files", space_name(source), space_name(target), source_files=(str(source),),
+                target_files=(str(target),))
+
+
+def gpu_pairs(source_gpu: str, target_gpu: str, folders: dict[str, Sequence[Path]]) -> list[Pair]:
+    """One pair per workload both GPU models recorded: the source GPU's recorded space of the
+    workload told as priors to a search of the target GPU's (each side its folders' tables of
+    the workload, merged; ``folders`` maps a GPU's spec key to them)."""
+    def tables(gpu: str) -> dict[str, tuple[str, ...]]:
+        found: dict[str, list[str]] = defaultdict(list)
+        for folder in folders[gpu]:
+            for path in sorted(Path(folder).glob("*.jsonl")):
+                found[path.name.removesuffix(".jsonl")].append(str(path))
+        return {name: tuple(paths) for name, paths in found.items()}
+
+    source, target = tables(source_gpu), tables(target_gpu)
+    return [Pair("GPU", name, name, target_gpu=target_gpu, source_files=source[name], target_files=target[name],
+                 source_gpu=source_gpu) for name in sorted(source) if name in target]
 
 
 def _both_ways(kind: str, a: str, b: str) -> list[Pair]:
@@ -105,12 +140,12 @@ DEFAULT_PAIRS: tuple[Pair, ...] = (
     *_both_ways("head_dim", _D128C, _D64C),
     *_both_ways("head_dim", _D128F, _D64F),
     *_both_ways("mask", _D128C, _D128F),
-    Pair("smaller GPU", _D128C, _D128C, True),
-    Pair("smaller GPU", _D128F, _D128F, True),
-    Pair("smaller GPU", _D256, _D256, True),
-    Pair("smaller GPU", _D64C, _D64C, True),
-    Pair("smaller GPU + tokens", _D128C, _N16K, True),
-    Pair("smaller GPU + mask", _D128C, _D128F, True),
+    Pair("smaller GPU", _D128C, _D128C, SMALLER_GPU),
+    Pair("smaller GPU", _D128F, _D128F, SMALLER_GPU),
+    Pair("smaller GPU", _D256, _D256, SMALLER_GPU),
+    Pair("smaller GPU", _D64C, _D64C, SMALLER_GPU),
+    Pair("smaller GPU + tokens", _D128C, _N16K, SMALLER_GPU),
+    Pair("smaller GPU + mask", _D128C, _D128F, SMALLER_GPU),
 )
 
 
@@ -144,24 +179,28 @@ def smaller_spec(shared_bytes: int = SMALLER_SHARED_BYTES) -> HardwareSpec:
                                source=f"simulated: {h200.name} with {shared_bytes} B of shared memory per block")
 
 
+def target_spec(pair: Pair, shared_bytes: int = SMALLER_SHARED_BYTES) -> HardwareSpec:
+    """The spec a pair's target is searched on."""
+    return smaller_spec(shared_bytes) if pair.smaller else load_spec(pair.target_gpu)
+
+
 def init_worker(tables: str, shared_bytes: int, budget: int | None = None) -> None:
     _WORKER["limits"] = quiet_worker()
-    _WORKER.update(tables=Path(tables), specs={False: load_spec("h200"), True: smaller_spec(shared_bytes)},
-                   landscapes={}, budget=budget)
+    _WORKER.update(tables=Path(tables), shared_bytes=shared_bytes, landscapes={}, budget=budget)
 
 
-def table_path(tables: Path, pair: Pair, side: str) -> Path:
-    """The file of a pair's source or target table."""
-    given = pair.source_file if side == "source" else pair.target_file
-    return Path(given) if given else tables / f"{pair.source if side == 'source' else pair.target}.jsonl"
+def table_paths(tables: Path, pair: Pair, side: str) -> list[Path]:
+    """The files of a pair's source or target table (several: parts of one recorded space)."""
+    given = pair.source_files if side == "source" else pair.target_files
+    return [Path(p) for p in given] if given else [tables / f"{pair.source if side == 'source' else pair.target}.jsonl"]
 
 
 def _landscape(pair: Pair) -> Landscape:
-    key = (pair.target_file or pair.target, pair.smaller)
-    cache: dict[tuple[str, bool], Landscape] = _WORKER["landscapes"]
-    if key not in cache:
-        cache[key] = build_landscape(table_path(_WORKER["tables"], pair, "target"), _WORKER["specs"][pair.smaller])
-    return cache[key]
+    cache: dict[tuple[str, str], Landscape] = _WORKER["landscapes"]
+    if pair.landscape_key not in cache:
+        cache[pair.landscape_key] = build_landscape(table_paths(_WORKER["tables"], pair, "target"),
+                                                    target_spec(pair, _WORKER["shared_bytes"]))
+    return cache[pair.landscape_key]
 
 
 def in_space(priors: Sequence[Measurement], space: SearchSpace) -> tuple[Measurement, ...]:
@@ -191,15 +230,14 @@ def run_one(spec: RunSpec) -> RunResult:
     told: tuple = ()
     dropped: tuple = ()
     if spec.priors:
-        source_path = table_path(_WORKER["tables"], spec.pair, "source")
+        source_paths = table_paths(_WORKER["tables"], spec.pair, "source")
         if target.workload is None:
             # Another kernel's space: no feasibility model here; the source's whole table is told.
-            told = tuple(dataclasses.replace(m, source="prior") for m in load_table(source_path))
+            told = tuple(dataclasses.replace(m, source="prior") for path in source_paths for m in load_table(path))
         else:
-            # The path `flashtune tune --prior-from table:SOURCE` takes: read, then re-check on the target.
-            source = prior_sources.PriorSpec("table", str(source_path))
-            checked = prior_sources.recheck(prior_sources.read(source), target.workload,
-                                            _WORKER["specs"][spec.pair.smaller])
+            # The path `flashtune tune --prior-from table:SOURCE ...` takes: read, then re-check on the target.
+            read = [m for path in source_paths for m in prior_sources.read(prior_sources.PriorSpec("table", str(path)))]
+            checked = prior_sources.recheck(read, target.workload, target_spec(spec.pair, _WORKER["shared_bytes"]))
             told, dropped = in_space(checked.told, target.space), checked.dropped
     objective = ReplayObjective(target.table.values())
     goal = target.optimum_ms * (1.0 + min(TOLERANCES.values()))
@@ -244,7 +282,7 @@ def optimum_moves(source: Landscape, target: Landscape) -> float:
 
 
 def summarize(results: Sequence[RunResult], pairs: Sequence[Pair], strategies: Sequence[str],
-              landscapes: dict[tuple[str, bool], Landscape],
+              landscapes: dict[tuple[str, str], Landscape],
               moves: dict[Pair, float] | None = None) -> dict[str, Any]:
     """The JSON report: per pair and strategy, cold and prior evaluations and their ratio;
     with ``moves`` (``optimum_moves`` per pair), the ratio target on the pairs whose optimum
@@ -256,11 +294,11 @@ def summarize(results: Sequence[RunResult], pairs: Sequence[Pair], strategies: S
     report: dict[str, Any] = {"pairs": [], "negative_transfer": []}
     met = total = 0
     for pair in pairs:
-        target = landscapes[(pair.target, pair.smaller)]
+        target = landscapes[pair.landscape_key]
         entry: dict[str, Any] = {
             "name": pair.name, "kind": pair.kind, "source": pair.source, "target": pair.target,
-            "source_file": pair.source_file, "target_file": pair.target_file,
-            "target_gpu": "smaller" if pair.smaller else "h200", "target_feasible": len(target.feasible),
+            "source_files": list(pair.source_files), "target_files": list(pair.target_files),
+            "target_gpu": pair.target_gpu, "target_feasible": len(target.feasible),
             "target_optimum_ms": target.optimum_ms, "target_optimum_config": target.optimum_config.to_dict(),
             "target_within_2pct": target.within(0.02),
             "random_expected_evals_to_2pct": target.random_evals_to_within(0.02), "strategies": {},
