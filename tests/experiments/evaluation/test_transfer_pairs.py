@@ -96,3 +96,29 @@ def test_priors_that_did_not_fit_part_of_the_target_cost_at_most_five_evaluation
     cell = json.loads(report_path.read_text())["pairs"][0]["strategies"]["portfolio"]
     assert cell["priors_told"] == 72
     assert cell["prior_median"] <= cell["cold_median"] + 5
+
+
+def test_gpu_pairs_search_one_gpus_recorded_space_with_the_others_priors(tmp_path) -> None:
+    # The H200's recorded space (five folders merged: those that recorded the workload) told to a search of the H100's (two
+    # folders), searched on the H100's spec; and back. Each direction a pair per workload.
+    report_path = tmp_path / "transfer.json"
+    assert main(["transfer", "--gpu-pair", "h200", "h100", "--gpu-pair", "h100", "h200", "--strategies", "random",
+                 "--seeds", "1", "--budget", "20", "--jobs", "1", "--json", str(report_path)]) == 0
+    report = json.loads(report_path.read_text())
+    names = [p["name"] for p in report["pairs"]]
+    assert len(names) == 14 and "b4_h32_n4096_d128_full: h200 -> h100" in names
+    assert "b4_h32_n4096_d128_full: h100 -> h200" in names and "--gpu-pair h100 h200" in report["command"]
+    to_h100 = report["pairs"][names.index("b4_h32_n4096_d128_full: h200 -> h100")]
+    assert to_h100["target_gpu"] == "h100"
+    assert [Path(f).parent.name for f in to_h100["source_files"]] == ["h200_grown", "h200_lean", "h200_gluon",
+                                                                      "h200_retimed"]  # no lean_order table
+    assert [Path(f).parent.name for f in to_h100["target_files"]] == ["h100_sampled", "h100_retimed"]
+    # The H200's best config is in the H100's recorded space: how far it moves is measured.
+    assert 1.0 <= to_h100["source_best_on_target"] < 1.1
+    assert to_h100["strategies"]["random"]["priors_told"] > 0
+
+
+def test_a_gpu_pair_without_a_recorded_space_is_named(tmp_path, capsys) -> None:
+    assert main(["transfer", "--gpu-pair", "h200", "a100", "--seeds", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "no recorded space shipped for a100" in err and err.count("\n") == 1
