@@ -18,6 +18,7 @@ _SUBCOMMAND_MODULES = (
     "flashtune.experiments.cli.sweep",
     "flashtune.experiments.cli.compare",
     "flashtune.experiments.cli.transfer",
+    "flashtune.experiments.cli.gpus",
     "flashtune.experiments.cli.tune",
     "flashtune.experiments.cli.study",
     "flashtune.experiments.cli.export",
