@@ -52,7 +52,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--gpu-pair", nargs=2, action="append", default=[], metavar=("SOURCE_GPU", "TARGET_GPU"),
                    help="one pair per workload both GPU models recorded (shipped specs with recorded spaces, "
                         "e.g. h200 h100): the source GPU's tables told as priors to the target GPU's search "
-                        "(repeatable: h200 h100 --gpu-pair h100 h200 measures both ways)")
+                        "(repeatable: h200 h100 --gpu-pair h100 h200 measures both ways; with --pair or "
+                        "--stable-pairs, in one report beside those)")
     p.add_argument("--stable-pairs", type=Path, default=None, metavar="FOLDER",
                    help="every ordered pair of the tables in FOLDER (one kernel, one GPU or several) whose "
                         f"optimum moves at most {100 * (STABLE_OPTIMUM - 1):.0f} %% (the source's best within that "
@@ -78,14 +79,15 @@ def run_transfer(args: argparse.Namespace) -> int:
         return 0
     if args.budget is not None and args.budget < 1:
         raise ValueError(f"--budget must be >= 1, got {args.budget}")
-    if sum(map(bool, (args.pair, args.pairs, args.stable_pairs, args.gpu_pair))) > 1:
-        raise ValueError("give one of --pair files, --pairs numbers, --gpu-pair GPUs or --stable-pairs FOLDER")
+    if sum(map(bool, (args.pair, args.pairs, args.stable_pairs))) > 1:
+        raise ValueError("give one of --pair files, --pairs numbers or --stable-pairs FOLDER (and --gpu-pair with any)")
     if args.stable_pairs is not None:
         args.pair = _stable_pairs(args.stable_pairs)
-    if args.gpu_pair:
-        pairs = [p for source, target in args.gpu_pair for p in _gpu_pairs(source, target)]
-    else:
-        pairs = [file_pair(source, target) for source, target in args.pair] if args.pair else _select_pairs(args.pairs)
+    # GPU models' pairs beside other kernels' (Kernel Tuner files of two GPUs): one report.
+    pairs = [p for source, target in args.gpu_pair for p in _gpu_pairs(source, target)]
+    pairs += [file_pair(source, target) for source, target in args.pair]
+    if not pairs or args.pairs:
+        pairs += _select_pairs(args.pairs)
     strategies = select_strategies(args.strategies)
     tables = Path(args.tables)
     missing = sorted({str(path) for p in pairs for side in ("source", "target")

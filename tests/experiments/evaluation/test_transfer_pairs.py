@@ -102,11 +102,15 @@ def test_gpu_pairs_search_one_gpus_recorded_space_with_the_others_priors(tmp_pat
     # The H200's recorded space (five folders merged: those that recorded the workload) told to a search of the H100's (two
     # folders), searched on the H100's spec; and back. Each direction a pair per workload.
     report_path = tmp_path / "transfer.json"
-    assert main(["transfer", "--gpu-pair", "h200", "h100", "--gpu-pair", "h100", "h200", "--strategies", "random",
-                 "--seeds", "1", "--budget", "20", "--jobs", "1", "--json", str(report_path)]) == 0
+    gemm = [str(FOREIGN / "gemm_RTX_2080_Ti.json.gz"), str(FOREIGN / "gemm_RTX_3090.json.gz")]
+    assert main(["transfer", "--gpu-pair", "h200", "h100", "--gpu-pair", "h100", "h200", "--pair", *gemm,
+                 "--strategies", "random", "--seeds", "1", "--budget", "20", "--jobs", "1",
+                 "--json", str(report_path)]) == 0
     report = json.loads(report_path.read_text())
     names = [p["name"] for p in report["pairs"]]
-    assert len(names) == 14 and "b4_h32_n4096_d128_full: h200 -> h100" in names
+    # Beside another kernel's pair of GPUs, in one report.
+    assert len(names) == 15 and names[-1] == "gemm_RTX_2080_Ti -> gemm_RTX_3090"
+    assert "b4_h32_n4096_d128_full: h200 -> h100" in names
     assert "b4_h32_n4096_d128_full: h100 -> h200" in names and "--gpu-pair h100 h200" in report["command"]
     to_h100 = report["pairs"][names.index("b4_h32_n4096_d128_full: h200 -> h100")]
     assert to_h100["target_gpu"] == "h100"
