@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Live studies on this GPU, cold and warm-started from the H200's recorded tables, seed after seed,
-# each workload of the suite an independent study (the default strategy):
+# each workload of the suite a study of its own (the default strategy):
 #   bash docs/gpu/live-transfer.sh          (carry .whl; SEEDS="0 1", TRIALS=30, LIVE_S cuts the whole)
 # The image lacks optuna, mlflow, deap and scikit-optimize: .whl carries them with their missing
 # dependencies (`pip download optuna mlflow deap scikit-optimize --only-binary=:all: --python-version 3.12
 # --platform manylinux2014_x86_64 -d .whl`, less what the image has; mlflow's UI bundle, mlflow/server/js,
 # stripped from its wheel to keep the tree under the device's 64 MiB).
-# Each seed runs the warm study first (its compiles warm Triton's cache for the cold one).
+# Each workload runs the warm study first (its compiles warm Triton's cache for the cold one).
 # Back in $OUT: live.log, <arm>-s<seed>.log, optuna.db (studies warm-s<seed> / cold-s<seed>, per workload), mlflow.db
 # (one experiment for this GPU model: a parent run a study, a child run a trial).
 source "$(dirname "$0")/setup.sh" live.log
@@ -17,15 +17,18 @@ PRIORS="--prior-from table:experiments/data/h200_grown --prior-from table:experi
   --prior-from table:experiments/data/h200_lean_order --prior-from table:experiments/data/h200_gluon
   --prior-from table:experiments/data/h200_retimed"
 deadline=$((SECONDS + ${LIVE_S:-500}))
+# Workload by workload, the warm study then the cold one: a call cut short leaves whole pairs.
+WORKLOADS=${WORKLOADS:-"4,32,4096,128 4,32,4096,128,causal 16,16,1024,64 1,32,16384,128,causal 8,16,2048,64,causal 2,16,8192,256 4,32/8,4096,128,causal"}
 for seed in ${SEEDS:-0 1}; do
-  for arm in warm cold; do
-    left=$((deadline - SECONDS)); [ $left -le 10 ] && break 2
-    [ $arm = warm ] && from=$PRIORS || from=""
-    timeout -k 5 $left flashtune study h100 --trials ${TRIALS:-30} --seed $seed --independent --no-progress \
-      --study-name $arm-s$seed --storage "sqlite:///$OUT/optuna.db" --tracking-uri "sqlite:///$OUT/mlflow.db" \
-      $from > "$OUT/$arm-s$seed.log" 2>&1 || echo "study $arm-s$seed exit $?"
-    grep -E "^(== |best config|flashtune)" "$OUT/$arm-s$seed.log" | cut -c1-150
-    echo "   $arm-s$seed done at $(date +%T)"
+  for workload in $WORKLOADS; do
+    for arm in warm cold; do
+      left=$((deadline - SECONDS)); [ $left -le 10 ] && break 3
+      [ $arm = warm ] && from=$PRIORS || from=""
+      timeout -k 5 $left flashtune study h100 --workload $workload --trials ${TRIALS:-30} --seed $seed --no-progress \
+        --study-name $arm-s$seed --storage "sqlite:///$OUT/optuna.db" --tracking-uri "sqlite:///$OUT/mlflow.db" \
+        $from >> "$OUT/$arm-s$seed.log" 2>&1 || echo "study $arm-s$seed $workload exit $?"
+      echo "   $arm-s$seed $workload done at $(date +%T): $(grep -E '^best config' "$OUT/$arm-s$seed.log" | tail -1 | grep -oE '[0-9.]+ TFLOP/s')"
+    done
   done
 done
 date +%T
