@@ -25,7 +25,7 @@ for seed in ${SEEDS:-0 1}; do
       left=$((deadline - SECONDS)); [ $left -le 10 ] && break 3
       [ $arm = warm ] && from=$PRIORS || from=""
       timeout -k 5 $left flashtune study h100 --workload $workload --trials ${TRIALS:-30} --seed $seed --no-progress \
-        --study-name $arm-s$seed --storage "sqlite:///$OUT/optuna.db" --tracking-uri "sqlite:///$OUT/mlflow.db" \
+        --study-name $arm-s$seed-$(echo $workload | tr ",/" "_-") --storage "sqlite:///$OUT/optuna.db" --tracking-uri "sqlite:///$OUT/mlflow.db" \
         $from >> "$OUT/$arm-s$seed.log" 2>&1 || echo "study $arm-s$seed $workload exit $?"
       echo "   $arm-s$seed $workload done at $(date +%T): $(grep -E '^best config' "$OUT/$arm-s$seed.log" | tail -1 | grep -oE '[0-9.]+ TFLOP/s')"
     done
