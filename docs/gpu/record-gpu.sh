@@ -52,12 +52,3 @@ print(' '.join(\"--also '\" + a + \"'\" for a in sorted(also)))")
     && tar czf "$OUT/retimed.tar.gz" retimed
 fi
 date +%T
-python3 - <<'PY'
-import json, pathlib
-for table in sorted(pathlib.Path("sweeps").glob("*.jsonl*")):
-    rows = [json.loads(line) for line in table.read_text().splitlines() if line.strip()]
-    ok = [r for r in rows if r.get("status") == "ok"]
-    best = max(ok, key=lambda r: r.get("tflops") or 0, default=None)
-    print(f"{table.name:48s} {len(rows):4d} rows {len(ok):4d} ok  best "
-          + (f"{best['tflops']:.0f} TFLOP/s {best['config']['loads']} {best['config']['BLOCK_M']}x{best['config']['BLOCK_N']}" if best else "-"))
-PY

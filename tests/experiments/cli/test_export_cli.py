@@ -8,11 +8,11 @@ import io
 import json
 import os
 import shutil
-import subprocess
 import warnings
 from pathlib import Path
 
 import pytest
+from disk_support import small_disk
 from study_support import GQA_WORKLOAD, WORKLOAD, WORKLOAD_ARG, run_cli, tune_args
 
 from flashtune.experiments.cli.main import main
@@ -179,12 +179,7 @@ def test_export_onto_a_store_with_one_bad_number_keeps_the_others(replay_dir, h1
 
 def test_export_onto_a_full_disk_is_one_line_and_keeps_the_store(replay_dir, h100_replay_dir, stores, tmp_path,
                                                                  capsys) -> None:
-    small = tmp_path / "small"
-    small.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(small)], check=False,
-                      capture_output=True).returncode:
-        pytest.skip("mount -t tmpfs is not allowed here (needs root; CI runs as root)")
-    try:
+    with small_disk(tmp_path / "small", "64k") as small:
         out = small / "configs.json"
         assert _export(stores, out, f"table:{replay_dir}") == 0
         before = out.read_bytes()
@@ -196,8 +191,6 @@ def test_export_onto_a_full_disk_is_one_line_and_keeps_the_store(replay_dir, h10
         err = capsys.readouterr().err
         assert err == f"flashtune export: error: --to {out}: cannot write: [Errno 28] No space left on device\n"
         assert out.read_bytes() == before and not list(small.glob(".configs.json.*"))  # no temporary left
-    finally:
-        subprocess.run(["umount", "-l", str(small)], check=False)
 
 
 def test_bad_sources_exit_2_naming_them(studies, tmp_path, capsys) -> None:

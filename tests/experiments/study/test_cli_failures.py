@@ -12,6 +12,7 @@ from pathlib import Path
 
 import optuna
 import pytest
+from disk_support import grow, small_disk
 from study_support import cli_env, flashtune_command, run_cli, tune_args
 
 from flashtune.experiments.cli.main import main
@@ -73,12 +74,7 @@ def test_a_damaged_optuna_database_is_one_line_and_left_alone(replay_dir, stores
 
 @pytest.mark.slow
 def test_a_full_disk_on_sqlite_is_one_line_and_resumes(replay_dir, tmp_path) -> None:
-    mnt = tmp_path / "small"
-    mnt.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=5m", "tmpfs", str(mnt)], check=False,
-                      capture_output=True).returncode:
-        pytest.skip("mount -t tmpfs is not allowed here (needs root; CI runs as root)")
-    try:
+    with small_disk(tmp_path / "small", "5m") as mnt:
         stores = {"tracking_uri": f"sqlite:///{mnt}/mlflow.db", "storage": f"sqlite:///{mnt}/optuna.db"}
         args = tune_args(stores, replay_dir, "--strategy", "random", "--trials", "400")
         full = run_cli(*args, cwd=tmp_path)
@@ -87,25 +83,10 @@ def test_a_full_disk_on_sqlite_is_one_line_and_resumes(replay_dir, tmp_path) -> 
         storage = open_storage(stores["storage"])
         before = len(optuna.load_study(study_name="NVIDIA H200/random-seed0", storage=storage).trials)
         close_storage(storage)  # an open connection would keep the tmpfs busy
-        subprocess.run(["mount", "-o", "remount,size=64m", str(mnt)], check=True)
+        grow(mnt)
         resumed = run_cli(*args, cwd=tmp_path)
         assert resumed.returncode == 0, resumed.stderr
         assert "resuming study 'random-seed0' at trial" in resumed.stderr and before > 0
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=False)
-
-
-@contextlib.contextmanager
-def _small_disk(folder: Path, size: str):
-    """A tmpfs of ``size`` at ``folder``, unmounted after (needs root: CI runs as root)."""
-    folder.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)], check=False,
-                      capture_output=True).returncode:
-        pytest.skip("mount -t tmpfs is not allowed here (needs root; CI runs as root)")
-    try:
-        yield folder
-    finally:
-        subprocess.run(["umount", "-l", str(folder)], check=False)
 
 
 def _measured(storage_url: str) -> dict[int, str]:
@@ -124,7 +105,7 @@ def test_a_full_disk_is_one_line_naming_the_database(full, replay_dir, stores, t
     """Optuna said "invalid data in the commit", MLflow named no file, and the study's notes on
     what it could not close after the failure added SQLAlchemy's link: 3 to 6 lines."""
     # Room for Optuna's schema and a few trials; for the MLflow database and a few runs.
-    with _small_disk(tmp_path / "small", {"optuna": "400k", "mlflow": "1200k"}[full]) as small:
+    with small_disk(tmp_path / "small", {"optuna": "400k", "mlflow": "1200k"}[full]) as small:
         on_disk = dict(stores)
         if full == "optuna":
             on_disk["storage"] = f"sqlite:///{small}/optuna.db"
@@ -134,13 +115,15 @@ def test_a_full_disk_is_one_line_naming_the_database(full, replay_dir, stores, t
         args = tune_args(on_disk, replay_dir, "--strategy", "random", "--trials", "30")
         done = run_cli(*args, cwd=tmp_path)
         assert done.returncode == 2, done.stderr
-        lines = [line for line in done.stderr.strip().splitlines() if "no GPU found" not in line]  # the replay's notice
+        # The replay's notice ("no GPU found ...", wrapped: its continuation lines are indented) aside.
+        lines = [line for line in done.stderr.strip().splitlines()
+                 if "no GPU found" not in line and not line.startswith(" ")]
         assert len(lines) == 1, done.stderr
         (line,) = lines
         assert line.startswith(f"flashtune tune: error: {small}/{full}.db: the disk is full (database or disk is full);")
         assert "run the same command again to resume" in line
         before = _measured(on_disk["storage"])
-        subprocess.run(["mount", "-o", "remount,size=64m", str(small)], check=True)
+        grow(small)
         resumed = run_cli(*args, cwd=tmp_path)
         assert resumed.returncode == 0, resumed.stderr
         after = _measured(on_disk["storage"])

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from disk_support import small_disk
 
 from flashtune.experiments.localhost import tune_sqlite_connections
 from flashtune.experiments.tracking.mlflow_db import BrokenDatabase, prepare_sqlite_db, schema_problem
@@ -59,17 +60,10 @@ def test_a_new_database_is_complete_and_leaves_nothing_beside_it(tmp_path):
 def test_a_new_database_needs_little_more_room_than_the_file(tmp_path):
     """It was built with a write-ahead log, whose migrations peaked at 4.9 MiB of disk for
     a 0.9 MiB file; MLflow alone needs about 1 MiB. A 2 MiB disk holds it now."""
-    small = tmp_path / "small"
-    small.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(small)], check=False,
-                      capture_output=True).returncode:
-        pytest.skip("mount -t tmpfs is not allowed here (needs root; CI runs as root)")
-    try:
+    with small_disk(tmp_path / "small", "2m") as small:
         tune_sqlite_connections()  # as a study's start: its connections use WAL
         assert prepare_sqlite_db(small / "mlflow.db") is None
         assert schema_problem(small / "mlflow.db") is None
-    finally:
-        subprocess.run(["umount", "-l", str(small)], check=False)
     # Only the database being built went without the log: the study's connections keep it.
     from sqlalchemy import create_engine, text
 
