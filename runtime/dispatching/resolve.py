@@ -139,10 +139,13 @@ def _sibling_entry(snapshot: Snapshot, key: Key, bucket: Bucket, hardware: Hardw
     A GPU is recognised by the name its entries carry, among the shipped specs: an unknown
     GPU's architecture is unknown, and its entries are never served here.
     """
+    others = snapshot.other_gpus(key)
+    if not others:
+        return None
     found: list[tuple[float, str, StoreEntry]] = []
     arch_by_name = {spec.name: spec.arch for spec in known_specs().values()}
     workload = bucket.representative()
-    for other in snapshot.other_gpus(key):
+    for other in others:
         exact = snapshot.exact(other, bucket)
         for entry in ([exact] if exact is not None else []) + list(snapshot.nearest(other, bucket)):
             if arch_by_name.get(entry.hardware) != hardware.arch:
