@@ -19,14 +19,25 @@ import hashlib
 import json
 import os
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from flashtune.kernels.source_hash import kernel_source_hash
 from flashtune.kernels.space import validate_config
-from flashtune.objectives.sanitize import CLEAN, FINDING, TOOLS, Verdict, sanitize
+from flashtune.objectives.hardware import HardwareSpec
+from flashtune.objectives.sanitize import (
+    CLEAN,
+    DEFAULT_TIMEOUT_S,
+    FINDING,
+    TOOLS,
+    Verdict,
+    find_sanitizer,
+    probe_gpu,
+    sanitize,
+)
 from flashtune.runtime.storage.file_lock import exclusive_lock
-from flashtune.runtime.storage.store import _atomic_write, triton_version
+from flashtune.runtime.storage.store import StoreEntry, _atomic_write, triton_version
 
 #: The environment variable naming the cache file.
 ENV_CACHE = "FLASHTUNE_SANITIZED"
@@ -121,3 +132,83 @@ def checked(config: Mapping[str, Any], *, head_dim: int, dtype: str = "bfloat16"
         cache.put(key, verdict)
     return verdict
 
+
+
+# --- export: nothing unsafe goes into a store -----------------------------------------------
+
+#: Configs tried per bucket before it is left out: its fastest, then the next ones.
+MAX_TRIES_PER_BUCKET = 3
+
+
+@dataclass
+class Screening:
+    """What a sanitized export keeps.
+
+    Attributes:
+        kept: the entries to write (each bucket's fastest safe config).
+        unsafe: entries left out, each with the verdict that found it unsafe.
+        lines: what to tell the user, one line each (none when every entry was checked clean).
+        checked: how many configs the sanitizer judged here (cache hits included).
+    """
+
+    kept: list[StoreEntry]
+    unsafe: list[tuple[StoreEntry, Verdict]] = field(default_factory=list)
+    lines: list[str] = field(default_factory=list)
+    checked: int = 0
+
+
+def not_sanitized_line(why: str, count: int) -> str:
+    return f"configs were not sanitized ({why}): {count} entr{'y' if count == 1 else 'ies'} written unchecked"
+
+
+def screen_entries(entries: Sequence[StoreEntry], *, alternatives: Mapping[Any, Sequence[StoreEntry]] | None = None,
+                   gpu: Mapping[str, Any] | None = None, sanitizer: str | None = None,
+                   cache: SanitizedCache | None = None, tools: Sequence[str] = TOOLS,
+                   timeout_s: float = DEFAULT_TIMEOUT_S) -> Screening:
+    """Sanitize ``entries`` of the GPU this runs on; leave out the unsafe ones.
+
+    An unsafe entry's bucket gets the next fastest config of ``alternatives[(entry.key,
+    entry.bucket)]`` (fastest first) that is safe, up to :data:`MAX_TRIES_PER_BUCKET`
+    checks; entries of other GPUs (by name) are written unchecked and said so: a verdict
+    holds for the GPU that ran it. Without compute-sanitizer or a GPU nothing is checked,
+    and one line says so.
+
+    Args:
+        gpu: the GPU's ``HardwareSpec.to_dict()``; None: asked of a child process
+            (``objectives.sanitize.probe_gpu``), only once compute-sanitizer is found.
+    """
+    sanitizer = sanitizer or find_sanitizer()
+    if sanitizer is None:
+        return Screening(list(entries), lines=[not_sanitized_line("no compute-sanitizer on PATH or in "
+                                                                  "/usr/local/cuda/bin", len(entries))])
+    spec = gpu if gpu is not None else probe_gpu()
+    if spec is None:
+        return Screening(list(entries), lines=[not_sanitized_line("no GPU", len(entries))])
+    hardware = HardwareSpec.from_dict(dict(spec))
+    screening = Screening([])
+    others = 0
+    for entry in entries:
+        if entry.hardware != hardware.name:
+            screening.kept.append(entry)
+            others += 1
+            continue
+        candidates = [entry, *(e for e in (alternatives or {}).get((entry.key, entry.bucket), ())
+                               if e.config != entry.config)]
+        for candidate in candidates[:MAX_TRIES_PER_BUCKET]:
+            verdict = checked(candidate.config, head_dim=candidate.bucket.head_dim, dtype=candidate.bucket.dtype,
+                              gpu=hardware.fingerprint, cache=cache, tools=tools, sanitizer=sanitizer,
+                              timeout_s=timeout_s)
+            screening.checked += 1
+            if verdict.safe:
+                screening.kept.append(candidate)
+                break
+            screening.unsafe.append((candidate, verdict))
+            screening.lines.append(f"left out {candidate.bucket.name} {candidate.config.to_dict()}: unsafe: "
+                                   f"{verdict.reason}")
+        else:
+            if candidates:
+                screening.lines.append(f"{entry.bucket.name}: no safe config among its {len(candidates[:MAX_TRIES_PER_BUCKET])} "
+                                       f"fastest: not exported (the runtime serves its fallback there)")
+    if others:
+        screening.lines.append(not_sanitized_line(f"measured on another GPU than this {hardware.name}", others))
+    return screening

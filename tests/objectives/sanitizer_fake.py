@@ -29,18 +29,23 @@ if {run_child!r}:
     code = subprocess.call(target)
     print("========= ERROR SUMMARY: 0 errors", flush=True)
     sys.exit(code)
+if {unsafe_if!r} and {unsafe_if!r} not in args[-1]:
+    sys.stdout.write("========= COMPUTE-SANITIZER\\n========= ERROR SUMMARY: 0 errors\\n")
+    sys.exit(0)
 sys.stdout.write({report!r})
 sys.exit({exitcode!r})
 '''
 
 
 def install(folder: Path, *, report: str = "", exitcode: int = 0, run_child: bool = False,
-            sleep_s: float = 0.0) -> Path:
-    """Write the fake into ``folder``; returns its path."""
+            sleep_s: float = 0.0, unsafe_if: str = "") -> Path:
+    """Write the fake into ``folder``; returns its path. With ``unsafe_if``, only a request
+    (the child's JSON) holding that text gets ``report``; the others a clean report."""
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "compute-sanitizer"
     path.write_text(_SCRIPT.format(python=sys.executable, calls=str(folder / "calls.jsonl"), sleep_s=sleep_s,
-                                   run_child=run_child, report=report, exitcode=exitcode))
+                                   run_child=run_child, report=report, exitcode=exitcode,
+                                   unsafe_if=unsafe_if))
     path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
     return path
 
