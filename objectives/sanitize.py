@@ -289,12 +289,20 @@ def find_sanitizer() -> str | None:
     return None
 
 
-def run_tool(tool: str, child_request: Mapping[str, Any], *, sanitizer: str, timeout_s: float = DEFAULT_TIMEOUT_S,
-             python: str = sys.executable, env: Mapping[str, str] | None = None) -> ToolResult:
+#: The child's environment on top of the caller's: PyTorch's caching allocator off, so every
+#: tensor is an allocation of its own and a read a few bytes past one is out of bounds for
+#: memcheck (inside a cached 2 MB block it would not be).
+CHILD_ENV = {"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"}
+
+
+def run_tool(tool: str, child_request: Mapping[str, Any] | None, *, sanitizer: str,
+             timeout_s: float = DEFAULT_TIMEOUT_S, python: str = sys.executable, env: Mapping[str, str] | None = None,
+             target: Sequence[str] | None = None) -> ToolResult:
     """One tool on one request, in a child process group killed whole on timeout.
 
     Never raises for what the child or the sanitizer does: a timeout, a crash or a sanitizer
-    that cannot start is a :class:`ToolResult` saying so.
+    that cannot start is a :class:`ToolResult` saying so. ``target`` runs another command
+    under the tool instead of the sanitize child (the GPU tests' deliberately broken kernel).
 
     Raises:
         ValueError: ``tool`` is not one of :data:`TOOLS`.
@@ -302,13 +310,15 @@ def run_tool(tool: str, child_request: Mapping[str, Any], *, sanitizer: str, tim
     if tool not in TOOLS:
         raise ValueError(f"tool must be one of {list(TOOLS)}, got {tool!r}")
     extra = shlex.split(os.environ.get(ENV_ARGS, ""))
+    if target is None:
+        target = [python, "-m", CHILD_MODULE, json.dumps(dict(child_request or {}), sort_keys=True)]
     command = [sanitizer, "--tool", tool, "--error-exitcode", str(ERROR_EXITCODE), "--print-limit", "1", *extra,
-               python, "-m", CHILD_MODULE, json.dumps(dict(child_request), sort_keys=True)]
+               *target]
     start = time.monotonic()
     try:
         process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                    errors="replace", start_new_session=True,
-                                   env=None if env is None else dict(env))
+                                   env={**(os.environ if env is None else env), **CHILD_ENV})
     except OSError as exc:
         return ToolResult(tool, CRASHED, f"cannot start {sanitizer}: {exc.strerror or exc}", 0, 0.0)
     try:
