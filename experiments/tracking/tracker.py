@@ -555,3 +555,25 @@ def sanitizer_tags(m: Measurement) -> dict[str, str]:
         return {}
     tool, finding = parsed
     return {SANITIZER_TOOL_TAG: tool, SANITIZER_FINDING_TAG: finding[:500]}
+
+
+def mark_trial_unsafe(tracking_uri: str, parent_run_id: str, trial_number: int, measurement: Measurement) -> bool:
+    """Re-label a study's child run ``unsafe`` after the fact (``tune --sanitize-top``): its
+    status and measurement tags, the sanitizer's tool and finding, ``ok`` 0 and FAILED.
+    Whether a child run of that trial was found."""
+    from mlflow.entities import Metric, RunTag  # mlflow takes seconds to import: only when a study sanitizes
+
+    client = mlflow_client(tracking_uri)
+    parent = client.get_run(parent_run_id)
+    children = client.search_runs([parent.info.experiment_id], max_results=10,
+                                  filter_string=f"tags.{PARENT_TAG} = '{parent_run_id}' AND "
+                                                f"tags.{TRIAL_TAG} = '{trial_number}'")
+    if not children:
+        return False
+    tags = {STATUS_TAG: measurement.status.value, "error": measurement.error[:500],
+            MEASUREMENT_TAG: measurement_tag(measurement.to_dict()), **sanitizer_tags(measurement)}
+    for child in children:
+        client.log_batch(child.info.run_id, metrics=[Metric("ok", 0.0, _now_ms(), 0)],
+                         tags=[RunTag(k, v) for k, v in tags.items()])
+        client.set_terminated(child.info.run_id, status="FAILED")
+    return True
