@@ -90,12 +90,13 @@ class Agreement:
 def grade(measurements, hardware: HardwareSpec) -> Agreement:
     """Compare predictions with a sweep recorded without the static check.
 
-    Only trials Triton judged count: compiled (ok, wrong_result, out_of_resources) or
+    Only trials Triton judged count: compiled (ok, wrong_result, unsafe, out_of_resources) or
     refused by its compiler (compile_error, which the model's known failures predict); a
     static ``infeasible`` or a timeout says nothing about the model.
     """
 
-    judged = {Status.OK, Status.WRONG_RESULT, Status.OUT_OF_RESOURCES, Status.COMPILE_ERROR}
+    # ``unsafe`` ran (the sanitizer watched it run): the model was right that it fits.
+    judged = {Status.OK, Status.WRONG_RESULT, Status.UNSAFE, Status.OUT_OF_RESOURCES, Status.COMPILE_ERROR}
     cannot_run = {Status.OUT_OF_RESOURCES, Status.COMPILE_ERROR}
     total = agreed = 0
     false_feasible, false_infeasible = [], []

@@ -30,6 +30,11 @@ class Status(str, enum.Enum):
     #: Failed while running, for a kernel that is not ours (Kernel Tuner's "RuntimeFailedConfig"):
     #: no finer cause is known.
     RUNTIME_ERROR = "runtime_error"
+    #: Ran, but compute-sanitizer found an error in it (an out-of-bounds access, a
+    #: shared-memory race, a bad barrier, an uninitialized read: objectives/sanitize.py).
+    #: Its ``error`` names the tool and the first finding. A failure like every status but
+    #: ``ok``: never served, never a winner, whatever its time.
+    UNSAFE = "unsafe"
 
 
 @dataclass(frozen=True)

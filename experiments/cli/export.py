@@ -15,6 +15,13 @@ already in the file is kept if it is faster. Sources, spelt as ``tune --prior-fr
 fp8 configs trade precision for speed; they are exported only with ``--include-fp8``
 (the runtime serves them only when ``FLASHTUNE_ALLOW_FP8=1``).
 
+Where a GPU and compute-sanitizer are, each config of this GPU is first checked under
+compute-sanitizer's four tools (memcheck, racecheck, synccheck, initcheck) at small edge-case
+shapes, once per kernel, config and GPU (verdicts cached in ``~/.cache/flashtune/sanitized.json``
+or ``$FLASHTUNE_SANITIZED``); an unsafe one is left out with one line naming it and its first
+finding, and its bucket gets the next fastest safe config. Without a GPU or compute-sanitizer,
+or with ``--no-sanitize``, one line says the configs were not sanitized.
+
 Example::
 
     flashtune export --to tuned.json mlflow-experiment:h200
@@ -33,7 +40,8 @@ from flashtune.experiments.evaluation.priors import parse_source
 from flashtune.experiments.study.storage import DEFAULT_STORAGE, IDENTITY_ATTR, MEASUREMENT_ATTR, open_storage
 from flashtune.experiments.tracking.tracker import DEFAULT_TRACKING_URI, sqlite_path
 from flashtune.objectives.types import Measurement
-from flashtune.runtime.storage.export import best_entries, entry_of
+from flashtune.runtime.storage.export import best_entries, entry_of, ranked_entries
+from flashtune.runtime.storage.sanitized import SanitizedCache, not_sanitized_line, screen_entries
 from flashtune.runtime.storage.store import Store, StoreEntry, completed, read_snapshot
 
 #: The kinds of source ``flashtune export`` reads, in the order its messages list them.
@@ -53,6 +61,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--storage", default=DEFAULT_STORAGE,
                         help=f"Optuna storage URL or journal:PATH of optuna sources (default: {DEFAULT_STORAGE})")
     parser.add_argument("--include-fp8", action="store_true", help="also export fp8 configs")
+    parser.add_argument("--no-sanitize", action="store_true",
+                        help="do not check configs under compute-sanitizer first (said in one line)")
     parser.set_defaults(func=run_export)
 
 
@@ -79,6 +89,10 @@ def run_export(args: argparse.Namespace) -> int:
         print(f"flashtune export: nothing to export: no successful measurement with a time and a GPU "
               f"fingerprint in {', '.join(s.label for s in specs)}{fp8}", file=sys.stderr)
         return 1
+    entries = sanitized(entries, measurements + defaults, args)
+    if not entries:
+        print("flashtune export: nothing to export: every config was unsafe", file=sys.stderr)
+        return 1
     try:
         total = Store(args.to).merge(entries)
     except OSError as exc:
@@ -99,6 +113,21 @@ def run_export(args: argparse.Namespace) -> int:
     print(f"exported {len(entries) - kept} of {len(entries)} entries ({gpus} GPU(s)) to {args.to}; "
           f"the file holds {total}")
     return 0
+
+
+def sanitized(entries: list[StoreEntry], measurements: list[Measurement], args: argparse.Namespace) -> list[StoreEntry]:
+    """``entries`` less the unsafe ones (each replaced by its bucket's next fastest safe
+    config), each line of the screening printed; ``--no-sanitize``: one line, all kept."""
+    if args.no_sanitize:
+        print(f"flashtune export: {not_sanitized_line('--no-sanitize', len(entries))}")
+        return entries
+    screening = screen_entries(entries, alternatives=ranked_entries(measurements, include_fp8=args.include_fp8),
+                               cache=SanitizedCache())
+    for line in screening.lines:
+        print(f"flashtune export: {line}")
+    if screening.checked:
+        print(f"flashtune export: sanitized {screening.checked} config(s): {len(screening.unsafe)} unsafe")
+    return screening.kept
 
 
 def keep_faster_defaults(entries: list[StoreEntry], defaults: list[Measurement]) -> list[StoreEntry]:

@@ -27,6 +27,7 @@ from flashtune.experiments.evaluation.recorded_peers import recorded_peer
 from flashtune.experiments.study import measurers, workers
 from flashtune.experiments.study.progress import ProgressBar
 from flashtune.experiments.study.runner import StudyInterrupted, StudyResult, check_study_name, run_study, studies_for
+from flashtune.experiments.study.sanitize_top import sanitize_top
 from flashtune.experiments.study.signals import raise_interrupted
 from flashtune.experiments.study.storage import (
     DEFAULT_STORAGE,
@@ -39,6 +40,7 @@ from flashtune.experiments.tracking import report
 from flashtune.experiments.tracking.tracker import DEFAULT_TRACKING_URI, check_tracking_uri, record_default, sqlite_path
 from flashtune.objectives.hardware import HardwareSpec, load_spec
 from flashtune.objectives.replay import NOT_RECORDED
+from flashtune.objectives.sanitize import find_sanitizer
 from flashtune.objectives.types import SUITE, Measurement, Status, Workload
 from flashtune.runtime.dispatching.baselines import fallback_config
 from flashtune.runtime.dispatching.resolve import uses_fp8
@@ -110,6 +112,9 @@ def add_arguments(parser: argparse.ArgumentParser, *, hardware: str | None = Non
     parser.add_argument("--prior-tracking-uri", default=None,
                         help="MLflow tracking URI of mlflow: priors (default: --tracking-uri)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("--sanitize-top", type=int, default=0, metavar="N",
+                        help="live: check each study's N best configs under compute-sanitizer before reporting "
+                             "the winner; an unsafe one is recorded as an 'unsafe' trial (default: 0, none)")
     parser.set_defaults(func=run_tune, default_workloads=tuple(workloads), name_prefix=hardware or "")
 
 
@@ -145,6 +150,7 @@ def run_tune(args: argparse.Namespace) -> int:
     _check_ranges(args)
     workloads = [Workload.parse(text) for text in args.workload] or list(args.default_workloads) or [SUITE[0]]
     kind = measurers.resolve_kind(args.objective)
+    _check_sanitize_top(args, kind)
     expected: HardwareSpec | None = load_spec(args.hardware) if args.hardware else None
     name = args.study_name or "-".join(p for p in (args.name_prefix, args.strategy, f"seed{args.seed}") if p)
     check_study_name(name)
@@ -181,6 +187,8 @@ def run_tune(args: argparse.Namespace) -> int:
                                  earlier=() if getattr(args, "independent", False) else earlier)
             result = _run_one(study, measurer, tracking_uri, storage_url, progress=not args.no_progress,
                               worker=_worker_index(args), heartbeat_s=args.heartbeat, priors=told, prog=prog)
+            if args.sanitize_top:
+                result, _ = sanitize_top(result, args.sanitize_top, gpu=measurer.hardware, tracking_uri=tracking_uri)
             results.append(result)
             earlier += priors.from_study([t.measurement for t in result.trials], f"mlflow:{result.parent_run_id}")
         # The figure a user came for: the tuned config against what runs without tuning.
@@ -399,6 +407,20 @@ def recorded_text(best: Any, optimum: Measurement, study: Any) -> str:
         return f"{text}; no SDPA cuDNN time recorded for this workload on {study.hardware.name}"
     return (f"{text}, {tflops / cudnn.tflops:.2f}x the speed of SDPA cuDNN's recorded {cudnn.tflops:.1f} TFLOP/s "
             f"({cudnn.gpu}, {cudnn.date})")
+
+
+def _check_sanitize_top(args: argparse.Namespace, kind: str) -> None:
+    """``--sanitize-top`` runs the kernel under compute-sanitizer: a live study's option only."""
+    n = getattr(args, "sanitize_top", 0)
+    if n < 0:
+        raise ValueError(f"--sanitize-top must be >= 0, got {n}")
+    if n and kind != "live":
+        raise ValueError("--sanitize-top needs a live study on a GPU (compute-sanitizer runs the kernel); "
+                         "this one replays recorded tables")
+    if n and getattr(args, "workers", 1) != 1:
+        raise ValueError("--sanitize-top: one worker only (run it on the study's result, --workers 1)")
+    if n and find_sanitizer() is None:
+        raise ValueError("--sanitize-top: no compute-sanitizer on PATH or in /usr/local/cuda/bin")
 
 
 def _check_ranges(args: argparse.Namespace) -> None:

@@ -11,6 +11,9 @@ PARENT_TAG = "mlflow.parentRunId"
 DEFAULT_TAG = "default_measurement"
 #: Child tag: host:pid of the process that wrote it (shared studies: is its writer alive?).
 WORKER_TAG = "worker"
+#: Child tags of an ``unsafe`` trial: the compute-sanitizer tool that found an error in its
+#: kernel and its first finding (objectives/sanitize.py).
+SANITIZER_TOOL_TAG, SANITIZER_FINDING_TAG = "sanitizer.tool", "sanitizer.finding"
 
 
 def int_or_none(text: str | None) -> int | None:

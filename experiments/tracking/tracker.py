@@ -41,6 +41,8 @@ from flashtune.experiments.tracking.tags import (  # re-exported: the tracker's 
     MEASUREMENT_TAG,
     PARENT_TAG,
     ROLE_TAG,
+    SANITIZER_FINDING_TAG,
+    SANITIZER_TOOL_TAG,
     STATUS_TAG,
     STUDY_TAG,
     TRIAL_TAG,
@@ -50,6 +52,8 @@ from flashtune.experiments.tracking.tags import (  # re-exported: the tracker's 
 )
 from flashtune.experiments.tracking.ui_view import view_tag
 from flashtune.objectives.metrics import logged_metrics
+from flashtune.objectives.sanitize import parse_unsafe_reason
+from flashtune.objectives.types import Status
 from flashtune.search.loop import Trial
 
 if TYPE_CHECKING:  # mlflow takes seconds to import: only when a study or the UI runs
@@ -467,6 +471,7 @@ class MlflowTracker(SharedTracking):
         }
         if m.error:
             tags["error"] = m.error[:500]
+        tags.update(sanitizer_tags(m))
         # The trial number is a tag from the first write on: a kill after this call leaves a
         # RUNNING child that the next start() recognizes and replaces.
         run = self.client.create_run(self.experiment_id, tags=tags, run_name=f"trial {trial.number}")
@@ -540,3 +545,35 @@ def retry_insert_race(write: Callable[[], object], attempts: int = 4) -> None:
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
+
+
+def sanitizer_tags(m: Measurement) -> dict[str, str]:
+    """``sanitizer.tool`` and ``sanitizer.finding`` of an ``unsafe`` trial (read from its
+    error, ``compute-sanitizer TOOL: FINDING``); none for any other."""
+    parsed = parse_unsafe_reason(m.error) if m.status is Status.UNSAFE else None
+    if parsed is None:
+        return {}
+    tool, finding = parsed
+    return {SANITIZER_TOOL_TAG: tool, SANITIZER_FINDING_TAG: finding[:500]}
+
+
+def mark_trial_unsafe(tracking_uri: str, parent_run_id: str, trial_number: int, measurement: Measurement) -> bool:
+    """Re-label a study's child run ``unsafe`` after the fact (``tune --sanitize-top``): its
+    status and measurement tags, the sanitizer's tool and finding, ``ok`` 0 and FAILED.
+    Whether a child run of that trial was found."""
+    from mlflow.entities import Metric, RunTag  # mlflow takes seconds to import: only when a study sanitizes
+
+    client = mlflow_client(tracking_uri)
+    parent = client.get_run(parent_run_id)
+    children = client.search_runs([parent.info.experiment_id], max_results=10,
+                                  filter_string=f"tags.{PARENT_TAG} = '{parent_run_id}' AND "
+                                                f"tags.{TRIAL_TAG} = '{trial_number}'")
+    if not children:
+        return False
+    tags = {STATUS_TAG: measurement.status.value, "error": measurement.error[:500],
+            MEASUREMENT_TAG: measurement_tag(measurement.to_dict()), **sanitizer_tags(measurement)}
+    for child in children:
+        client.log_batch(child.info.run_id, metrics=[Metric("ok", 0.0, _now_ms(), 0)],
+                         tags=[RunTag(k, v) for k, v in tags.items()])
+        client.set_terminated(child.info.run_id, status="FAILED")
+    return True

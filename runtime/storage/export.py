@@ -69,6 +69,20 @@ def best_entries(measurements: Iterable[Measurement], *, include_fp8: bool = Fal
     return list(best.values())
 
 
+def ranked_entries(measurements: Iterable[Measurement], *, include_fp8: bool = False) -> dict[tuple, list[StoreEntry]]:
+    """Every storable entry per (store key, bucket), fastest first, one per config: the
+    alternatives a sanitized export falls back on when a bucket's fastest is unsafe."""
+    ranked: dict[tuple, dict] = {}
+    for m in measurements:
+        entry = entry_of(m, include_fp8=include_fp8) if isinstance(m, Measurement) else None
+        if entry is None:
+            continue
+        configs = ranked.setdefault((entry.key, entry.bucket), {})
+        held = configs.get(entry.config)
+        configs[entry.config] = entry if held is None else better(entry, held)
+    return {k: sorted(v.values(), key=lambda e: e.median_ms) for k, v in ranked.items()}
+
+
 def export_best(measurements: Iterable[Measurement], path: str | os.PathLike[str], *, include_fp8: bool = False) -> int:
     """Merge the fastest successful config per store key of ``measurements`` into ``path``.
 

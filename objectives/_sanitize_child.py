@@ -1,0 +1,73 @@
+"""The process compute-sanitizer watches: one config's kernel on its edge cases, then exit.
+
+``python -m flashtune.objectives._sanitize_child REQUEST`` with REQUEST the JSON of
+``objectives.sanitize.request`` (config, head_dim, dtype, cases, seed): every case is
+launched through ``flashtune.kernels.flash_attention`` and synchronized; exit 0 when all
+ran. Inputs are drawn on the host and copied over, so the only kernels the sanitizer sees
+are the config's own (and the few torch ops its launcher runs: fp8 scales, a workspace's
+zeroing). A failure is a traceback on stderr and exit code 3: the parent reads it as a crash.
+
+``--probe`` prints the GPU's ``HardwareSpec`` as JSON (``null`` without one) and exits.
+
+Without a GPU the cases run on the CPU, in float32, under Triton's interpreter when
+``TRITON_INTERPRET=1`` is set (the CPU tests check the cases are valid calls that way).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import traceback
+from typing import Any
+
+import torch
+
+from flashtune.kernels import flash_attention
+from flashtune.objectives.hardware import HardwareSpec
+
+_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+
+
+def run_case(case: dict[str, Any], *, config: dict[str, Any], head_dim: int, dtype: torch.dtype,
+             device: torch.device, generator: torch.Generator) -> None:
+    """Launch one case and wait for it."""
+    b, hq, hkv, nq, nk = (int(case[k]) for k in ("batch", "q_heads", "kv_heads", "q_len", "kv_len"))
+
+    def draw(heads: int, length: int) -> torch.Tensor:
+        return torch.randn(b, heads, length, head_dim, generator=generator).to(device=device, dtype=dtype)
+
+    q, k, v = draw(hq, nq), draw(hkv, nk), draw(hkv, nk)
+    ranges = {name: torch.tensor(case[name], dtype=torch.int32).to(device)
+              for name in ("cache_seqlens", "kv_start") if case.get(name) is not None}
+    flash_attention(q, k, v, causal=bool(case["causal"]), config=config, **ranges)
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def main(argv: list[str]) -> int:
+    if argv == ["--probe"]:
+        spec = HardwareSpec.from_device().to_dict() if torch.cuda.is_available() else None
+        print(json.dumps(spec))
+        return 0
+    if len(argv) != 1:
+        print("usage: python -m flashtune.objectives._sanitize_child REQUEST_JSON | --probe", file=sys.stderr)
+        return 2
+    request = json.loads(argv[0])
+    cuda = torch.cuda.is_available()
+    device = torch.device("cuda" if cuda else "cpu")
+    dtype = _DTYPES[request["dtype"]] if cuda else torch.float32  # the interpreter computes in float32
+    generator = torch.Generator().manual_seed(int(request.get("seed", 0)))
+    for number, case in enumerate(request["cases"]):
+        try:
+            run_case(case, config=request["config"], head_dim=int(request["head_dim"]), dtype=dtype, device=device,
+                     generator=generator)
+        except Exception as exc:
+            traceback.print_exc()
+            print(f"case {number} {case}: {type(exc).__name__}: {str(exc).strip()[:300]}", file=sys.stderr)
+            return 3
+    print(f"sanitize child: {len(request['cases'])} case(s) ran on {device}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

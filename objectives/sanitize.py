@@ -1,0 +1,378 @@
+"""A config's kernel under compute-sanitizer's four tools, at small edge-case shapes.
+
+Each tool (memcheck, racecheck, synccheck, initcheck) runs in a child process of its own:
+``compute-sanitizer --tool T --error-exitcode 86 --print-limit 1 python -m
+flashtune.objectives._sanitize_child REQUEST``, where the child launches the config's kernel
+on the shapes :func:`edge_cases` describes (a ragged last tile, the causal diagonal with
+query and key lengths apart, grouped-query heads, per-sequence lengths and key starts where
+the kernel takes them, short decode queries). The report becomes a :class:`ToolResult`:
+clean, a finding (the first error line the tool printed), or a timeout or crash of the
+child, which is a finding of its own kind and never an exception into the caller.
+
+Pure Python: no torch, no triton (the child has them). The parent never touches CUDA.
+Keep shapes tiny: the sanitizer slows a kernel about 100x.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from flashtune.kernels.config import Config
+from flashtune.kernels.launch_plan import launch_plan
+from flashtune.kernels.space import kernel_of, setting, validate_config
+
+#: compute-sanitizer's tools, in the order they run (memcheck first: the classic out-of-bounds).
+TOOLS: tuple[str, ...] = ("memcheck", "racecheck", "synccheck", "initcheck")
+#: The exit code the sanitizer is told to return when it found an error (``--error-exitcode``);
+#: any other non-zero code is the child's own failure.
+ERROR_EXITCODE = 86
+#: The child module the sanitizer runs.
+CHILD_MODULE = "flashtune.objectives._sanitize_child"
+#: Seconds one tool's run may take (compile included) before it is a ``timeout`` finding.
+DEFAULT_TIMEOUT_S = 180.0
+#: A compute-sanitizer to use instead of the one found on PATH or in the CUDA install.
+ENV_BIN = "FLASHTUNE_COMPUTE_SANITIZER"
+#: Extra sanitizer arguments (shell words) put before the tool's: a GPU session's knob, e.g.
+#: ``--report-api-errors no`` should a PyTorch API probe read as a finding.
+ENV_ARGS = "FLASHTUNE_SANITIZER_ARGS"
+#: Where CUDA installs usually put it, checked after PATH.
+CUDA_BINS = ("/usr/local/cuda/bin",)
+
+#: How a tool's run ended.
+CLEAN, FINDING, TIMEOUT, CRASHED = "clean", "finding", "timeout", "crashed"
+
+_PREFIX = "========="
+_SUMMARY = re.compile(r"ERROR SUMMARY:\s*(\d+)\s+errors?")
+_RACE_SUMMARY = re.compile(r"RACECHECK SUMMARY:.*?\((\d+)\s+errors?")
+#: Lines of a report that are its frame, not a finding.
+_NOISE = ("COMPUTE-SANITIZER", "ERROR SUMMARY", "RACECHECK SUMMARY", "LEAK SUMMARY", "Target application returned",
+          "Printing limit reached", "Use --print-limit", "Saved host backtrace", "Note:")
+_MAX_FINDING_CHARS = 400
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    """One tool's verdict on one config.
+
+    Attributes:
+        tool: ``memcheck``, ``racecheck``, ``synccheck`` or ``initcheck``.
+        outcome: ``clean``, ``finding`` (the tool reported an error), ``timeout`` or
+            ``crashed`` (the child or the sanitizer failed on its own).
+        finding: the first error the tool printed (with where, when it said), or why it
+            timed out or crashed; "" when clean.
+        errors: the count of the report's ``ERROR SUMMARY`` (0 when it printed none).
+        seconds: wall time of the run, compile included.
+    """
+
+    tool: str
+    outcome: str
+    finding: str = ""
+    errors: int = 0
+    seconds: float = 0.0
+
+    @property
+    def clean(self) -> bool:
+        return self.outcome == CLEAN
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"tool": self.tool, "outcome": self.outcome, "finding": self.finding, "errors": self.errors,
+                "seconds": round(self.seconds, 3)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ToolResult:
+        return cls(str(data["tool"]), str(data["outcome"]), str(data.get("finding", "")),
+                   int(data.get("errors", 0)), float(data.get("seconds", 0.0)))
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Every tool's result on one config at one head dim and dtype, on one GPU."""
+
+    config: Config
+    head_dim: int
+    dtype: str
+    results: tuple[ToolResult, ...]
+    gpu: str = ""
+    cached: bool = field(default=False, compare=False)
+
+    @property
+    def safe(self) -> bool:
+        """Every tool ran clean (a timeout or a crash is not clean: nothing pretends)."""
+        return bool(self.results) and all(r.clean for r in self.results)
+
+    @property
+    def first_problem(self) -> ToolResult | None:
+        return next((r for r in self.results if not r.clean), None)
+
+    @property
+    def reason(self) -> str:
+        """``compute-sanitizer TOOL: FINDING`` for the first tool that was not clean; "" if safe."""
+        problem = self.first_problem
+        return "" if problem is None else unsafe_reason(problem)
+
+    @property
+    def seconds(self) -> float:
+        return sum(r.seconds for r in self.results)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"config": self.config.to_dict(), "head_dim": self.head_dim, "dtype": self.dtype, "gpu": self.gpu,
+                "results": [r.to_dict() for r in self.results]}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], *, cached: bool = False) -> Verdict:
+        return cls(Config.from_dict(data["config"]), int(data["head_dim"]), str(data["dtype"]),
+                   tuple(ToolResult.from_dict(r) for r in data["results"]), str(data.get("gpu", "")), cached)
+
+
+def unsafe_reason(result: ToolResult) -> str:
+    """The ``error`` text of an ``unsafe`` measurement: ``compute-sanitizer TOOL: FINDING``
+    (a timeout or a crash says so: ``compute-sanitizer TOOL: timeout: ...``)."""
+    what = result.finding if result.outcome == FINDING else f"{result.outcome}: {result.finding}"
+    return f"compute-sanitizer {result.tool}: {what}"
+
+
+def parse_unsafe_reason(error: str) -> tuple[str, str] | None:
+    """(tool, finding) of an :func:`unsafe_reason` text; None for any other text."""
+    match = re.match(r"compute-sanitizer (\w+): (.*)", error or "", re.S)
+    return (match[1], match[2]) if match and match[1] in TOOLS else None
+
+
+# --- the report ---------------------------------------------------------------------------
+
+
+def parse_report(text: str) -> tuple[int | None, str]:
+    """The error count and the first finding of a compute-sanitizer report.
+
+    The report's lines start with ``=========``; the child's own output is mixed in and
+    ignored. A finding is the first report line after the ``COMPUTE-SANITIZER`` header that
+    is not indented (indented lines continue a finding: where, which thread, the address)
+    and is not the report's frame (summaries, backtrace notes); racecheck's ``Warning:``
+    hazards count only when no ``Error`` line is there. The first ``at ...`` continuation
+    line is appended (the kernel and source line).
+
+    Returns:
+        (errors, finding): errors from ``ERROR SUMMARY: N errors`` (racecheck's summary when
+        that is all there is), None when the report has no summary; finding "" when none.
+    """
+    errors: int | None = None
+    findings: list[tuple[str, str]] = []  # (line, where)
+    last: list[str] | None = None
+    for raw in text.splitlines():
+        if not raw.startswith(_PREFIX):
+            continue
+        body = raw[len(_PREFIX):]
+        content = body.strip()
+        summary = _SUMMARY.search(content)
+        if summary:
+            errors = int(summary[1])
+            continue
+        race = _RACE_SUMMARY.search(content)
+        if race and errors is None:
+            errors = int(race[1])
+        if not content or content.startswith(_NOISE):
+            last = None
+            continue
+        if body.startswith(("  ", "\t")):  # a continuation of the finding above
+            if last is not None and not last[1] and content.startswith("at "):
+                last[1] = content
+            continue
+        last = [content, ""]
+        findings.append(last)  # type: ignore[arg-type]
+    ranked = [f for f in findings if not f[0].startswith("Warning")] or findings
+    if not ranked:
+        return errors, ""
+    line, where = ranked[0]
+    finding = f"{line} {where}".strip() if where else line
+    return errors, finding[:_MAX_FINDING_CHARS]
+
+
+def interpret(tool: str, returncode: int, output: str, seconds: float) -> ToolResult:
+    """The :class:`ToolResult` of one sanitizer run from its exit code and output."""
+    errors, finding = parse_report(output)
+    ran = any(line.startswith(_PREFIX) and "COMPUTE-SANITIZER" in line for line in output.splitlines())
+    if returncode == ERROR_EXITCODE or (returncode == 0 and errors):
+        return ToolResult(tool, FINDING, finding or f"{errors or 'some'} error(s) reported, none printed",
+                          errors or 0, seconds)
+    if returncode == 0 and ran:
+        return ToolResult(tool, CLEAN, "", 0, seconds)
+    if returncode == 0:
+        return ToolResult(tool, CRASHED, "no compute-sanitizer report in its output", 0, seconds)
+    how = f"killed by signal {-returncode}" if returncode < 0 else f"exit code {returncode}"
+    return ToolResult(tool, CRASHED, f"{how}: {_last_line(output)}"[:_MAX_FINDING_CHARS], errors or 0, seconds)
+
+
+def _last_line(output: str) -> str:
+    """The child's last words: the last non-empty line outside the sanitizer's frame."""
+    lines = [line.strip() for line in output.splitlines() if line.strip() and not line.startswith(_PREFIX)]
+    return lines[-1] if lines else "no output"
+
+
+# --- the shapes ---------------------------------------------------------------------------
+
+
+def edge_cases(config: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The small problems a config's kernel is sanitized on (torch-free descriptions the
+    child turns into tensors): each a dict of batch, q_heads, kv_heads, q_len, kv_len,
+    causal and, where the kernel takes them, cache_seqlens and kv_start (per sequence).
+
+    Prefill: a ragged last tile in both directions (lengths 45 past a tile, never a
+    multiple of 16), grouped-query heads (4 query heads a KV head), the causal diagonal
+    with fewer queries than keys (bottom-right) and with more (rows that see no key), and
+    per-sequence key ranges (one sequence whole, one cut on both sides off a tile
+    boundary, one empty) where the variant takes them. Decode: one query and a few
+    against a ragged cache, with the same ranges.
+    """
+    cfg = validate_config(config)
+    if kernel_of(cfg) == "decode":
+        return [
+            dict(batch=3, q_heads=8, kv_heads=2, q_len=1, kv_len=301, causal=True,
+                 cache_seqlens=[301, 77, 0], kv_start=[0, 13, 0]),
+            dict(batch=2, q_heads=8, kv_heads=2, q_len=5, kv_len=173, causal=True),
+            dict(batch=2, q_heads=4, kv_heads=4, q_len=3, kv_len=45, causal=False),
+        ]
+    tile = max(int(setting(cfg, "BLOCK_M")), int(setting(cfg, "BLOCK_N")))
+    long = tile + 45  # two tiles, the last one ragged
+    cases = [
+        dict(batch=2, q_heads=8, kv_heads=2, q_len=long, kv_len=long, causal=True),
+        dict(batch=1, q_heads=4, kv_heads=2, q_len=tile // 2 + 19, kv_len=long + 70, causal=True),
+        dict(batch=1, q_heads=4, kv_heads=4, q_len=long, kv_len=45, causal=False),
+        dict(batch=1, q_heads=4, kv_heads=4, q_len=long, kv_len=45, causal=True),
+    ]
+    if takes_key_ranges(cfg):
+        cases.append(dict(batch=3, q_heads=8, kv_heads=2, q_len=37, kv_len=long, causal=True,
+                          cache_seqlens=[long, long - 23, 0], kv_start=[0, 7, 0]))
+    return cases
+
+
+def takes_key_ranges(config: Config) -> bool:
+    """As ``kernels.attention.takes_key_ranges`` (torch-free here): the decode kernel, and
+    the forward variant without fp8."""
+    plan = launch_plan(config)
+    return plan.variant == "decode" or (plan.variant == "forward" and not plan.constexprs.get("FP8"))
+
+
+def request(config: Mapping[str, Any], *, head_dim: int, dtype: str = "bfloat16") -> dict[str, Any]:
+    """The child's JSON request for ``config`` at ``head_dim`` and ``dtype``."""
+    cfg = validate_config(config)
+    return {"config": cfg.to_dict(), "head_dim": int(head_dim), "dtype": dtype, "cases": edge_cases(cfg), "seed": 0}
+
+
+# --- running ------------------------------------------------------------------------------
+
+
+def find_sanitizer() -> str | None:
+    """The compute-sanitizer to run: ``$FLASHTUNE_COMPUTE_SANITIZER``, else PATH, else the
+    CUDA install's bin (``$CUDA_HOME/bin``, /usr/local/cuda/bin); None when there is none."""
+    explicit = os.environ.get(ENV_BIN)
+    if explicit:
+        return explicit if os.access(explicit, os.X_OK) else None
+    found = shutil.which("compute-sanitizer")
+    if found:
+        return found
+    homes = [os.path.join(h, "bin") for h in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH")) if h]
+    for folder in (*homes, *CUDA_BINS):
+        candidate = Path(folder, "compute-sanitizer")
+        if os.access(candidate, os.X_OK):
+            return str(candidate)
+    return None
+
+
+#: The child's environment on top of the caller's: PyTorch's caching allocator off, so every
+#: tensor is an allocation of its own and a read a few bytes past one is out of bounds for
+#: memcheck (inside a cached 2 MB block it would not be).
+CHILD_ENV = {"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"}
+
+
+def run_tool(tool: str, child_request: Mapping[str, Any] | None, *, sanitizer: str,
+             timeout_s: float = DEFAULT_TIMEOUT_S, python: str = sys.executable, env: Mapping[str, str] | None = None,
+             target: Sequence[str] | None = None) -> ToolResult:
+    """One tool on one request, in a child process group killed whole on timeout.
+
+    Never raises for what the child or the sanitizer does: a timeout, a crash or a sanitizer
+    that cannot start is a :class:`ToolResult` saying so. ``target`` runs another command
+    under the tool instead of the sanitize child (the GPU tests' deliberately broken kernel).
+
+    Raises:
+        ValueError: ``tool`` is not one of :data:`TOOLS`.
+    """
+    if tool not in TOOLS:
+        raise ValueError(f"tool must be one of {list(TOOLS)}, got {tool!r}")
+    extra = shlex.split(os.environ.get(ENV_ARGS, ""))
+    if target is None:
+        target = [python, "-m", CHILD_MODULE, json.dumps(dict(child_request or {}), sort_keys=True)]
+    command = [sanitizer, "--tool", tool, "--error-exitcode", str(ERROR_EXITCODE), "--print-limit", "1", *extra,
+               *target]
+    start = time.monotonic()
+    try:
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                   errors="replace", start_new_session=True,
+                                   env={**(os.environ if env is None else env), **CHILD_ENV})
+    except OSError as exc:
+        return ToolResult(tool, CRASHED, f"cannot start {sanitizer}: {exc.strerror or exc}", 0, 0.0)
+    try:
+        output, _ = process.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        _kill_group(process)
+        return ToolResult(tool, TIMEOUT, f"no end within {timeout_s:.0f} s", 0, time.monotonic() - start)
+    return interpret(tool, process.returncode, output, time.monotonic() - start)
+
+
+def _kill_group(process: subprocess.Popen) -> None:
+    """Kill the sanitizer and the Python it started (its own session's group), then reap."""
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    process.communicate()
+
+
+def sanitize(config: Mapping[str, Any], *, head_dim: int, dtype: str = "bfloat16", gpu: str = "",
+             tools: Sequence[str] = TOOLS, sanitizer: str | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
+             env: Mapping[str, str] | None = None) -> Verdict:
+    """Every tool of ``tools`` on ``config``'s kernel at ``head_dim`` and ``dtype``.
+
+    Every tool runs, a finding or not (each finds its own kind of error; the study records
+    the first). ``gpu`` only labels the verdict (a cache keys on it).
+
+    Raises:
+        FileNotFoundError: no compute-sanitizer (``sanitizer`` None and :func:`find_sanitizer` finds none).
+        ValueError: a bad config or tool.
+    """
+    sanitizer = sanitizer or find_sanitizer()
+    if sanitizer is None:
+        raise FileNotFoundError("no compute-sanitizer on PATH or in /usr/local/cuda/bin")
+    child = request(config, head_dim=head_dim, dtype=dtype)
+    results = tuple(run_tool(tool, child, sanitizer=sanitizer, timeout_s=timeout_s, env=env) for tool in tools)
+    return Verdict(Config.from_dict(child["config"]), int(head_dim), dtype, results, gpu)
+
+
+def probe_gpu(*, timeout_s: float = 120.0, python: str = sys.executable) -> dict[str, Any] | None:
+    """The GPU a child process sees (``HardwareSpec.to_dict()``), or None without one.
+
+    In a child, so that the caller never touches CUDA. Without an NVIDIA device node the
+    answer is None at once, without starting Python.
+    """
+    if not (os.path.exists("/dev/nvidiactl") or shutil.which("nvidia-smi")):
+        return None
+    try:
+        done = subprocess.run([python, "-m", CHILD_MODULE, "--probe"], capture_output=True, text=True,
+                              timeout=timeout_s)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    lines = [line for line in done.stdout.splitlines() if line.strip()]
+    try:
+        return json.loads(lines[-1]) if done.returncode == 0 and lines else None
+    except json.JSONDecodeError:
+        return None

@@ -1,0 +1,81 @@
+"""sanitize_tables (docs/gpu/sanitize.sh's Python) on the CPU up to the GPU: the plan from the
+recorded tables, the one line without a GPU, and a whole run through a real fake
+compute-sanitizer with the GPU's spec given (the GPU itself is not touched)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from flashtune.experiments.benchmarks import sanitize_tables as st
+from flashtune.objectives import sanitize as sz
+from flashtune.objectives.hardware import load_spec
+
+DATA = Path(__file__).resolve().parents[3] / "experiments" / "data"
+TABLES = ["--tables", str(DATA / "h200_gluon"), "--tables", str(DATA / "h200_decode"), "--tables",
+          str(DATA / "h200_lean")]
+
+
+def _fake():
+    path = Path(__file__).resolve().parents[2] / "objectives" / "sanitizer_fake.py"
+    spec = importlib.util.spec_from_file_location("flashtune_test_sanitizer_fake_st", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(autouse=True)
+def _isolated(tmp_path, monkeypatch):
+    monkeypatch.setenv("FLASHTUNE_SANITIZED", str(tmp_path / "sanitized.json"))
+    monkeypatch.delenv(sz.ENV_BIN, raising=False)
+    monkeypatch.setattr(sz, "CUDA_BINS", ())
+
+
+def test_the_plan_puts_the_defaults_first_then_each_variants_best_by_rank(tmp_path) -> None:
+    assert st.main([*TABLES, "--top", "2", "--out", str(tmp_path), "--plan-only", "--arch", "h200"]) == 0
+    items = json.loads((tmp_path / "plan.json").read_text())
+    whys = [i["why"] for i in items]
+    n_defaults = sum(w.startswith("default") for w in whys)
+    assert n_defaults >= 2 and all(w.startswith("default") for w in whys[:n_defaults])
+    assert {"gluon", "decode", "lean"} <= {i["variant"] for i in items[n_defaults:]}
+    ranks = [int(w.rsplit("#", 1)[1]) for w in whys[n_defaults:]]
+    assert ranks == sorted(ranks) and set(ranks) <= {1, 2}
+    keys = [(json.dumps(i["config"], sort_keys=True), i["head_dim"], i["dtype"]) for i in items]
+    assert len(keys) == len(set(keys))
+    assert all(i["kernel"] == "decode" for i in items if i["variant"] == "decode")
+
+
+def test_without_a_gpu_the_plan_and_one_line(tmp_path, monkeypatch, capsys) -> None:
+    monkeypatch.setattr(st, "probe_gpu", lambda: None)
+    assert st.main([*TABLES, "--top", "1", "--out", str(tmp_path)]) == 2
+    assert capsys.readouterr().err == "sanitize_tables: nothing sanitized (no GPU)\n"
+    assert (tmp_path / "plan.json").exists() and not (tmp_path / "findings.jsonl").exists()
+
+
+def test_a_run_through_the_executable_records_every_verdict(tmp_path, monkeypatch, capsys) -> None:
+    fake = _fake()
+    h200 = load_spec("h200")
+    monkeypatch.setattr(st, "probe_gpu", lambda: h200.to_dict())
+    default = st.default_items(h200)[0]["config"]
+    report = ("========= COMPUTE-SANITIZER\n========= Error: Race reported between Write access at _gluon+0x10 "
+              "in gluon.py:10\n=========     and Read access at _gluon+0x20 in gluon.py:12\n"
+              "========= RACECHECK SUMMARY: 1 hazard displayed (1 error, 0 warnings)\n")
+    fake.install(tmp_path / "bin", report=report, exitcode=sz.ERROR_EXITCODE,
+                 unsafe_if=json.dumps(default, sort_keys=True))
+    fake.on_path(monkeypatch, tmp_path / "bin")
+    out = tmp_path / "out"
+    assert st.main(["--tables", str(DATA / "h200_gluon"), "--top", "1", "--out", str(out), "--jobs", "2"]) == 1
+    rows = [json.loads(line) for line in (out / "findings.jsonl").read_text().splitlines()]
+    plan = json.loads((out / "plan.json").read_text())
+    assert len(rows) == len(plan)
+    unsafe = [r for r in rows if r["verdict"] == "unsafe"]
+    # The default's config, wherever it is planned (at its head dim, and any other where a table ranks it).
+    assert unsafe and all(r["config"] == default for r in unsafe) and unsafe[0]["why"].startswith("default")
+    assert unsafe[0]["reason"].startswith("compute-sanitizer memcheck: Error: Race reported between")
+    assert all(r["verdict"] == "safe" for r in rows if r["config"] != default)
+    table = (out / "findings.md").read_text()
+    assert table.startswith("# Sanitized configs on NVIDIA H200") and table.count("| unsafe |") == len(unsafe)
+    assert f"{len(unsafe)} unsafe (1 of them defaults the runtime serves)" in capsys.readouterr().out

@@ -1,0 +1,284 @@
+"""The sanitized check on the CPU: compute-sanitizer's reports parsed, its runs driven
+through a real fake executable, the verdict cache, and the child's edge cases run for real
+in Triton's interpreter. The tools themselves run in tests/gpu/test_sanitize_gpu.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import sanitizer_fake  # tests/objectives is on sys.path (no __init__.py)
+
+from flashtune.kernels.config import Config
+from flashtune.kernels.knobs import KERNEL_KNOBS
+from flashtune.kernels.space import SAFE_DEFAULT, TUNABLES
+from flashtune.objectives import sanitize as sz
+from flashtune.runtime.storage.sanitized import SanitizedCache, checked, verdict_key
+
+# Modelled on the reports NVIDIA's Compute Sanitizer documentation shows (its memcheck,
+# racecheck, initcheck and synccheck examples), with Triton kernel names and the Python
+# child's own lines mixed in as they are on a real run.
+MEMCHECK = """\
+========= COMPUTE-SANITIZER
+/usr/lib/python3/site-packages/torch/cuda/__init__.py:61: UserWarning: something torch said
+========= Invalid __global__ read of size 4 bytes
+=========     at _attn_fwd+0x1f70 in /work/kernels/_flash_fwd.py:212
+=========     by thread (31,0,0) in block (1,0,0)
+=========     Address 0x7f3a5e000c04 is out of bounds
+=========     and is 5 bytes after the nearest allocation at 0x7f3a5e000000 of size 3071 bytes
+=========     Saved host backtrace up to driver entry point at kernel launch time
+=========         Host Frame: [0x2f0d31] in libcuda.so.1
+=========
+========= Program hit cudaErrorLaunchFailure (error 719) due to "unspecified launch failure" on CUDA API call to cudaStreamSynchronize.
+=========
+========= ERROR SUMMARY: 2 errors
+"""
+RACECHECK = """\
+========= COMPUTE-SANITIZER
+========= Warning: Race reported between Write access at _attn_fwd+0x300 in _flash_fwd.py:140
+=========     and Write access at _attn_fwd+0x300 in _flash_fwd.py:140 [64 hazards]
+=========
+========= Error: Race reported between Write access at _attn_fwd+0x580 in _flash_fwd.py:142
+=========     and Read access at _attn_fwd+0x6a0 in _flash_fwd.py:150 [1024 hazards]
+=========
+========= RACECHECK SUMMARY: 2 hazards displayed (1 error, 1 warning)
+"""
+INITCHECK = """\
+========= COMPUTE-SANITIZER
+========= Uninitialized __global__ memory read of size 4 bytes
+=========     at _decode_combine+0x100 in /work/kernels/_flash_decode.py:355
+=========     by thread (0,0,0) in block (3,0,0)
+=========     Address 0x7f1c2a0004f0
+=========
+========= ERROR SUMMARY: 1 error
+"""
+SYNCCHECK = """\
+========= COMPUTE-SANITIZER
+========= Barrier error detected. Divergent thread(s) in warp
+=========     at _attn_fwd_ws+0x2c0 in _flash_fwd.py:301
+=========     by thread (37,0,0) in block (0,0,0)
+=========
+========= ERROR SUMMARY: 1 error
+"""
+CLEAN = """\
+========= COMPUTE-SANITIZER
+sanitize child: 5 case(s) ran on cuda:0
+========= ERROR SUMMARY: 0 errors
+"""
+CRASH = """\
+========= COMPUTE-SANITIZER
+Traceback (most recent call last):
+  File "_sanitize_child.py", line 60, in main
+ValueError: config {'BLOCK_M': 256} cannot run: shared memory
+========= ERROR SUMMARY: 0 errors
+"""
+
+
+@pytest.mark.parametrize(("text", "errors", "finding"), [
+    (MEMCHECK, 2, "Invalid __global__ read of size 4 bytes at _attn_fwd+0x1f70 in /work/kernels/_flash_fwd.py:212"),
+    (RACECHECK, 1, "Error: Race reported between Write access at _attn_fwd+0x580 in _flash_fwd.py:142"),
+    (INITCHECK, 1, "Uninitialized __global__ memory read of size 4 bytes at _decode_combine+0x100 in "
+                   "/work/kernels/_flash_decode.py:355"),
+    (SYNCCHECK, 1, "Barrier error detected. Divergent thread(s) in warp at _attn_fwd_ws+0x2c0 in _flash_fwd.py:301"),
+    (CLEAN, 0, ""),
+    ("no report at all\n", None, ""),
+], ids=["memcheck", "racecheck", "initcheck", "synccheck", "clean", "none"])
+def test_the_report_gives_the_error_count_and_the_first_finding(text, errors, finding) -> None:
+    assert sz.parse_report(text) == (errors, finding)
+
+
+def test_exit_codes_decide_the_outcome() -> None:
+    found = sz.interpret("memcheck", sz.ERROR_EXITCODE, MEMCHECK, 1.5)
+    assert (found.outcome, found.errors, found.seconds) == ("finding", 2, 1.5) and not found.clean
+    assert found.finding.startswith("Invalid __global__ read of size 4 bytes")
+    assert sz.interpret("memcheck", 0, CLEAN, 0.1).clean
+    crash = sz.interpret("memcheck", 3, CRASH, 0.1)
+    assert crash.outcome == "crashed" and crash.finding == (
+        "exit code 3: ValueError: config {'BLOCK_M': 256} cannot run: shared memory")
+    assert sz.interpret("memcheck", -9, CLEAN, 0.1).finding.startswith("killed by signal 9")
+    # A zero exit without the sanitizer's header did not run under it: not clean.
+    assert sz.interpret("memcheck", 0, "hello\n", 0.1).outcome == "crashed"
+
+
+def test_the_unsafe_reason_names_the_tool_and_reads_back() -> None:
+    result = sz.interpret("racecheck", sz.ERROR_EXITCODE, RACECHECK, 1.0)
+    reason = sz.unsafe_reason(result)
+    assert reason == "compute-sanitizer racecheck: Error: Race reported between Write access at _attn_fwd+0x580 " \
+                     "in _flash_fwd.py:142"
+    assert sz.parse_unsafe_reason(reason) == ("racecheck", result.finding)
+    assert sz.parse_unsafe_reason("relative error 0.3") is None
+    timeout = sz.ToolResult("initcheck", "timeout", "no end within 5 s")
+    assert sz.unsafe_reason(timeout) == "compute-sanitizer initcheck: timeout: no end within 5 s"
+
+
+def _variants() -> list[Config]:
+    """One config per kernel variant (every ``loads`` value of prefill, and decode)."""
+    loads = next(k for k in KERNEL_KNOBS["prefill"] if k.name == "loads").values
+    prefill = [Config(BLOCK_M=128, BLOCK_N=64, num_warps=4, num_stages=2, loads=value) for value in loads]
+    return [*prefill, Config(BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=2, use_fp8=True, loads="gluon_pingpong"),
+            Config(kernel="decode", BLOCK_N=64, num_splits=4, num_warps=4, num_stages=2, loads="tma")]
+
+
+@pytest.mark.parametrize("config", _variants(), ids=lambda c: f"{c['loads']}{'-fp8' if c.get('use_fp8') else ''}"
+                                                             f"{'-decode' if c.get('kernel') == 'decode' else ''}")
+def test_every_variant_gets_its_edge_cases(config) -> None:
+    cases = sz.edge_cases(config)
+    assert cases
+    decode = config.get("kernel") == "decode"
+    for case in cases:
+        assert (case["q_len"] <= 16) == decode
+        assert case["q_heads"] % case["kv_heads"] == 0
+    assert any(c["q_heads"] > c["kv_heads"] for c in cases)  # GQA
+    assert any(c["causal"] and c["q_len"] != c["kv_len"] for c in cases)  # the causal diagonal, off the corner
+    assert any(c["kv_len"] % 16 for c in cases)  # a ragged last key tile
+    ranged = [c for c in cases if "cache_seqlens" in c]
+    assert bool(ranged) == sz.takes_key_ranges(config)
+    for c in ranged:
+        assert 0 in c["cache_seqlens"] and any(s > 0 for s in c["kv_start"])
+        assert all(0 <= s <= e <= c["kv_len"] for s, e in zip(c["kv_start"], c["cache_seqlens"]))
+    if not decode:
+        tile = max(config["BLOCK_M"], config["BLOCK_N"])
+        assert any(c["q_len"] > tile and c["q_len"] % tile for c in cases)  # a ragged last query tile
+    json.dumps(sz.request(config, head_dim=128))  # the child's request is JSON
+
+
+def test_the_key_range_rule_matches_the_launcher() -> None:
+    from flashtune.kernels.attention import takes_key_ranges
+
+    for config in _variants():
+        assert sz.takes_key_ranges(config) == takes_key_ranges(config), config
+
+
+@pytest.mark.parametrize("config", [Config(BLOCK_M=32, BLOCK_N=32, num_warps=4, num_stages=2),
+                                    Config(kernel="decode", BLOCK_N=32, num_splits=4, num_warps=4, num_stages=2,
+                                           loads="pointer")], ids=["prefill", "decode"])
+def test_the_child_runs_every_case_in_the_interpreter(config) -> None:
+    """The cases are valid calls of the op (the GPU runs them under the sanitizer)."""
+    request = json.dumps(sz.request(config, head_dim=32))
+    done = subprocess.run([sys.executable, "-m", sz.CHILD_MODULE, request], capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "TRITON_INTERPRET": "1"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert f"{len(sz.edge_cases(config))} case(s) ran on cpu" in done.stderr
+
+
+def test_a_failing_case_is_exit_code_3_with_its_reason() -> None:
+    request = sz.request(SAFE_DEFAULT, head_dim=32)
+    request["cases"] = [dict(batch=1, q_heads=3, kv_heads=2, q_len=20, kv_len=20, causal=False)]  # 3 % 2 heads
+    done = subprocess.run([sys.executable, "-m", sz.CHILD_MODULE, json.dumps(request)], capture_output=True,
+                          text=True, timeout=300, env={**os.environ, "TRITON_INTERPRET": "1"})
+    assert done.returncode == 3 and "case 0" in done.stderr.splitlines()[-1]
+
+
+def test_the_probe_says_null_without_a_gpu() -> None:
+    done = subprocess.run([sys.executable, "-m", sz.CHILD_MODULE, "--probe"], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0 and done.stdout.strip().splitlines()[-1] == "null"
+
+
+# --- through a real (fake) compute-sanitizer ----------------------------------------------
+
+
+def test_a_finding_through_the_executable(tmp_path, monkeypatch) -> None:
+    folder = tmp_path / "bin"
+    sanitizer_fake.install(folder, report=MEMCHECK, exitcode=sz.ERROR_EXITCODE)
+    sanitizer_fake.on_path(monkeypatch, folder)
+    monkeypatch.delenv(sz.ENV_BIN, raising=False)
+    assert sz.find_sanitizer() == str(folder / "compute-sanitizer")
+    verdict = sz.sanitize(SAFE_DEFAULT, head_dim=64, gpu="g1")
+    assert not verdict.safe and [r.tool for r in verdict.results] == list(sz.TOOLS)
+    assert verdict.reason.startswith("compute-sanitizer memcheck: Invalid __global__ read of size 4 bytes")
+    runs = sanitizer_fake.calls(folder)
+    assert [r[r.index("--tool") + 1] for r in runs] == list(sz.TOOLS)  # one tool a run, every one run
+    first = runs[0]
+    assert first[first.index("--error-exitcode") + 1] == "86" and first[first.index("--print-limit") + 1] == "1"
+    child = first[first.index("--print-limit") + 2:]
+    assert child[:3] == [sys.executable, "-m", sz.CHILD_MODULE]
+    assert json.loads(child[3])["config"] == SAFE_DEFAULT.to_dict()
+
+
+def test_a_clean_run_of_the_real_child_under_the_executable(tmp_path, monkeypatch) -> None:
+    """The whole chain on the CPU: sanitizer process -> child process -> the op in the interpreter."""
+    folder = tmp_path / "bin"
+    fake = sanitizer_fake.install(folder, run_child=True)
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    config = Config(BLOCK_M=32, BLOCK_N=32, num_warps=4, num_stages=2)
+    verdict = sz.sanitize(config, head_dim=32, tools=("memcheck",), sanitizer=str(fake))
+    assert verdict.safe, verdict.results
+
+
+def test_a_hang_is_a_timeout_finding_and_its_process_group_is_killed(tmp_path) -> None:
+    fake = sanitizer_fake.install(tmp_path / "bin", report=CLEAN, sleep_s=60)
+    result = sz.run_tool("synccheck", sz.request(SAFE_DEFAULT, head_dim=64), sanitizer=str(fake), timeout_s=1)
+    assert result.outcome == "timeout" and result.seconds < 30
+    assert sz.unsafe_reason(result) == "compute-sanitizer synccheck: timeout: no end within 1 s"
+
+
+def test_a_missing_executable_is_a_crash_not_an_exception(tmp_path) -> None:
+    result = sz.run_tool("memcheck", sz.request(SAFE_DEFAULT, head_dim=64), sanitizer=str(tmp_path / "nope"))
+    assert result.outcome == "crashed" and "cannot start" in result.finding
+
+
+def test_no_sanitizer_found(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.delenv(sz.ENV_BIN, raising=False)
+    monkeypatch.delenv("CUDA_HOME", raising=False)
+    monkeypatch.delenv("CUDA_PATH", raising=False)
+    monkeypatch.setattr(sz, "CUDA_BINS", (str(tmp_path),))
+    assert sz.find_sanitizer() is None
+    with pytest.raises(FileNotFoundError, match="no compute-sanitizer"):
+        sz.sanitize(SAFE_DEFAULT, head_dim=64)
+
+
+# --- the cache ------------------------------------------------------------------------------
+
+
+def test_a_second_check_reads_the_cache_and_runs_nothing(tmp_path) -> None:
+    folder = tmp_path / "bin"
+    fake = str(sanitizer_fake.install(folder, report=CLEAN, exitcode=0))
+    cache = SanitizedCache(tmp_path / "cache" / "sanitized.json")
+    config = Config(BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=3)
+    first = checked(config, head_dim=128, gpu="gpu-a", cache=cache, sanitizer=fake)
+    assert first.safe and not first.cached and len(sanitizer_fake.calls(folder)) == 4
+    again = checked(dict(config), head_dim=128, gpu="gpu-a", cache=SanitizedCache(cache.path), sanitizer=fake)
+    assert again.safe and again.cached and len(sanitizer_fake.calls(folder)) == 4  # not run again
+    assert again.to_dict() == first.to_dict()
+    # Another GPU, head dim or kernel variant is another check.
+    checked(config, head_dim=128, gpu="gpu-b", cache=cache, sanitizer=fake)
+    checked(config, head_dim=64, gpu="gpu-a", cache=cache, sanitizer=fake)
+    assert len(sanitizer_fake.calls(folder)) == 12 and len(cache) == 3
+    # A config spelt without its implied knobs is the same config.
+    implied = {k: config[k] for k in ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages")}
+    assert verdict_key(implied, head_dim=128, dtype="bfloat16", gpu="gpu-a") == \
+        verdict_key(config, head_dim=128, dtype="bfloat16", gpu="gpu-a")
+    assert verdict_key(config, head_dim=128, dtype="bfloat16", gpu="gpu-a", kernel_hash="other") != \
+        verdict_key(config, head_dim=128, dtype="bfloat16", gpu="gpu-a")
+
+
+def test_a_finding_is_cached_and_a_timeout_is_not(tmp_path) -> None:
+    cache = SanitizedCache(tmp_path / "sanitized.json")
+    found = str(sanitizer_fake.install(tmp_path / "found", report=INITCHECK, exitcode=sz.ERROR_EXITCODE))
+    verdict = checked(SAFE_DEFAULT, head_dim=64, gpu="g", cache=cache, sanitizer=found, tools=("initcheck",))
+    assert not verdict.safe
+    assert checked(SAFE_DEFAULT, head_dim=64, gpu="g", cache=cache, sanitizer=found, tools=("initcheck",)).cached
+    hang = str(sanitizer_fake.install(tmp_path / "hang", report=CLEAN, sleep_s=60))
+    late = checked(SAFE_DEFAULT, head_dim=32, gpu="g", cache=cache, sanitizer=hang, tools=("memcheck",), timeout_s=1)
+    assert late.results[0].outcome == "timeout" and len(cache) == 1
+
+
+def test_an_unreadable_cache_is_empty_and_rewritten(tmp_path) -> None:
+    path = tmp_path / "sanitized.json"
+    path.write_text("{not json")
+    cache = SanitizedCache(path)
+    assert len(cache) == 0 and cache.get("x") is None
+    fake = str(sanitizer_fake.install(tmp_path / "bin", report=CLEAN))
+    checked(SAFE_DEFAULT, head_dim=64, gpu="g", cache=cache, sanitizer=fake)
+    assert json.loads(path.read_text())["format"] == "flashtune-sanitized" and len(cache) == 1
+    assert not list(tmp_path.glob(".sanitized.json.*.tmp"))  # written atomically, nothing left over
+
+
+def test_tunables_cover_the_variants_tested() -> None:
+    # Guards _variants(): a new loads value is sanitized like the others.
+    assert set(TUNABLES["loads"]) <= {c["loads"] for c in _variants()}
