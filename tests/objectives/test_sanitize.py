@@ -10,7 +10,7 @@ import subprocess
 import sys
 
 import pytest
-import sanitizer_fake  # tests/objectives is on sys.path (no __init__.py)
+import sanitizer_fake  # tests/ is on sys.path (its conftest's folder)
 
 from flashtune.kernels.config import Config
 from flashtune.kernels.knobs import KERNEL_KNOBS

@@ -4,11 +4,11 @@ compute-sanitizer with the GPU's spec given (the GPU itself is not touched)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
+import sanitizer_fake
 
 from flashtune.experiments.benchmarks import sanitize_tables as st
 from flashtune.objectives import sanitize as sz
@@ -17,14 +17,6 @@ from flashtune.objectives.hardware import load_spec
 DATA = Path(__file__).resolve().parents[3] / "experiments" / "data"
 TABLES = ["--tables", str(DATA / "h200_gluon"), "--tables", str(DATA / "h200_decode"), "--tables",
           str(DATA / "h200_lean")]
-
-
-def _fake():
-    path = Path(__file__).resolve().parents[2] / "objectives" / "sanitizer_fake.py"
-    spec = importlib.util.spec_from_file_location("flashtune_test_sanitizer_fake_st", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(autouse=True)
@@ -56,16 +48,15 @@ def test_without_a_gpu_the_plan_and_one_line(tmp_path, monkeypatch, capsys) -> N
 
 
 def test_a_run_through_the_executable_records_every_verdict(tmp_path, monkeypatch, capsys) -> None:
-    fake = _fake()
     h200 = load_spec("h200")
     monkeypatch.setattr(st, "probe_gpu", lambda: h200.to_dict())
     default = st.default_items(h200)[0]["config"]
     report = ("========= COMPUTE-SANITIZER\n========= Error: Race reported between Write access at _gluon+0x10 "
               "in gluon.py:10\n=========     and Read access at _gluon+0x20 in gluon.py:12\n"
               "========= RACECHECK SUMMARY: 1 hazard displayed (1 error, 0 warnings)\n")
-    fake.install(tmp_path / "bin", report=report, exitcode=sz.ERROR_EXITCODE,
+    sanitizer_fake.install(tmp_path / "bin", report=report, exitcode=sz.ERROR_EXITCODE,
                  unsafe_if=json.dumps(default, sort_keys=True))
-    fake.on_path(monkeypatch, tmp_path / "bin")
+    sanitizer_fake.on_path(monkeypatch, tmp_path / "bin")
     out = tmp_path / "out"
     assert st.main(["--tables", str(DATA / "h200_gluon"), "--top", "1", "--out", str(out), "--jobs", "2"]) == 1
     rows = [json.loads(line) for line in (out / "findings.jsonl").read_text().splitlines()]

@@ -1,16 +1,16 @@
 """`flashtune export` sanitizes what it writes where it can, and says in one line when it cannot.
 
 Without a GPU (here) the export is unchanged but for that line; the screening itself runs
-against a real fake compute-sanitizer (tests/objectives/sanitizer_fake.py) with the GPU given.
+against a real fake compute-sanitizer (tests/sanitizer_fake.py) with the GPU given.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
+import sanitizer_fake
 from study_support import WORKLOAD
 
 from flashtune.experiments.cli.main import main
@@ -21,17 +21,6 @@ from flashtune.objectives.replay import load_table
 from flashtune.runtime.storage.export import best_entries, ranked_entries
 from flashtune.runtime.storage.sanitized import SanitizedCache, screen_entries
 from flashtune.runtime.storage.store import read_snapshot
-
-
-def _fake():
-    path = Path(__file__).resolve().parents[2] / "objectives" / "sanitizer_fake.py"
-    spec = importlib.util.spec_from_file_location("flashtune_test_sanitizer_fake", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-fake = _fake()
 
 
 @pytest.fixture(autouse=True)
@@ -62,20 +51,20 @@ def test_without_compute_sanitizer_one_line_and_the_same_store(replay_dir, tmp_p
 
 def test_with_compute_sanitizer_but_no_gpu_one_line(replay_dir, tmp_path, monkeypatch, capsys) -> None:
     folder = tmp_path / "bin"
-    fake.install(folder, report="never printed", exitcode=sz.ERROR_EXITCODE)
+    sanitizer_fake.install(folder, report="never printed", exitcode=sz.ERROR_EXITCODE)
     monkeypatch.setenv("PATH", str(folder))  # no nvidia-smi either
     if Path("/dev/nvidiactl").exists():
         pytest.skip("this machine has an NVIDIA device")
     assert _export(tmp_path / "configs.json", f"table:{replay_dir}") == 0
     assert "configs were not sanitized (no GPU): 2 entries written unchecked" in capsys.readouterr().out
-    assert fake.calls(folder) == []  # nothing ran
+    assert sanitizer_fake.calls(folder) == []  # nothing ran
 
 
 def _screen(replay_dir, h200, tmp_path, *, unsafe_if: str):
     measurements = load_table(measurers.table_path(replay_dir, WORKLOAD))
     entries = best_entries(measurements)
     folder = tmp_path / "bin"
-    sanitizer = str(fake.install(folder, report=MEMCHECK, exitcode=sz.ERROR_EXITCODE, unsafe_if=unsafe_if))
+    sanitizer = str(sanitizer_fake.install(folder, report=MEMCHECK, exitcode=sz.ERROR_EXITCODE, unsafe_if=unsafe_if))
     screening = screen_entries(entries, alternatives=ranked_entries(measurements), gpu=h200.to_dict(),
                                sanitizer=sanitizer, cache=SanitizedCache(tmp_path / "verdicts.json"))
     return entries, ranked_entries(measurements), screening, folder
@@ -98,17 +87,17 @@ def test_an_unsafe_best_is_left_out_for_the_next_fastest_safe_one(replay_dir, h2
     assert kept.config == safe[0].config  # the fastest of those not found unsafe
     assert screening.lines[0].startswith(f"left out {best.bucket.name} {best.config.to_dict()}: unsafe: "
                                          "compute-sanitizer memcheck: Invalid __global__ read of size 16 bytes")
-    runs = len(fake.calls(folder))
+    runs = len(sanitizer_fake.calls(folder))
     # Once per kernel, config and GPU: a second export runs nothing.
     again = screen_entries(entries, alternatives=ranked, gpu=h200.to_dict(), sanitizer=str(folder / "compute-sanitizer"),
                            cache=SanitizedCache(tmp_path / "verdicts.json"))
-    assert [e.config for e in again.kept] == [kept.config] and len(fake.calls(folder)) == runs
+    assert [e.config for e in again.kept] == [kept.config] and len(sanitizer_fake.calls(folder)) == runs
 
 
 def test_a_clean_best_is_kept_and_other_gpus_are_said_unchecked(replay_dir, h200, tmp_path) -> None:
     entries, _, screening, folder = _screen(replay_dir, h200, tmp_path, unsafe_if="no config holds this")
     assert [e.config for e in screening.kept] == [e.config for e in entries] and not screening.unsafe
-    assert screening.lines == [] and screening.checked == 1 and len(fake.calls(folder)) == 4
+    assert screening.lines == [] and screening.checked == 1 and len(sanitizer_fake.calls(folder)) == 4
     from flashtune.objectives.hardware import load_spec
 
     other = screen_entries(entries, gpu=load_spec("h100").to_dict(), sanitizer=str(folder / "compute-sanitizer"))

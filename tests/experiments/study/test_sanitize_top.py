@@ -4,10 +4,9 @@ relabelled ``unsafe`` in the result and its MLflow child, and the winner is the 
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
+import sanitizer_fake
 from study_support import WORKLOAD, tune_args
 
 from flashtune.experiments.cli.main import main
@@ -18,14 +17,6 @@ from flashtune.kernels.space import validate_config
 from flashtune.objectives import sanitize as sz
 from flashtune.objectives.types import Status
 from flashtune.runtime.storage.sanitized import SanitizedCache
-
-
-def _fake():
-    path = Path(__file__).resolve().parents[2] / "objectives" / "sanitizer_fake.py"
-    spec = importlib.util.spec_from_file_location("flashtune_test_sanitizer_fake_top", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_replay_refuses_sanitize_top_in_one_line(stores, replay_dir, capsys) -> None:
@@ -45,7 +36,7 @@ def test_an_unsafe_best_is_relabelled_and_the_next_safe_one_wins(stores, replay_
     best = result.best
     report = ("========= COMPUTE-SANITIZER\n========= Invalid __shared__ write of size 16 bytes\n"
               "=========     at _attn_fwd+0x40 in _flash_fwd.py:99\n========= ERROR SUMMARY: 1 error\n")
-    fake = _fake().install(tmp_path / "bin", report=report, exitcode=sz.ERROR_EXITCODE,
+    fake = sanitizer_fake.install(tmp_path / "bin", report=report, exitcode=sz.ERROR_EXITCODE,
                            unsafe_if=json.dumps(validate_config(best.config).to_dict(), sort_keys=True))
     lines: list[str] = []
     updated, verdicts = sanitize_top(result, 3, gpu=h200, tracking_uri=stores["tracking_uri"],
