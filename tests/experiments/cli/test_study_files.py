@@ -12,6 +12,7 @@ from study_support import WORKLOAD, WORKLOAD_ARG, cli_env
 from flashtune.experiments.cli.main import main
 from flashtune.experiments.cli.study import load_study, study_names
 from flashtune.experiments.cli.tune import DEFAULT_STRATEGY
+from flashtune.experiments.study.measurers import RECORDED_SPACE
 from flashtune.objectives.hardware import load_spec
 
 GPUS = ("h200", "h100", "a100", "l40s", "rtx4090")
@@ -55,7 +56,15 @@ def test_h200_study_runs_here_on_replay(replay_dir, stores, tmp_path) -> None:
     assert parents[0].data.tags["workload"] == WORKLOAD.name
 
 
-@pytest.mark.parametrize("key", [k for k in GPUS if k != "h200"])
+def test_h100_study_replays_its_recorded_space_here(stores, capsys, monkeypatch) -> None:
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # no GPU here: the shipped H100 tables replay
+    assert main(["study", "h100", "--trials", "3", "--workload", "4,32,4096,128", "--no-progress",
+                 "--tracking-uri", stores["tracking_uri"], "--storage", stores["storage"]]) == 0
+    err = capsys.readouterr().err
+    assert "replaying recorded NVIDIA H100 80GB HBM3 tables" in err and "h100_sampled" in err
+
+
+@pytest.mark.parametrize("key", [k for k in GPUS if k not in RECORDED_SPACE])
 def test_other_gpus_say_where_they_run(key: str, stores, capsys, monkeypatch) -> None:
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # no GPU here: replay, and no tables for that GPU
     code = main(["study", key, "--tracking-uri", stores["tracking_uri"], "--storage", stores["storage"]])
