@@ -159,7 +159,7 @@ def run_sweep(args: argparse.Namespace) -> int:
     where = _parse_where(args.where)
     if args.like and args.limit:
         raise ValueError("--like chooses the configs itself: drop --limit")
-    plans = {w: _like_plan(args, w, hardware or _device_spec()) for w in workloads} if args.like else {}
+    plans = {w: _like_plan(args, w, where, hardware or _device_spec()) for w in workloads} if args.like else {}
     if plans:
         _print_plans(args.like, plans)
     _check_device(args.interpret, hardware)
@@ -188,7 +188,8 @@ def run_sweep(args: argparse.Namespace) -> int:
     return 0
 
 
-def _like_plan(args: argparse.Namespace, workload: Workload, hardware: HardwareSpec | None) -> SweepPlan:
+def _like_plan(args: argparse.Namespace, workload: Workload, where: dict[str, set[str]],
+               hardware: HardwareSpec | None) -> SweepPlan:
     """``workload``'s configs from the recorded space of the GPU ``--like`` names (the folders
     replay reads for it, merged), those ``--where`` excludes left out."""
     known = load_spec(args.like)
@@ -197,17 +198,17 @@ def _like_plan(args: argparse.Namespace, workload: Workload, hardware: HardwareS
     if not paths:
         raise ValueError(f"--like {args.like}: no recorded table of {workload.name} in "
                          f"{', '.join(map(str, folders))} (recorded there: {recorded_workloads(folders) or 'none'})")
-    where = _parse_where(args.where)
-    space = set(all_configs(tunables_for(workload)))
+    space = _select(where, None, tunables_for(workload))
+    selected = set(space)
     rows = []
     for path in paths:
         for m in load_table(path):
             config = validate_config(m.config)  # knobs added since the recording: their implied values
-            if config in space and all(str(config[k]) in vals for k, vals in where.items() if k in config):
+            if config in selected:
                 rows.append(dataclasses.replace(m, config=config))
     target = hardware or known  # without a GPU (a dry run) the known GPU's limits stand in
-    runnable = [c for c in space if all(str(c[k]) in vals for k, vals in where.items() if k in c)
-                and check(c, workload, target).feasible]
+    runnable = [c for c in space if check(c, workload, target).feasible]
+    # Sorted by text: the order the recorded H100 sweep was planned in (the sample depends on it).
     return plan_sweep(rows, top_share=args.top_share, sample=args.sample, space=sorted(runnable, key=str),
                       seed=args.seed)
 

@@ -10,7 +10,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from flashtune.experiments.evaluation.landscape import build_landscape, table_files
+from flashtune.experiments.evaluation.landscape import Landscape, build_landscape, table_files
 from flashtune.experiments.evaluation.replay_batch import job_count, run_all, select_strategies, write_report
 from flashtune.experiments.evaluation.transfer import (
     DEFAULT_PAIRS,
@@ -98,10 +98,12 @@ def run_transfer(args: argparse.Namespace) -> int:
                                                    target_spec(p, args.smaller_shared_bytes)) for p in pairs}
     # Every source as recorded (on the H200, or its own GPU): how far its best moves on the
     # target (``optimum_moves``); built here, so a bad --pair file fails now, named, not in a worker.
-    sources = {paths: build_landscape(list(paths), load_spec(p.source_gpu or "h200"))
-               for p in pairs for paths in [tuple(table_paths(tables, p, "source"))]}
-    moves = {p: optimum_moves(sources[tuple(table_paths(tables, p, "source"))], landscapes[p.landscape_key])
-             for p in pairs}
+    source_paths = {p: tuple(table_paths(tables, p, "source")) for p in pairs}
+    sources: dict[tuple[Path, ...], Landscape] = {}
+    for pair, paths in source_paths.items():
+        if paths not in sources:
+            sources[paths] = build_landscape(list(paths), load_spec(pair.source_gpu or "h200"))
+    moves = {p: optimum_moves(sources[source_paths[p]], landscapes[p.landscape_key]) for p in pairs}
     runs = [RunSpec(pair, name, seed, priors) for pair in pairs for name in strategies
             for seed in range(args.seeds) for priors in (False, True)]
     results = _execute(runs, args)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -100,5 +101,14 @@ def test_sweep_like_a_gpu_without_tables_is_one_line(tmp_path, monkeypatch, caps
 
 def test_like_plans_only_what_where_selects() -> None:
     args = argparse.Namespace(like="h200", where=["loads=tma,pointer"], top_share=0.05, sample=30, seed=0)
-    plan = sweep._like_plan(args, WORKLOAD, load_spec("h100"))
+    plan = sweep._like_plan(args, WORKLOAD, sweep._parse_where(args.where), load_spec("h100"))
     assert {c["loads"] for c in plan.configs} <= {"tma", "pointer"}
+
+
+def test_the_plan_is_the_one_the_recorded_h100_sweep_measured() -> None:
+    # experiments/data/h100_sampled was recorded with `sweep --suite --like h200 --where use_fp8=False`
+    # (defaults otherwise): the same command plans the same configs, so the recording can be redone.
+    args = argparse.Namespace(like="h200", where=["use_fp8=False"], top_share=0.05, sample=200, seed=0)
+    plan = sweep._like_plan(args, WORKLOAD, sweep._parse_where(args.where), load_spec("h100"))
+    recorded = load_table(Path(__file__).parents[3] / "experiments" / "data" / "h100_sampled" / f"{WORKLOAD.name}.jsonl")
+    assert set(plan.configs) == {validate_config(m.config) for m in recorded}
