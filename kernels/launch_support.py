@@ -34,8 +34,23 @@ def device_sm_count(device: torch.device) -> int:
     return sm_count(device.index if device.index is not None else torch.cuda.current_device())
 
 
+#: How a descriptor scratch buffer is made: left as it is (Triton writes every descriptor
+#: before a TMA reads it), or zeroed for the sanitizer (:func:`zero_descriptor_scratch`).
+_new_scratch = torch.empty
+
+
 def _descriptor_scratch(size: int, alignment: int, stream: int | None) -> torch.Tensor:
-    return torch.empty(size, dtype=torch.int8, device="cuda")
+    return _new_scratch(size, dtype=torch.int8, device="cuda")
+
+
+def zero_descriptor_scratch() -> None:
+    """Zero every descriptor scratch buffer from now on (the sanitize child only: a memset
+    per launch). Triton writes a device-side descriptor with ``tensormap.cp_fenceproxy``, a
+    copy compute-sanitizer's initcheck does not follow, so it reports every TMA's read of the
+    descriptor as uninitialized (4,864 errors on one config; none with the scratch zeroed,
+    H100, 2026-12-06: docs/sanitizer.md)."""
+    global _new_scratch
+    _new_scratch = torch.zeros
 
 
 def use_descriptor_scratch() -> None:

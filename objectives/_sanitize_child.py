@@ -5,7 +5,7 @@
 launched through ``flashtune.kernels.flash_attention`` and synchronized; exit 0 when all
 ran. Inputs are drawn on the host and copied over, so the only kernels the sanitizer sees
 are the config's own (and the few torch ops its launcher runs: fp8 scales, a workspace's
-zeroing). A failure is a traceback on stderr and exit code 3: the parent reads it as a crash.
+zeroing), with descriptor scratch zeroed (``zero_descriptor_scratch``). A failure is a traceback on stderr and exit code 3: the parent reads it as a crash.
 
 ``--probe`` prints the GPU's ``HardwareSpec`` as JSON (``null`` without one) and exits.
 
@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from flashtune.kernels import flash_attention
+from flashtune.kernels.launch_support import zero_descriptor_scratch
 from flashtune.objectives.hardware import HardwareSpec
 
 _DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
@@ -53,6 +54,7 @@ def main(argv: list[str]) -> int:
         print("usage: python -m flashtune.objectives._sanitize_child REQUEST_JSON | --probe", file=sys.stderr)
         return 2
     request = json.loads(argv[0])
+    zero_descriptor_scratch()  # what initcheck cannot see Triton write (launch_support)
     cuda = torch.cuda.is_available()
     device = torch.device("cuda" if cuda else "cpu")
     dtype = _DTYPES[request["dtype"]] if cuda else torch.float32  # the interpreter computes in float32

@@ -1,13 +1,15 @@
 """A config's kernel under compute-sanitizer's four tools, at small edge-case shapes.
 
 Each tool (memcheck, racecheck, synccheck, initcheck) runs in a child process of its own:
-``compute-sanitizer --tool T --error-exitcode 86 --print-limit 1 python -m
+``compute-sanitizer --tool T --error-exitcode 86 --print-limit 16 python -m
 flashtune.objectives._sanitize_child REQUEST``, where the child launches the config's kernel
 on the shapes :func:`edge_cases` describes (a ragged last tile, the causal diagonal with
 query and key lengths apart, grouped-query heads, per-sequence lengths and key starts where
 the kernel takes them, short decode queries). The report becomes a :class:`ToolResult`:
 clean, a finding (the first error line the tool printed), or a timeout or crash of the
-child, which is a finding of its own kind and never an exception into the caller.
+child, which is a finding of its own kind and never an exception into the caller. A report
+whose every error is a known blind spot of the tool (:data:`TOOL_BLIND_SPOTS`) is ``waived``:
+clean, with what was waived kept beside it.
 
 Pure Python: no torch, no triton (the child has them). The parent never touches CUDA.
 Keep shapes tiny: the sanitizer slows a kernel about 100x.
@@ -38,6 +40,12 @@ TOOLS: tuple[str, ...] = ("memcheck", "racecheck", "synccheck", "initcheck")
 #: The exit code the sanitizer is told to return when it found an error (``--error-exitcode``);
 #: any other non-zero code is the child's own failure.
 ERROR_EXITCODE = 86
+#: Errors a tool prints in full (``--print-limit``): a report is waived only when every error
+#: it counted was printed and each is a known blind spot.
+PRINT_LIMIT = 16
+#: Bumped when what a report means changes (a blind spot learned): older cached verdicts
+#: are then checked again instead of served.
+CLASSIFIER_VERSION = 2
 #: The child module the sanitizer runs.
 CHILD_MODULE = "flashtune.objectives._sanitize_child"
 #: Seconds one tool's run may take (compile included) before it is a ``timeout`` finding.
@@ -50,8 +58,8 @@ ENV_ARGS = "FLASHTUNE_SANITIZER_ARGS"
 #: Where CUDA installs usually put it, checked after PATH.
 CUDA_BINS = ("/usr/local/cuda/bin",)
 
-#: How a tool's run ended.
-CLEAN, FINDING, TIMEOUT, CRASHED = "clean", "finding", "timeout", "crashed"
+#: How a tool's run ended (``waived``: every error it reported is a blind spot of the tool).
+CLEAN, WAIVED, FINDING, TIMEOUT, CRASHED = "clean", "waived", "finding", "timeout", "crashed"
 
 _PREFIX = "========="
 _SUMMARY = re.compile(r"ERROR SUMMARY:\s*(\d+)\s+errors?")
@@ -68,10 +76,11 @@ class ToolResult:
 
     Attributes:
         tool: ``memcheck``, ``racecheck``, ``synccheck`` or ``initcheck``.
-        outcome: ``clean``, ``finding`` (the tool reported an error), ``timeout`` or
-            ``crashed`` (the child or the sanitizer failed on its own).
+        outcome: ``clean``, ``waived`` (clean but for a tool blind spot), ``finding`` (the
+            tool reported an error), ``timeout`` or ``crashed`` (the child or the sanitizer
+            failed on its own).
         finding: the first error the tool printed (with where, when it said), or why it
-            timed out or crashed; "" when clean.
+            timed out or crashed, or which blind spot was waived; "" when clean.
         errors: the count of the report's ``ERROR SUMMARY`` (0 when it printed none).
         seconds: wall time of the run, compile included.
     """
@@ -84,7 +93,7 @@ class ToolResult:
 
     @property
     def clean(self) -> bool:
-        return self.outcome == CLEAN
+        return self.outcome in (CLEAN, WAIVED)
 
     def to_dict(self) -> dict[str, Any]:
         return {"tool": self.tool, "outcome": self.outcome, "finding": self.finding, "errors": self.errors,
@@ -123,6 +132,11 @@ class Verdict:
         return "" if problem is None else unsafe_reason(problem)
 
     @property
+    def waived(self) -> str:
+        """``TOOL: what was waived`` for each tool whose report was a blind spot; "" if none."""
+        return "; ".join(f"{r.tool}: {r.finding}" for r in self.results if r.outcome == WAIVED)
+
+    @property
     def seconds(self) -> float:
         return sum(r.seconds for r in self.results)
 
@@ -153,22 +167,34 @@ def parse_unsafe_reason(error: str) -> tuple[str, str] | None:
 
 
 def parse_report(text: str) -> tuple[int | None, str]:
-    """The error count and the first finding of a compute-sanitizer report.
+    """The error count and the first finding of a compute-sanitizer report (see
+    :func:`report_findings`)."""
+    errors, findings = report_findings(text)
+    ranked = [f for f in findings if not f[0].startswith("Warning")] or findings
+    if not ranked:
+        return errors, ""
+    line, where = ranked[0][0], ranked[0][1]
+    finding = f"{line} {where}".strip() if where else line
+    return errors, finding[:_MAX_FINDING_CHARS]
+
+
+def report_findings(text: str) -> tuple[int | None, list[tuple[str, str, list[str]]]]:
+    """The error count and every finding a compute-sanitizer report printed.
 
     The report's lines start with ``=========``; the child's own output is mixed in and
-    ignored. A finding is the first report line after the ``COMPUTE-SANITIZER`` header that
-    is not indented (indented lines continue a finding: where, which thread, the address)
-    and is not the report's frame (summaries, backtrace notes); racecheck's ``Warning:``
-    hazards count only when no ``Error`` line is there. The first ``at ...`` continuation
-    line is appended (the kernel and source line).
+    ignored. A finding is a report line that is not indented (indented lines continue a
+    finding: where, which thread, the address, racecheck's other side) and is not the
+    report's frame (summaries, backtrace notes); racecheck's ``Warning:`` hazards rank
+    after its ``Error`` lines. Its first ``at ...`` continuation line is its ``where``.
 
     Returns:
-        (errors, finding): errors from ``ERROR SUMMARY: N errors`` (racecheck's summary when
-        that is all there is), None when the report has no summary; finding "" when none.
+        (errors, findings): errors from ``ERROR SUMMARY: N errors`` (racecheck's summary when
+        that is all there is), None when the report has no summary; each finding as
+        (line, where, continuation lines).
     """
     errors: int | None = None
-    findings: list[tuple[str, str]] = []  # (line, where)
-    last: list[str] | None = None
+    findings: list[tuple[str, str, list[str]]] = []
+    last: list | None = None
     for raw in text.splitlines():
         if not raw.startswith(_PREFIX):
             continue
@@ -185,17 +211,74 @@ def parse_report(text: str) -> tuple[int | None, str]:
             last = None
             continue
         if body.startswith(("  ", "\t")):  # a continuation of the finding above
-            if last is not None and not last[1] and content.startswith("at "):
-                last[1] = content
+            if last is not None:
+                last[2].append(content)
+                if not last[1] and content.startswith("at "):
+                    last[1] = content
             continue
-        last = [content, ""]
+        last = [content, "", []]
         findings.append(last)  # type: ignore[arg-type]
-    ranked = [f for f in findings if not f[0].startswith("Warning")] or findings
-    if not ranked:
-        return errors, ""
-    line, where = ranked[0]
-    finding = f"{line} {where}".strip() if where else line
-    return errors, finding[:_MAX_FINDING_CHARS]
+    return errors, [(line, where, more) for line, where, more in findings]
+
+
+# --- what a tool cannot see -----------------------------------------------------------------
+
+#: Where a race's read side is: ``Read access at KERNEL+0xOFFSET in FILE:LINE``.
+_RACE_READ = re.compile(r"Race reported between Read access at (\w+)\+0x([0-9a-f]+) in ([\w.]+):(\d+)")
+#: The kernel code before which warp-specialized partitions start: the worker warps' switch loop.
+_PROLOGUE_BYTES = 0x200
+
+
+def _is_kernel_definition(kernel: str, file: str, line: int) -> bool:
+    """Whether ``file:line`` (a kernels/ source) is the ``def`` line of ``kernel``: code the
+    compiler generated, with no source line of ours."""
+    path = Path(__file__).resolve().parent.parent / "kernels" / file
+    try:
+        text = path.read_text().splitlines()[line - 1]
+    except (OSError, IndexError):
+        return False
+    return text.lstrip().startswith(f"def {kernel}(")
+
+
+def warp_specialize_handoff(line: str, where: str) -> str | None:
+    """racecheck's report of Triton's warp-specialization state handoff, or None.
+
+    Triton 3.6 lowers ``warp_specialize`` (Gluon, ``tl.range(warp_specialize=True)``) to a
+    byte of shared memory per worker warp: the default warpgroup writes the next partition's
+    number, then all warps meet at CTA barrier 1; the worker warps, in a switch loop at the
+    kernel's start, pass barrier 1 and read it. Every write and read is separated by that
+    barrier (SASS on the H100, 2026-12-06: docs/sanitizer.md), yet racecheck reports the
+    worker's read at the kernel's prologue against the default warpgroup's writes, 4 errors
+    on every 4-warp warp-specialized config. The read side is what identifies it: in the
+    prologue, at the kernel's ``def`` line (compiler-generated code, no source line).
+    """
+    match = _RACE_READ.search(line)
+    if not match:
+        return None
+    kernel, offset, file, source_line = match[1], int(match[2], 16), match[3], int(match[4])
+    if offset >= _PROLOGUE_BYTES or not _is_kernel_definition(kernel, file, source_line):
+        return None
+    return f"racecheck cannot see Triton's warp-specialization barrier ({kernel}+0x{offset:x}, the worker warps' state read)"
+
+
+#: Per tool, the recognisers of reports that are the tool's blind spot, not a defect.
+TOOL_BLIND_SPOTS = {"racecheck": (warp_specialize_handoff,)}
+
+
+def blind_spot(tool: str, errors: int | None, findings: Sequence[tuple[str, str, list[str]]]) -> str | None:
+    """Why the whole report is a blind spot of ``tool`` (every counted error printed and
+    recognised), or None when any error is not."""
+    recognisers = TOOL_BLIND_SPOTS.get(tool, ())
+    errors_printed = [f for f in findings if not f[0].startswith("Warning")]
+    if not recognisers or not errors_printed or (errors or 0) > len(errors_printed):
+        return None
+    reasons = []
+    for line, where, _ in errors_printed:
+        why = next((r for r in (rec(line, where) for rec in recognisers) if r), None)
+        if why is None:
+            return None
+        reasons.append(why)
+    return f"waived {len(reasons)} error(s): {reasons[0]}"
 
 
 def interpret(tool: str, returncode: int, output: str, seconds: float) -> ToolResult:
@@ -203,6 +286,9 @@ def interpret(tool: str, returncode: int, output: str, seconds: float) -> ToolRe
     errors, finding = parse_report(output)
     ran = any(line.startswith(_PREFIX) and "COMPUTE-SANITIZER" in line for line in output.splitlines())
     if returncode == ERROR_EXITCODE or (returncode == 0 and errors):
+        waived = blind_spot(tool, errors, report_findings(output)[1])
+        if waived:
+            return ToolResult(tool, WAIVED, f"{waived}; first: {finding}"[:_MAX_FINDING_CHARS], errors or 0, seconds)
         return ToolResult(tool, FINDING, finding or f"{errors or 'some'} error(s) reported, none printed",
                           errors or 0, seconds)
     if returncode == 0 and ran:
@@ -312,8 +398,8 @@ def run_tool(tool: str, child_request: Mapping[str, Any] | None, *, sanitizer: s
     extra = shlex.split(os.environ.get(ENV_ARGS, ""))
     if target is None:
         target = [python, "-m", CHILD_MODULE, json.dumps(dict(child_request or {}), sort_keys=True)]
-    command = [sanitizer, "--tool", tool, "--error-exitcode", str(ERROR_EXITCODE), "--print-limit", "1", *extra,
-               *target]
+    command = [sanitizer, "--tool", tool, "--error-exitcode", str(ERROR_EXITCODE), "--print-limit", str(PRINT_LIMIT),
+               *extra, *target]
     start = time.monotonic()
     try:
         process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,

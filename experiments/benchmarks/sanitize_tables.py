@@ -146,14 +146,14 @@ def main(argv: list[str] | None = None) -> int:
         verdict: Verdict = checked(item["config"], head_dim=item["head_dim"], dtype=item["dtype"],
                                    gpu=this_gpu.fingerprint, cache=cache, tools=TOOLS, sanitizer=sanitizer,
                                    timeout_s=args.timeout_s)
-        row = {**item, "verdict": "safe" if verdict.safe else "unsafe", "reason": verdict.reason,
+        row = {**item, "verdict": "safe" if verdict.safe else "unsafe", "reason": verdict.reason or verdict.waived,
                "seconds": verdict.seconds, "cached": verdict.cached,
                "tools": [r.to_dict() for r in verdict.results]}
         with lock:  # a line a check as it ends: a call cut short keeps what was checked
             with findings.open("a") as handle:
                 handle.write(json.dumps(row, sort_keys=True) + "\n")
             print(f"{row['verdict']:>6} {verdict.seconds:6.1f} s {item['variant']:>10} d{item['head_dim']} "
-                  f"{item['why']}: {verdict.reason or 'clean'}", flush=True)
+                  f"{item['why']}: {verdict.reason or verdict.waived or 'clean'}", flush=True)
         return row
 
     with ThreadPoolExecutor(args.jobs) as pool:

@@ -27,10 +27,12 @@ from flashtune.kernels.source_hash import kernel_source_hash
 from flashtune.kernels.space import validate_config
 from flashtune.objectives.hardware import HardwareSpec
 from flashtune.objectives.sanitize import (
+    CLASSIFIER_VERSION,
     CLEAN,
     DEFAULT_TIMEOUT_S,
     FINDING,
     TOOLS,
+    WAIVED,
     Verdict,
     find_sanitizer,
     probe_gpu,
@@ -62,7 +64,7 @@ def verdict_key(config: Mapping[str, Any], *, head_dim: int, dtype: str, gpu: st
     """The cache key: a hash of everything a verdict depends on."""
     payload = {"kernel": kernel_hash or kernel_source_hash(), "triton": triton or triton_version(), "gpu": gpu,
                "config": validate_config(config).to_dict(), "head_dim": int(head_dim), "dtype": dtype,
-               "tools": sorted(tools)}
+               "tools": sorted(tools), "classifier": CLASSIFIER_VERSION}
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:32]
 
 
@@ -99,7 +101,7 @@ class SanitizedCache:
 
     def put(self, key: str, verdict: Verdict) -> bool:
         """Keep ``verdict`` under ``key`` unless a tool timed out or crashed; whether it was kept."""
-        if not verdict.results or any(r.outcome not in (CLEAN, FINDING) for r in verdict.results):
+        if not verdict.results or any(r.outcome not in (CLEAN, WAIVED, FINDING) for r in verdict.results):
             return False
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with exclusive_lock(self.path.with_name(self.path.name + ".lock")):

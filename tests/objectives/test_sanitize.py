@@ -114,6 +114,58 @@ def test_the_unsafe_reason_names_the_tool_and_reads_back() -> None:
     assert sz.unsafe_reason(timeout) == "compute-sanitizer initcheck: timeout: no end within 5 s"
 
 
+# racecheck on the H100 (2026-12-06, docs/gpu/sanitize_probe.py): the Gluon Hopper default's
+# whole report, every error's read side the worker warps' state read in the kernel's prologue.
+WARP_SPECIALIZED_RACECHECK = """\
+========= COMPUTE-SANITIZER
+========= Error: Race reported between Read access at gluon_attention_kernel+0x110 in _flash_fwd_gluon.py:{line}
+=========     and Write access at gluon_attention_kernel+0x8420 in _flash_fwd_gluon.py:{line} [59 hazards]
+=========     and Write access at gluon_attention_kernel+0xf3a0 in _flash_fwd_gluon.py:753 [64 hazards]
+=========
+========= Error: Race reported between Read access at gluon_attention_kernel+0x120 in _flash_fwd_gluon.py:{line}
+=========     and Write access at gluon_attention_kernel+0x7de0 in _flash_fwd_gluon.py:{line} [20 hazards]
+=========
+========= RACECHECK SUMMARY: 2 hazards displayed ({errors} errors, 0 warnings)
+"""
+
+
+def _kernel_def_line(file: str, kernel: str) -> int:
+    from pathlib import Path
+
+    import flashtune.kernels
+    lines = Path(flashtune.kernels.__file__).parent.joinpath(file).read_text().splitlines()
+    return next(n for n, text in enumerate(lines, 1) if text.startswith(f"def {kernel}("))
+
+
+def test_racecheck_on_the_warp_specialization_handoff_is_waived_and_kept() -> None:
+    line = _kernel_def_line("_flash_fwd_gluon.py", "gluon_attention_kernel")
+    result = sz.interpret("racecheck", sz.ERROR_EXITCODE, WARP_SPECIALIZED_RACECHECK.format(line=line, errors=2), 7.0)
+    assert result.outcome == sz.WAIVED and result.clean and result.errors == 2
+    assert "warp-specialization barrier" in result.finding and "+0x110" in result.finding
+    assert sz.ToolResult.from_dict(result.to_dict()) == result  # cached as it was seen
+
+
+@pytest.mark.parametrize("why", ["a source line", "more errors than printed", "one real race beside it"])
+def test_anything_else_in_a_racecheck_report_is_a_finding(why) -> None:
+    line = _kernel_def_line("_flash_fwd_gluon.py", "gluon_attention_kernel")
+    report = WARP_SPECIALIZED_RACECHECK.format(line=line, errors=2)
+    if why == "a source line":  # the read is code of ours, not the compiler's prologue
+        report = WARP_SPECIALIZED_RACECHECK.format(line=line + 1, errors=2)
+    elif why == "more errors than printed":
+        report = WARP_SPECIALIZED_RACECHECK.format(line=line, errors=3)
+    else:
+        report = report.replace("========= RACECHECK", "========= Error: Race reported between Write access at "
+                                "_attn_fwd+0x580 in _flash_fwd.py:142\n========= RACECHECK")
+    result = sz.interpret("racecheck", sz.ERROR_EXITCODE, report, 7.0)
+    assert result.outcome == sz.FINDING and not result.clean
+
+
+def test_other_tools_waive_nothing() -> None:
+    line = _kernel_def_line("_flash_fwd_gluon.py", "gluon_attention_kernel")
+    report = WARP_SPECIALIZED_RACECHECK.format(line=line, errors=2)
+    assert sz.interpret("synccheck", sz.ERROR_EXITCODE, report, 1.0).outcome == sz.FINDING
+
+
 def _variants() -> list[Config]:
     """One config per kernel variant (every ``loads`` value of prefill, and decode)."""
     loads = next(k for k in KERNEL_KNOBS["prefill"] if k.name == "loads").values
@@ -193,7 +245,7 @@ def test_a_finding_through_the_executable(tmp_path, monkeypatch) -> None:
     runs = sanitizer_fake.calls(folder)
     assert [r[r.index("--tool") + 1] for r in runs] == list(sz.TOOLS)  # one tool a run, every one run
     first = runs[0]
-    assert first[first.index("--error-exitcode") + 1] == "86" and first[first.index("--print-limit") + 1] == "1"
+    assert first[first.index("--error-exitcode") + 1] == "86" and first[first.index("--print-limit") + 1] == str(sz.PRINT_LIMIT)
     child = first[first.index("--print-limit") + 2:]
     assert child[:3] == [sys.executable, "-m", sz.CHILD_MODULE]
     assert json.loads(child[3])["config"] == SAFE_DEFAULT.to_dict()
