@@ -2,10 +2,8 @@
 # Live studies on this GPU, cold and warm-started from the H200's recorded tables, seed after seed,
 # each workload of the suite a study of its own (the default strategy):
 #   bash docs/gpu/live-transfer.sh          (carry .whl; SEEDS="0 1", TRIALS=30, LIVE_S cuts the whole)
-# The image lacks optuna, mlflow, deap and scikit-optimize: .whl carries them with their missing
-# dependencies (`pip download optuna mlflow deap scikit-optimize --only-binary=:all: --python-version 3.12
-# --platform manylinux2014_x86_64 -d .whl`, less what the image has; mlflow's UI bundle, mlflow/server/js,
-# stripped from its wheel to keep the tree under the device's 64 MiB).
+# The image lacks optuna, mlflow, deap and scikit-optimize: build .whl first (`bash docs/gpu/wheels.sh`, then
+# `python docs/gpu/wheels_check.py`).
 # Each workload runs the warm study first (its compiles warm Triton's cache for the cold one).
 # Back in $OUT: live.log, <arm>-s<seed>.log, optuna.db (studies warm-s<seed> / cold-s<seed>, per workload), mlflow.db
 # (one experiment for this GPU model: a parent run a study, a child run a trial).
