@@ -274,7 +274,7 @@ class BoundGluon:
     """``launch_gluon`` for one prepared call key (16-bit, not fp8) with the compiled kernels bound.
 
     The generic launch of a Gluon call cost 95-158 us of host time on the H200 (2026-12-04,
-    BENCHMARKS.md "Prefill, issue 20: the suite in one run"), about as long as D64 full's 167 us
+    BENCHMARKS.md "Prefill: the suite against SDPA"), about as long as D64 full's 167 us
     kernel: the variant, options and four descriptors' shared layouts worked out again, and Triton's jit
     dispatcher binding 30 arguments and keying each descriptor by its layout's text. Here what
     the key fixes (the grid, the lengths but the keys', the scale, the layouts) is built once;

@@ -114,7 +114,7 @@ def shared_memory_bytes(
         # output's TMA store) plus num_stages K and V buffers, plus 252-360 bytes of mbarriers
         # and alignment (512 counted). A persistent grid double-buffers Q (the next tile's
         # loads while this tile's output goes out through its buffer). fp8 (the same compiles,
-        # issue 20 part F): the same sum in 1-byte elements (V^T tiles as large as V's; the
+        # the fp8 kernel): the same sum in 1-byte elements (V^T tiles as large as V's; the
         # output goes out by pointer stores).
         q_buffers = 2 if plan.constexprs["PERSISTENT"] else 1
         return q_buffers * q_tile + stages * kv_tile + 512

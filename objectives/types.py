@@ -220,7 +220,7 @@ class Measurement:
 
 
 def _check_times(values: dict[str, Any]) -> None:
-    """Recorded numbers checked at the door (issue 23: a 0 or -5 ms median was stored as a
+    """Recorded numbers checked at the door (a 0 or -5 ms median was stored as a
     success and broke every later read; ``"fast"`` failed mid-study)."""
     for name in ("median_ms", "p20_ms", "p80_ms", "tflops", "compile_s", "rel_error"):
         value = values[name]

@@ -122,7 +122,7 @@ class CandidatePool:
         On a kernel the limits couple the knobs: at head dim 128 a 128x128 tile fits at most
         two stages, so from a best at 128x64 with five stages the next BLOCK_N is infeasible
         at every stage count within one step, and a one-step region never shows the larger
-        tile at all (issue 20's tuner target, D128 causal after D128 full: two seeds in ten
+        tile at all (the tuner target, D128 causal after D128 full: two seeds in ten
         spent 40 trials on 128x64 variants, 19 % from a 128x128 optimum). For each tunable and
         direction whose plain step is infeasible, this keeps the feasible configs that take
         the step with the fewest other value steps (and up to ``steps - 1`` more).
@@ -219,7 +219,7 @@ class CandidatePool:
           broken at random.
 
         Why apart: a choice seen only once, at an end of the other knobs, is confounded with
-        that end. One cover of both (before issue 21's round 2) showed each of this kernel's
+        that end. One cover of both (before the second round of search work) showed each of this kernel's
         ten load modes once, mostly at BLOCK_N 32, so both Gluon kernels were first measured
         at a tile a third slower than their best, and GP never went back to them. A strategy
         that starts from the middle of every range never measures one stage or the largest
@@ -228,7 +228,7 @@ class CandidatePool:
 
         A config in ``seen`` with an ordered tunable of three or more values at an end (one
         stage, the largest tile) does not count as showing its unordered choices, for the same
-        reason: issue 20, D256 in a run, the earlier studies' best configs that fit were a Gluon
+        reason: D256 in a run, the earlier studies' best configs that fit were a Gluon
         tile at one stage (0.61 of the optimum, that tile at two stages); counted as showing the
         Gluon loads, they kept them out of the cover, and one seed in ten ended at 0.725 where
         cold runs reached the optimum in two trials.

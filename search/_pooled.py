@@ -44,7 +44,7 @@ from flashtune.search.strategy import Strategy, check_int_option, cost_ms
 #: At most this many of the priors' best configs per source are measured first, whatever
 #: ``prior_trials`` asks: sources take turns in the ranking, so six trials from six sources are
 #: each one's winner, while six from a single source are its near-ties, which a model placed
-#: after the first three measures better (issue 21: the portfolio's six took gemm 3090 -> 2080 Ti
+#: after the first three measures better (the portfolio's six took gemm 3090 -> 2080 Ti
 #: from 23 evaluations to 2 % with three to more than 50, median of 5 seeds).
 PRIOR_TRIALS_PER_SOURCE = 3
 
@@ -55,8 +55,8 @@ STARTUP_DESIGNS = ("latin", "spread", "random")
 #: Share of the admitted configs that did not fit the priors' sources (``PriorBook.did_not_fit``)
 #: at or above which the priors are blind to part of this space and the cover is planned as a
 #: cold start plans it (``_plan_start``). A twentieth: a config or two at the edge of a
-#: source's shared memory does not count, a source with other resource limits does (issue 21:
-#: D256's table did not fit 32 of the 72 configs D64 admits, the 128x128 tiles with 2-3
+#: source's shared memory does not count, a source with other resource limits does
+#: (D256's table did not fit 32 of the 72 configs D64 admits, the 128x128 tiles with 2-3
 #: stages among them, and D64 full's optimum is one).
 PRIORS_BLIND_SHARE = 0.05
 
@@ -105,7 +105,7 @@ class PooledStrategy(Strategy):
         self._guided_turn = False  # after the start, every other ask may follow the priors
         # Guided asks not yet told, and guided asks told in a row without a new best: a
         # source whose ranking agrees with this GPU overall can still put this GPU's best
-        # far down its list (a twin table whose objective differs: issue 21), and following
+        # far down its list (a twin table whose objective differs), and following
         # it every other ask then spends half the budget on its near-ties.
         self._guided: set[Config] = set()
         self._guided_misses = 0
@@ -205,7 +205,7 @@ class PooledStrategy(Strategy):
         Latin design of the open configs, ``restart_size`` in all.
 
         A model that stalled next to its best has judged some of the best's own steps bad on
-        the evidence of other configs (issue 20, D128 full cold, seed 2: a 128x128 tile timed
+        the evidence of other configs (D128 full cold, seed 2: a 128x128 tile timed
         once with TMA loads at 0.38 kept GP off the Gluon 128x128 tiles, 2 % from the optimum,
         for 22 trials while it measured 128x64 variants): a stall measures them, as a pattern
         search polls its centre, before the design looks elsewhere.
@@ -225,7 +225,7 @@ class PooledStrategy(Strategy):
         cost = self.penalized_ms(measurement)
         if not (cost > 0 and math.isfinite(cost)):
             # A time no GPU gives (0 or negative ms, checked at every door already): scored as a
-            # failure, never a log of it (issue 23: "math domain error" ended every resume).
+            # failure, never a log of it ("math domain error" ended every resume).
             cost = self.penalized_ms(dataclasses.replace(measurement, status=Status.CRASHED, median_ms=math.inf))
         return math.log(cost)
 
@@ -258,12 +258,12 @@ class PooledStrategy(Strategy):
             # Every config the priors tried that this space admits counts as seen: its source
             # already showed how its choices run (or that they fail), and the guide's order
             # carries that verdict
-            # (issue 20, tuner target in a run: the cover spent 7 of 40 trials on load modes
+            # (tuner target in a run: the cover spent 7 of 40 trials on load modes
             # the earlier studies had timed and ruled out; 20 seeds, 132 -> 136 of 140 runs
             # within 2 %; held out on the development set, 20 seeds, hit rate 0.67 -> 0.74).
             # Not so when a good share of what this space admits did not fit the priors'
             # sources: their ranking says nothing there, their best are the best of the rest,
-            # and the cover is planned as a cold start plans it (issue 21: lean D256 -> D64
+            # and the cover is planned as a cold start plans it (lean D256 -> D64
             # full, priors' best 3.7 % off, cold 4.5 evaluations to 2 %, 13.5 with priors:
             # counted as seen, they took 128x128 and 3 stages out of the cover, and D64's
             # optimum is both).
@@ -311,7 +311,7 @@ class PooledStrategy(Strategy):
 
         ``widen_after``: one step wider for every this many trials without a new best (0:
         only restarts widen it). A region of 10-25 configs that stopped paying is otherwise
-        measured out config by config before a restart widens it (issue 21: GP spent 12 of
+        measured out config by config before a restart widens it (GP spent 12 of
         its 42 model asks walking a one-step region of 21 on point-in-polygon).
         """
         if steps > 0:

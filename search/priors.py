@@ -145,7 +145,7 @@ class PriorGuide:
     guide follows the source whose own ranking agrees best with the times here (the
     leader), not the sources' merged turns: the merged order gives every source a turn at
     each depth, so the source that orders this space right gets one ask in as many as
-    there are sources, and its fourth-best config (issue 21: held-out D64 causal B8, whose
+    there are sources, and its fourth-best config (held-out D64 causal B8, whose
     optimum is the D64 full table's fourth and the merged order's sixteenth) comes after
     a dozen configs of sources that do not. The leader is judged again at every ask; the
     guide is trusted while the leader agrees (a single source: exactly as before).

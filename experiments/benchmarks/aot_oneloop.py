@@ -1,6 +1,6 @@
 """The one-loop kernel (``loads="lean_ws_oneloop"``) compiled for sm90 on a machine without
 the GPU (``objectives/aot.py``): registers, spills, shared memory, warps and how many
-programs (and query rows) an SM holds, per tile; BENCHMARKS.md "Prefill, issue 20 part B".
+programs (and query rows) an SM holds, per tile; docs/lab/ (the one-loop kernel).
 
 Why the programs an SM: the warp-specialized loop takes the whole register file (12 warps
 of 168 registers), one program an SM, which is what made its 64-row tiles slow

@@ -1,6 +1,6 @@
 """Decode on the GPU: sweep the decode kernel's space per shape, then the best against SDPA.
 
-For each row of issue 13's table (bf16, q_len 1, K/V un-expanded) and two extra rows
+For each row of the decode table (bf16, q_len 1, K/V un-expanded) and two extra rows
 (per-sequence cache lengths; q_len 4 causal, as speculative decoding asks):
 
 1. sweep a compact part of the decode space (loads x BLOCK_N x num_warps x num_stages,
@@ -47,7 +47,7 @@ from flashtune.objectives.feasibility import check
 from flashtune.objectives.hardware import HardwareSpec
 from flashtune.objectives.types import Measurement, Status, Workload
 
-#: Issue 13's table: (batch, q_heads, kv_heads, kv_len, head_dim), bf16, q_len 1.
+#: The decode table: (batch, q_heads, kv_heads, kv_len, head_dim), bf16, q_len 1.
 ISSUE_ROWS: tuple[tuple[int, int, int, int, int], ...] = (
     (1, 32, 8, 4096, 128),
     (1, 32, 8, 32768, 128),
@@ -353,7 +353,7 @@ class _Bench:
                                              cache_seqlens=seqlens, workspace=workspace),
             "op_default": lambda: launch_decode(q, k, v, out, causal=w.causal, scale=scale, config=default,
                                                 cache_seqlens=seqlens, workspace=workspace),
-            # The checked op: validation, the lengths' host check, allocation (issue 13's item 4).
+            # The checked op: validation, the lengths' host check, allocation.
             "op_api": lambda: flash_attention(q, k, v, causal=w.causal, config=best, cache_seqlens=seqlens),
         }
         if int(best["num_splits"]) > 1:

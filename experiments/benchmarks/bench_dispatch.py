@@ -13,7 +13,7 @@ For a decode shape and a prefill shape, measures host time per call, in microsec
 - ``torch_op``: ``torch.ops.flashtune.flash_attention`` (the torch.library op);
 - ``alloc_out``: ``torch.empty`` of the output alone (what every call must pay);
 
-and reports ``runtime_op - bare_launch`` (issue 13's target: at most 5 µs). Shapes are
+and reports ``runtime_op - bare_launch`` (the target: at most 5 µs). Shapes are
 small so the GPU stays ahead of the host; variants are interleaved and the median of
 ``--repeats`` rounds is reported. Usage::
 

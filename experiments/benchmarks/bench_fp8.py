@@ -9,7 +9,7 @@ of a case come from the same minutes of the card. Configs come from the recorded
 (best_configs), plus any given with ``--also`` (the fp8 form of each is timed: the
 recorded tables predate ``loads="lean_ws_oneloop"``). Each fp8 variant's error against
 the float32 reference is checked against its accuracy gate (``FP8_TOLERANCE``) and the
-table marks the fastest one inside it against the 1.0 PFLOP/s target of issue 20.
+table marks the fastest one inside it against the 1.0 PFLOP/s fp8 target.
 ``--gluon-fp8-forms multiply,exp2,permuted`` times each fp8 Gluon config in each P form
 (kernels/gluon.py ``FP8_P_FORMS``: the first form, the stretch folded into exp2, and FA3's
 in-thread permute on V^T in FA3's key order), named ``fp8_kernel#i/FORM``, side by side.
@@ -39,7 +39,7 @@ from flashtune.objectives.bench import FP8_TOLERANCE, make_inputs
 from flashtune.objectives.precompile import CompilePool, compile_form
 from flashtune.objectives.types import Workload
 
-#: issue 20's fp8 target, TFLOP/s kernel-only within the accuracy gate.
+#: The fp8 target, TFLOP/s kernel-only within the accuracy gate.
 TARGET_TFLOPS = 1000.0
 
 #: Heads of batch 0 checked against the float32 reference (equal query and key heads here).

@@ -1,5 +1,5 @@
 """End to end: greedy generation of a random-init Llama (GQA) with the tuned op as its
-attention against the same model on SDPA (issue 13, item 5).
+attention against the same model on SDPA.
 
 For each batch x prompt length of the grid, both implementations generate
 ``--new-tokens`` tokens greedily (``model.generate``, transformers' default dynamic KV

@@ -1,4 +1,4 @@
-"""Host cost of one static-cache decode step's eager mask build (issue 19): what
+"""Host cost of one static-cache decode step's eager mask build: what
 ``generate(cache_implementation="static")`` runs before each compiled step, outside it.
 
 Three builds of the same step (batch b, a cache of ``--capacity`` slots, ``--filled`` of them

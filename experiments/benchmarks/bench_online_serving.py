@@ -1,4 +1,4 @@
-"""The online re-tuner inside a generate loop (issue 19, item 4): what re-tuning while
+"""The online re-tuner inside a generate loop: what re-tuning while
 serving costs in tokens/s, whether a token is lost, and how soon a rollback takes effect.
 
 A random-init Llama generates greedily with the op as its attention (transformers'

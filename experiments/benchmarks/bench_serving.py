@@ -1,4 +1,4 @@
-"""The serving table (issue 19): a random-init Llama generating the ways models are served,
+"""The serving table: a random-init Llama generating the ways models are served,
 SDPA against the tuned op as its attention, in one run.
 
 Modes:

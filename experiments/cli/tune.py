@@ -178,8 +178,8 @@ def run_tune(args: argparse.Namespace) -> int:
     results = []
     previous = signal.signal(signal.SIGTERM, raise_interrupted)
     try:
-        # What this run's finished studies measured on the GPU: priors of the next (issue 20,
-        # replayed H200 suite, 10 seeds: 59-61 of 70 studies within 2 % of the optimum in 40
+        # What this run's finished studies measured on the GPU: priors of the next
+        # (replayed H200 suite, 10 seeds: 59-61 of 70 studies within 2 % of the optimum in 40
         # trials told them, 46 of 70 cold). A resumed run re-reads the same trials.
         earlier: list[Measurement] = []
         for study in studies:

@@ -261,7 +261,7 @@ def relative_curves(landscape: Landscape, results: Sequence[RunResult], length: 
 
 
 def aggregate(landscapes: Sequence[Landscape], results: Sequence[RunResult], strategies: Sequence[str]) -> dict[str, Any]:
-    """The JSON report of one comparison (one priors mode): the schema of issue 3, plus per-workload detail.
+    """The JSON report of one comparison (one priors mode): the comparison schema, plus per-workload detail.
 
     A strategy's ``score`` is the mean of its per-workload scores (``time_score`` likewise,
     over the workloads with recorded times); its ``evals_to_*`` spread pools the runs of

@@ -53,7 +53,7 @@ TOLERANCES = {"evals_to_2pct": 0.02, "evals_to_5pct": 0.05}
 #: The issue's targets: priors need at most this fraction of cold start's evaluations on
 #: most pairs, and no pair may need more than cold start times ``WORST_RATIO``.
 TARGET_RATIO, WORST_RATIO = 1 / 3, 1.2
-#: Issue 21: "where the optimum moves little (the source's best within 5 % of the target's
+#: "where the optimum moves little (the source's best within 5 % of the target's
 #: optimum, on the target), warm start <= TARGET_RATIO of cold's evaluations". A pair is one
 #: such when the source's best config, measured on the target, is at most this times the
 #: target's optimum.

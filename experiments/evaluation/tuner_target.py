@@ -1,4 +1,4 @@
-"""Issue 20's tuner target on the CPU, by replay: does ``flashtune tune`` with the default
+"""The tuner target on the CPU, by replay: does ``flashtune tune`` with the default
 strategy reach within 2 % of each workload's best of the recorded space in <= 40 trials?
 
 Each run is what a ``flashtune tune --objective replay`` study does (the default strategy
@@ -43,7 +43,7 @@ from flashtune.objectives.hardware import HardwareSpec, load_spec
 from flashtune.objectives.types import SUITE, Measurement, Workload
 from flashtune.search import History, SearchSpace, make_strategy, run
 
-#: The recorded space of issue 20, the one ``flashtune tune`` replays on the H200 by default.
+#: The recorded space of the tuner target, the one ``flashtune tune`` replays on the H200 by default.
 DEFAULT_TABLES = tuple(DATA_DIR / name for name in RECORDED_SPACE["h200"])
 BUDGET = 40
 TOLERANCE = 0.02

@@ -1,7 +1,7 @@
 """A journal file that survives a cut, and a lock that a killed worker never leaves behind.
 
 Optuna's ``JournalFileBackend`` appends one JSON record per line. Two things lost studies
-with it (issue 23):
+with it:
 
 * A cut (a full disk, ``kill -9`` in the middle of a write, a truncated copy) leaves a
   partial last line; the next append glued its record to it, and from then on every read

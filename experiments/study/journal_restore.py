@@ -1,4 +1,4 @@
-"""Put back the trials a cut journal lost, from the study's MLflow children (issue 23).
+"""Put back the trials a cut journal lost, from the study's MLflow children.
 
 A cut journal (a full disk, a truncated copy) keeps every whole record before the cut
 (``journal.cut_partial_tail``), but the records past it are gone: trials measured to the

@@ -2,7 +2,7 @@
 
 SQLite storage takes one writer per study (docs/reference.md); three ``tune`` processes
 started by hand on one study each saw no RUNNING trial of another, and together measured
-198 trials for a budget of 100 (issue 23). The lock is ``flock`` on a file beside the
+198 trials for a budget of 100. The lock is ``flock`` on a file beside the
 database, one per study (``<db>.<study key>.lock``): the kernel releases it when its
 holder exits or is killed, so a lock of a dead process is reclaimed by the next start,
 and a live holder's is never broken. The file records the holder (pid, host, command) for

@@ -2,8 +2,8 @@
 
 A study ends KILLED on SIGTERM (its handler raises ``StudyInterrupted`` wherever the main
 thread is) or Ctrl-C. Raised in the middle of a write, that exception leaves half a
-record: a trial whose measurement is stored but whose state is still RUNNING (issue 16:
-3 of 15 signals landing as a measurement was stored), or an MLflow session unusable for
+record: a trial whose measurement is stored but whose state is still RUNNING
+(3 of 15 signals landing as a measurement was stored), or an MLflow session unusable for
 closing the parent run. Such writes run inside :func:`signals_deferred`, and the signal
 is taken right after them.
 """

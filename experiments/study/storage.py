@@ -163,7 +163,7 @@ def check_sqlite_file(url: str) -> None:
     """Refuse a damaged SQLite study file in one line, leaving it as it is.
 
     A truncated copy (or a disk that lost pages) read as "malformed" on open, or as a
-    misleading ``StorageInternalError`` at the first commit (issue 23).
+    misleading ``StorageInternalError`` at the first commit.
 
     Raises:
         DamagedDatabase: the file exists and SQLite's ``quick_check`` fails, naming the repair.

@@ -4,7 +4,7 @@ MLflow creates its schema by running its alembic migrations (about fifty) in pla
 user's file, and SQLite's migrations are not one transaction: alembic rebuilds tables
 through ``_alembic_tmp_*`` copies. A process killed in that second (about 1 s at a study's
 start) left a file that every later run refused (``table _alembic_tmp_experiments already
-exists``, ``out-of-date database schema``), ``mlflow db upgrade`` included (issue 16).
+exists``, ``out-of-date database schema``), ``mlflow db upgrade`` included.
 
 So the schema is built in a temporary file beside the database, and the finished file is
 linked into place in one step (``os.link``: atomic, and it never replaces a database that
@@ -62,7 +62,7 @@ def prepare_sqlite_db(path: Path) -> str | None:
         runs = _count_runs(path)
         if runs is None:
             # Damaged (a truncated copy, a full disk): what it held cannot be counted, so it
-            # is never taken for an empty one (issue 23: 101 runs were moved aside as none).
+            # is never taken for an empty one (101 runs were moved aside as none).
             raise BrokenDatabase(_damaged_advice(path, problem))
         if runs:
             raise BrokenDatabase(_repair_advice(path, problem, runs))

@@ -1,8 +1,8 @@
 """The hardware feature library: baseline configs per architecture, from public knowledge.
 
-Used in two places: as priors for a study that has no data for a GPU yet (issue 5), and
+Used in two places: as priors for a study that has no data for a GPU yet, and
 as the runtime's last fallback when the store has nothing for the GPU it runs on
-(issue 7). Every row says where it comes from; none was measured by flashtune except
+. Every row says where it comes from; none was measured by flashtune except
 the sm90 rows marked "measured here", which come from the H200 sweep in docs/reference.md
 and the recorded tables in experiments/data (the Gluon kernel's rows: h200_gluon).
 

@@ -29,7 +29,7 @@ _HEX = {"type": "string", "pattern": "^[0-9a-f]{8,64}$"}
 _TEXT = {"type": "string", "maxLength": 256}
 _POSITIVE_INT = {"type": "integer", "minimum": 1, "maximum": 2**31}
 _TIME = {"type": ["number", "null"], "minimum": 0}
-#: A served time: 0 ms would stay the best forever (issue 23: a 0 in a table became one).
+#: A served time: 0 ms would stay the best forever (a 0 in a table became one).
 _MEDIAN = {"type": ["number", "null"], "exclusiveMinimum": 0}
 
 BUCKET_SCHEMA: dict[str, Any] = {

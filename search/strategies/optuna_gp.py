@@ -84,8 +84,8 @@ class OptunaGP(OptunaStrategy):
         **OptunaStrategy.options_defaults,
         # Choices (load modes, grids, tile orders) as categories, numbers as ordinals: the
         # listed order of ``loads`` is arbitrary, and as integers the GP read pointer -> tma ->
-        # ... -> gluon_pingpong_ordered as a scale with one length scale along it (issue 20,
-        # tuner target, D128 causal B4: seed 9 never asked the lone optimum, 1 config of 786
+        # ... -> gluon_pingpong_ordered as a scale with one length scale along it
+        # (tuner target, D128 causal B4: seed 9 never asked the lone optimum, 1 config of 786
         # within 2 %; cold, 10 seeds: 69 -> 70 of 70 runs within 2 % in 40, mean trials to it
         # 12.0 -> 11.0). A space whose tunables are all numbers (every Kernel Tuner space of the
         # development set) gets exactly the ordinal encoding, the same runs as before.
@@ -95,7 +95,7 @@ class OptunaGP(OptunaStrategy):
         "trust_steps": 1,
         "trust_best": 3,
         "trust_least": 0,
-        # A step wider per 5 trials without a new best (issue 21, development set, 20 seeds,
+        # A step wider per 5 trials without a new best (development set, 20 seeds,
         # budget 50: hit rate within 2 % 0.59 -> 0.67, both halves up; 3 steps: 0.57 on the
         # tune half against 5's 0.70). The one-step region around the best three holds 10-30
         # configs on those spaces, and GP measured it out one by one before a restart.
@@ -107,7 +107,7 @@ class OptunaGP(OptunaStrategy):
         "trust_widen_from": 2000,
         # Repaired steps (2026-12-05, replay, cold): development set, 20 seeds, budget 50, hit rate
         # within 2 % 0.67 -> 0.70 (gemm 2080 Ti 0.35 -> 0.60, the rest equal or one seed off);
-        # issue 20's tuner target, 10 seeds, median trials to 2 % down on four of seven
+        # the tuner target, 10 seeds, median trials to 2 % down on four of seven
         # workloads (GQA 30 -> 17.5, 16k causal 20 -> 15.5, D128 causal 26.5 -> 20.5), runs
         # within 2 % 46 -> 44 of 70 (D128 full's lone single-reading optimum 2 -> 0). On the
         # re-timed optimum (h200_retimed): cold 50 -> 50, in a run 60 -> 64 of 70.

@@ -14,7 +14,7 @@ have to know in advance which landscape it is on:
 - after that, by default (``policy="fallback"``) the first member asks every turn, and
   the others ask only when it fails (its ask raises: a model it cannot fit, a library
   error) or has nothing left to ask: on the recorded spaces of other kernels no way of
-  sharing turns measured was better than GP alone within 50 evaluations (issue 21: with
+  sharing turns measured was better than GP alone within 50 evaluations (with
   the lead on its own seed, the shared turns of ``"lead"`` cost a seed in ten on
   convolution and gained none; the bandit's cost more), so the default is GP, seed for
   seed, with the others as its safety net;
@@ -87,8 +87,8 @@ class Portfolio(Strategy):
             raise ValueError(f"{self.name}: option floor must be in [0, 1], got {floor!r}")
         self.rng = np.random.default_rng(seed)
         # The first member runs on the portfolio's own seed, so that until another member
-        # takes a turn the portfolio asks exactly what that member alone would (issue 21:
-        # with a drawn seed the GP-led default and GP alone were two different samples of
+        # takes a turn the portfolio asks exactly what that member alone would
+        # (with a drawn seed the GP-led default and GP alone were two different samples of
         # GP, and ten seeds a file could not tell the policy's effect from the draw); the
         # others get seeds drawn from the portfolio's: one seed drives everything.
         seeds = [seed, *(int(self.rng.integers(2**31 - 1)) for _ in names[1:])]
@@ -182,7 +182,7 @@ class Portfolio(Strategy):
     def _lead_or_handoff(self, open_members: list[int]) -> int:
         """The lead, unless the study stalled: then each other open member once, in order.
 
-        Why a lead and not a bandit: on recorded spaces of other kernels (issue 21) GP
+        Why a lead and not a bandit: on recorded spaces of other kernels GP
         alone reached 2 % of the optimum in 50 evaluations more often than the bandit's
         GP + TPE (0.63 vs 0.53): every turn given to the weaker member is one the
         stronger one's model would have spent better, and a bandit on a few dozen asks
