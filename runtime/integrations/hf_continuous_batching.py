@@ -1,0 +1,232 @@
+"""The op inside transformers' continuous batching (``generate_batch``, ``ContinuousBatchingManager``).
+
+Continuous batching packs every scheduled request's new tokens end to end, one (1, heads,
+tokens, head_dim) query with no padding between requests, and hands the attention the keys
+the paged cache gathered for them (``cache.update``: each request's cached and new keys,
+packed the same way), with cumulative lengths ``cu_seq_lens_q`` / ``cu_seq_lens_k`` and the
+longest ``max_length_q`` / ``max_length_k``: FlashAttention's varlen layout. Prefill, chunked
+prefill and decode share a step; causal attention is aligned bottom-right per request.
+
+transformers routes a model to that layout only when its attention implementation's name
+contains "flash", and then loads that name's FlashAttention functions before the first step
+(``lazy_import_flash_attention``): from the flash-attn package for ``flash_attention_2/3``,
+from the hub for ``org/repo`` names, and for any other name it fails. :func:`register` names
+ours :data:`NAME` and hands transformers our functions for it in place of that load, so
+nothing is downloaded and nothing of flash-attn is needed. The name has no "2" or "3" after
+"flash": transformers then keeps its block-table decode path (``flash_attn_with_kvcache``)
+off, and every step reaches :func:`attention_forward` with packed keys.
+
+What the kernel cannot express (sliding windows, soft-capping, attention sinks, dropout,
+returned weights, an unsupported dtype or head dim) runs PyTorch's SDPA request by request,
+which is exact if slower; each reason is one log line at its first call. The decision reads
+only shapes, dtypes and kwargs, never tensor values, so it is the same in a captured step.
+
+transformers is imported only inside :func:`register`.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from flashtune.kernels.attention import SUPPORTED_DTYPES, SUPPORTED_HEAD_DIMS
+from flashtune.kernels.dtypes import interpreting
+from flashtune.kernels.varlen import flash_attention_varlen
+
+#: The implementation name: "flash" for transformers' continuous batching to route packed
+#: batches to it, no version digit after it (see the module's docstring).
+NAME = "flashtune_varlen"
+
+_LOG = logging.getLogger("flashtune.attention")
+_LOGGED: set[str] = set()
+
+
+def _fallback_reason(query: torch.Tensor, key: torch.Tensor, *, dropout: float, softcap: Any, window: Any,
+                     sinks: Any, weights: bool) -> str | None:
+    """Why these inputs go to SDPA instead of the kernel, or None."""
+    if weights:
+        return "attention weights requested (output_attentions)"
+    if dropout:
+        return f"dropout {dropout}"
+    if softcap:
+        return f"logit soft-capping {softcap}"
+    if sinks is not None:
+        return "attention sinks"
+    if window not in (None, -1, (-1, -1)):
+        return f"sliding window {window}"
+    if query.dtype not in SUPPORTED_DTYPES and not interpreting(query):
+        return f"dtype {query.dtype}"
+    if query.shape[-1] not in SUPPORTED_HEAD_DIMS or key.shape[-1] != query.shape[-1]:
+        return f"head dim {query.shape[-1]} (query) / {key.shape[-1]} (key)"
+    return None
+
+
+def _log_once(reason: str) -> None:
+    if reason not in _LOGGED:
+        _LOGGED.add(reason)
+        _LOG.info("flashtune continuous batching: %s: this attention runs PyTorch's SDPA", reason)
+
+
+def packed_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
+                cu_seqlens_k: torch.Tensor, *, scale: float | None, causal: bool, window: int | None = None,
+                softcap: float | None = None, sinks: torch.Tensor | None = None) -> torch.Tensor:
+    """Packed attention request by request, the fallback: q (total_q, q_heads, D), k and v
+    (total_k, kv_heads, D); rows past the last request (a step's padding) are zeros.
+
+    ``window``: a query sees only the ``window`` keys up to its own position (transformers'
+    sliding window), positions aligned bottom-right as the causal mask is. ``softcap`` and
+    ``sinks`` (one logit a head that takes its share of the softmax and gives no value) are
+    computed as transformers' eager attention does; without them, SDPA computes."""
+    out = torch.zeros_like(q)
+    starts_q, starts_k = cu_seqlens_q.tolist(), cu_seqlens_k.tolist()
+    group = q.shape[1] // k.shape[1]
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    for (q0, q1), (k0, k1) in zip(zip(starts_q, starts_q[1:]), zip(starts_k, starts_k[1:])):
+        if q1 == q0 or k1 == k0:
+            continue
+        offset = k1 - k0 - (q1 - q0)  # bottom-right: query i of n sees keys j <= i + (keys - n)
+        distance = (offset + torch.arange(q1 - q0, device=q.device)[:, None]
+                    - torch.arange(k1 - k0, device=q.device)[None, :])
+        mask = torch.ones_like(distance, dtype=torch.bool)
+        if causal:
+            mask &= distance >= 0
+        if window:
+            mask &= distance < window
+        rows_q = q[q0:q1].transpose(0, 1)
+        rows_k, rows_v = (x[k0:k1].transpose(0, 1).repeat_interleave(group, 0) for x in (k, v))
+        if softcap is None and sinks is None:
+            rows = F.scaled_dot_product_attention(rows_q, rows_k, rows_v, attn_mask=mask, scale=scale)
+        else:
+            scores = (rows_q.float() @ rows_k.float().transpose(1, 2)) * scale
+            if softcap:
+                scores = torch.tanh(scores / softcap) * softcap
+            scores = scores.masked_fill(~mask, float("-inf"))
+            if sinks is not None:
+                scores = torch.cat([scores, sinks.float().reshape(-1, 1, 1).expand(-1, q1 - q0, 1)], dim=-1)
+            weights = torch.softmax(scores, dim=-1)[..., : k1 - k0]
+            rows = (weights @ rows_v.float()).to(q.dtype)
+        out[q0:q1] = rows.transpose(0, 1)
+    return out
+
+
+def varlen_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
+                     cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int, dropout_p: float = 0.0,
+                     softmax_scale: float | None = None, causal: bool = True, window_size: Any = (-1, -1),
+                     softcap: float = 0.0, s_aux: Any = None, **_: Any) -> torch.Tensor:
+    """FlashAttention's ``flash_attn_varlen_func`` on our kernel: q (total_q, q_heads, D), k
+    and v (total_k, kv_heads, D), int32 cumulative lengths; returns (total_q, q_heads, D).
+    transformers' own wrappers call it by this signature (its FlashAttention path)."""
+    reason = _fallback_reason(q, k, dropout=dropout_p, softcap=softcap, window=window_size, sinks=s_aux, weights=False)
+    if reason is not None:
+        _log_once(reason)
+        if dropout_p:
+            raise ValueError(f"flashtune's varlen attention is for inference: it cannot compute {reason}")
+        left = window_size[0] if isinstance(window_size, (tuple, list)) else window_size
+        return packed_sdpa(q, k, v, cu_seqlens_q, cu_seqlens_k, scale=softmax_scale, causal=causal,
+                           window=left + 1 if left is not None and left >= 0 else None, softcap=softcap or None,
+                           sinks=s_aux)
+    # Rows past the last request (a step padded for a captured graph) are left as they are,
+    # as FlashAttention leaves them: transformers reads logits of real rows only.
+    return flash_attention_varlen(q, k, v, cu_seqlens_q.to(torch.int32), cu_seqlens_k.to(torch.int32),
+                                  int(max_seqlen_q), int(max_seqlen_k), causal=causal, scale=softmax_scale)
+
+
+def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                      attention_mask: torch.Tensor | None, scaling: float | None = None, dropout: float = 0.0,
+                      **kwargs: Any) -> tuple[torch.Tensor, None]:
+    """transformers' attention function for :data:`NAME`: a continuous batch's packed step.
+
+    query (1, q_heads, total_q, D), key and value (1, kv_heads, total_k, D) as the paged cache
+    gathered them; ``cu_seq_lens_q``, ``cu_seq_lens_k``, ``max_length_q``, ``max_length_k`` in
+    ``kwargs``. Returns ((1, total_q, q_heads, D), None).
+
+    Raises:
+        ValueError: called without the packed lengths (a plain ``generate``: use
+            ``hf_attention.register()``'s name there) or with a block table.
+    """
+    if kwargs.get("cu_seq_lens_q") is None or kwargs.get("cu_seq_lens_k") is None:
+        raise ValueError(f"attention {NAME!r} serves continuous batching (generate_batch), whose steps carry "
+                         "cu_seq_lens_q/cu_seq_lens_k; for generate() use flashtune.runtime.hf_attention.register()")
+    if kwargs.get("block_table") is not None:
+        raise ValueError(f"attention {NAME!r} got a block table: transformers' decode fast path is meant to be off "
+                         "for this name (max_blocks_per_request=0)")
+    if query.shape[0] != 1:
+        raise ValueError(f"a continuous batch is one packed row; got a query of batch {query.shape[0]}")
+    window = getattr(module, "sliding_window", None) or kwargs.get("sliding_window")
+    reason = _fallback_reason(query, key, dropout=dropout if module.training else 0.0, softcap=kwargs.get("softcap"),
+                              window=window, sinks=kwargs.get("s_aux", kwargs.get("sinks")),
+                              weights=bool(kwargs.get("output_attentions")))
+    q, k, v = (x[0].transpose(0, 1) for x in (query, key, value))  # (tokens, heads, D): views, no copy
+    causal = bool(kwargs.get("is_causal", getattr(module, "is_causal", True)))
+    cu_q, cu_k = kwargs["cu_seq_lens_q"], kwargs["cu_seq_lens_k"]
+    if reason is not None:
+        if (dropout and module.training) or kwargs.get("output_attentions"):
+            raise ValueError(f"attention {NAME!r} serves inference: it cannot compute {reason}")
+        _log_once(reason)
+        out = packed_sdpa(q, k, v, cu_q, cu_k, scale=scaling, causal=causal, window=window,
+                          softcap=kwargs.get("softcap") or None, sinks=kwargs.get("s_aux", kwargs.get("sinks")))
+    else:
+        out = varlen_attention(q.contiguous(), k.contiguous(), v.contiguous(), cu_q, cu_k, kwargs["max_length_q"],
+                               kwargs["max_length_k"], softmax_scale=scaling, causal=causal)
+    return out.unsqueeze(0), None
+
+
+#: The names transformers' FlashAttention loader is told to serve with our functions.
+_OUR_NAMES: set[str] = set()
+
+
+def _serve_flash_loads(fa_utils: Any, name: str) -> None:
+    """Make transformers' FlashAttention loader (``_lazy_imports``, which
+    ``lazy_import_flash_attention`` calls for a name it has not loaded last) answer ``name``
+    and ``paged|name`` with our varlen function and no block-table function, and every other
+    name as before. transformers asks for the plain name at ``set_attn_implementation`` and,
+    where its continuous batching prefixes ``paged|`` (5.17), for the prefixed one at each step;
+    its cache holds one name, so the answer must come from the loader, not a preset cache."""
+    _OUR_NAMES.update((name, f"paged|{name}"))
+    if getattr(fa_utils._lazy_imports, "_flashtune", False):
+        return
+    load = fa_utils._lazy_imports
+
+    def lazy_imports(implementation: str | None, *args: Any, **kwargs: Any) -> tuple:
+        if implementation in _OUR_NAMES:
+            return None, varlen_attention, None, fa_utils._pad_input, fa_utils._unpad_input
+        return load(implementation, *args, **kwargs)
+
+    lazy_imports._flashtune = True
+    fa_utils._lazy_imports = lazy_imports
+    fa_utils._loaded_implementation = None  # a name loaded before is loaded again, through us
+
+
+def register(name: str = NAME) -> str:
+    """Register :func:`attention_forward` for transformers' continuous batching as ``name``.
+
+    Makes transformers' FlashAttention loader answer ``name`` with our :func:`varlen_attention`
+    (and no block-table function), so ``model.set_attn_implementation(name)`` needs no
+    flash-attn and no download; registers ``paged|name`` too, where the installed transformers still
+    routes continuous batching through its paged wrapper (which calls the varlen function).
+
+    Returns:
+        ``name``, for ``model.set_attn_implementation(name)`` before ``generate_batch``.
+    """
+    if "flash" not in name or any(d in name.split("flash", 1)[1] for d in "23"):
+        raise ValueError(f"continuous-batching name {name!r} must contain 'flash' with no 2 or 3 after it "
+                         f"(transformers' routing and its decode fast path; default {NAME!r})")
+    try:
+        from transformers import AttentionInterface
+        from transformers import modeling_flash_attention_utils as fa_utils
+        from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS
+    except ImportError as exc:
+        raise ImportError(f"continuous batching needs transformers >= 5.0, an extra: pip install 'flashtune[hf]' "
+                          f"({exc})") from exc
+    AttentionInterface.register(name, attention_forward)
+    ALL_MASK_ATTENTION_FUNCTIONS.register(name, ALL_MASK_ATTENTION_FUNCTIONS["flash_attention_2"])
+    try:
+        from transformers.integrations.flash_paged import paged_attention_forward
+        AttentionInterface.register(f"paged|{name}", paged_attention_forward)
+    except ImportError:  # a transformers without the paged wrapper calls attention_forward itself
+        pass
+    _serve_flash_loads(fa_utils, name)
+    return name
