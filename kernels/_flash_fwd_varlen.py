@@ -38,6 +38,13 @@ def sequence_rows(CuSeqlens, off_z, total):
     return start, end - start
 
 
+@triton.jit
+def row_of_head(base, row, stride_row, head, stride_head):
+    """Where head ``head`` of packed row ``row`` starts: in 64-bit, because rows x heads x
+    head_dim of a long packed batch passes 2**31 elements."""
+    return base + row.to(tl.int64) * stride_row + head.to(tl.int64) * stride_head
+
+
 # The totals and the longest length change at every step of a continuous batch: compiled
 # as plain integers, a step never builds a binary of its own for a total that happens to be
 # 1 or a multiple of 16 (they only bound the clamps and the tile count, no address math).
@@ -67,10 +74,10 @@ def varlen_forward_kernel(
 
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_DIM)
-    q_base = Q + q_start.to(tl.int64) * stride_qm + off_h.to(tl.int64) * stride_qh
-    k_base = K + k_start.to(tl.int64) * stride_km + off_kv_h.to(tl.int64) * stride_kh
-    v_base = V + k_start.to(tl.int64) * stride_vm + off_kv_h.to(tl.int64) * stride_vh
-    o_base = Out + q_start.to(tl.int64) * stride_om + off_h.to(tl.int64) * stride_oh
+    q_base = row_of_head(Q, q_start, stride_qm, off_h, stride_qh)
+    k_base = row_of_head(K, k_start, stride_km, off_kv_h, stride_kh)
+    v_base = row_of_head(V, k_start, stride_vm, off_kv_h, stride_vh)
+    o_base = row_of_head(Out, q_start, stride_om, off_h, stride_oh)
 
     row_ok = offs_m[:, None] < q_len
     q = tl.load(q_base + offs_m[:, None] * stride_qm + offs_d[None, :], mask=row_ok, other=0.0)
