@@ -45,10 +45,11 @@ def row_of_head(base, row, stride_row, head, stride_head):
     return base + row.to(tl.int64) * stride_row + head.to(tl.int64) * stride_head
 
 
-# The totals and the longest length change at every step of a continuous batch: compiled
-# as plain integers, a step never builds a binary of its own for a total that happens to be
-# 1 or a multiple of 16 (they only bound the clamps and the tile count, no address math).
-@triton.jit(do_not_specialize=["total_q", "total_k", "max_seqlen_q"])
+# The sequence count, the totals and the longest length change at every step of a continuous
+# batch: compiled as plain integers, a step never builds a binary of its own for a value that
+# happens to be 1 or a multiple of 16 (they only bound the clamps and the tile count, no
+# address math).
+@triton.jit(do_not_specialize=["batch", "total_q", "total_k", "max_seqlen_q"])
 def varlen_forward_kernel(
     Q, K, V, Out, CuSeqlensQ, CuSeqlensK,
     stride_qm, stride_qh, stride_km, stride_kh, stride_vm, stride_vh, stride_om, stride_oh,

@@ -8,6 +8,7 @@ would need them padded to one length, which is the work and the memory this op s
 from __future__ import annotations
 
 from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any
 
 import torch
@@ -23,12 +24,12 @@ from flashtune.kernels.space import SAFE_DEFAULT, SUPPORTED_HEAD_DIMS, TUNABLES
 #: The knobs the varlen kernel tunes, with the prefill kernel's values: its tile is the
 #: prefill kernel's pointer-load tile. (A space of its own, where the best tile for short
 #: packed sequences differs, comes with its store bucket.)
-VARLEN_TUNABLES: Mapping[str, tuple[Value, ...]] = {name: TUNABLES[name]
-                                                     for name in ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages")}
+VARLEN_TUNABLES: Mapping[str, tuple[Value, ...]] = MappingProxyType(
+    {name: TUNABLES[name] for name in ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages")})
 #: The prefill knobs a config may also carry, at the one value this kernel implements, so
 #: that a prefill config of pointer loads (``SAFE_DEFAULT``, a tuned one) runs here unchanged.
-VARLEN_FIXED: Mapping[str, Value] = {"loads": "pointer", "use_fp8": False, "grid": "tiles",
-                                     "tile_order": "head_major", "kernel": "prefill"}
+VARLEN_FIXED: Mapping[str, Value] = MappingProxyType({"loads": "pointer", "use_fp8": False, "grid": "tiles",
+                                                      "tile_order": "head_major", "kernel": "prefill"})
 #: The prefill kernel's safe default tile: it compiles and fits every GPU flashtune knows.
 VARLEN_DEFAULT = Config({name: SAFE_DEFAULT[name] for name in VARLEN_TUNABLES})
 
