@@ -25,7 +25,7 @@ else:
     )
 
     __all__ = ["Config", "DECODE_MAX_Q_LEN", "DECODE_TUNABLES", "SAFE_DEFAULT", "TUNABLES", "all_configs",
-               "flash_attention", "tunables_for", "validate_config"]
+               "flash_attention", "flash_attention_varlen", "tunables_for", "validate_config"]
 
     def __getattr__(name: str):
         if name == "flash_attention":
@@ -33,4 +33,9 @@ else:
             from flashtune.kernels.attention import flash_attention
 
             return flash_attention
+        if name == "flash_attention_varlen":
+            # Lazy, as flash_attention: it imports torch and Triton.
+            from flashtune.kernels.varlen import flash_attention_varlen
+
+            return flash_attention_varlen
         raise AttributeError(f"module 'flashtune.kernels' has no attribute {name!r}")

@@ -1,0 +1,106 @@
+"""FlashAttention forward over packed variable-length sequences (FlashAttention's varlen layout).
+
+Continuous batching packs prompts end to end without padding: Q is (total_q, q_heads,
+head_dim), K and V are (total_k, kv_heads, head_dim), and sequence b owns rows
+[CuSeqlensQ[b], CuSeqlensQ[b + 1]) of Q and [CuSeqlensK[b], CuSeqlensK[b + 1]) of K/V.
+
+A tile is one BLOCK_M block of one sequence's queries for one query head. The launcher
+cannot size the grid per sequence without reading the lengths on the host, so it launches
+cdiv(max_seqlen_q, BLOCK_M) query blocks for every (sequence, head) and a program whose
+block starts past its sequence's length returns at once. The grid is one-dimensional
+(tiles in head-major order, as the dense kernel's default): a 2-D grid's second axis stops
+at 65,535, which batch x heads of a serving step can pass.
+
+Once a program knows its sequence's rows, the tile is the dense kernel's: the same key
+ranges (an unmasked loop over key blocks every row sees, then a masked one over the
+diagonal band and the ragged tail), the same online softmax in fp32 (base 2) and the same
+normalization, with causal aligned bottom-right per sequence (query i sees key j when
+j <= i + k_len - q_len) and rows that see no key writing zeros. Only pointer loads: tensor
+descriptors would have to be made per sequence, and this kernel must run on any GPU and in
+the interpreter.
+
+The cumulative lengths are clamped to [0, total] (each end to at least its start) before
+use, so values the launcher could not check (inside a CUDA graph's capture) never read or
+write outside the buffers.
+"""
+
+import triton
+import triton.language as tl
+
+from flashtune.kernels._flash_fwd import _attend_tiles, key_ranges, normalize, tile_coords
+
+
+@triton.jit
+def sequence_rows(CuSeqlens, off_z, total):
+    """(first row, rows) of sequence ``off_z`` in a packed tensor of ``total`` rows."""
+    start = tl.minimum(tl.maximum(tl.load(CuSeqlens + off_z), 0), total)
+    end = tl.minimum(tl.maximum(tl.load(CuSeqlens + off_z + 1), start), total)
+    return start, end - start
+
+
+@triton.jit
+def row_of_head(base, row, stride_row, head, stride_head):
+    """Where head ``head`` of packed row ``row`` starts: in 64-bit, because rows x heads x
+    head_dim of a long packed batch passes 2**31 elements."""
+    return base + row.to(tl.int64) * stride_row + head.to(tl.int64) * stride_head
+
+
+# The sequence count, the totals and the longest length change at every step of a continuous
+# batch: compiled as plain integers, a step never builds a binary of its own for a value that
+# happens to be 1 or a multiple of 16 (they only bound the clamps and the tile count, no
+# address math).
+@triton.jit(do_not_specialize=["batch", "total_q", "total_k", "max_seqlen_q"])
+def varlen_forward_kernel(
+    Q, K, V, Out, CuSeqlensQ, CuSeqlensK,
+    stride_qm, stride_qh, stride_km, stride_kh, stride_vm, stride_vh, stride_om, stride_oh,
+    batch, q_heads, kv_group, total_q, total_k, max_seqlen_q, qk_scale,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    IS_CAUSAL: tl.constexpr,
+):
+    num_m_blocks = tl.cdiv(max_seqlen_q, BLOCK_M)
+    pid_m, pid_zh = tile_coords(tl.program_id(0), num_m_blocks, batch * q_heads, IS_CAUSAL, False)
+    off_z = pid_zh // q_heads
+    off_h = pid_zh % q_heads
+    off_kv_h = off_h // kv_group  # grouped-query: kv_group query heads share one K/V head
+
+    q_start, q_len = sequence_rows(CuSeqlensQ, off_z, total_q)
+    start_m = pid_m * BLOCK_M
+    if start_m >= q_len:
+        # A block past this sequence's queries (the grid is sized for the longest one), or
+        # an empty sequence: nothing to write.
+        return
+    k_start, kv_len = sequence_rows(CuSeqlensK, off_z, total_k)
+
+    offs_m = start_m + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, HEAD_DIM)
+    q_base = row_of_head(Q, q_start, stride_qm, off_h, stride_qh)
+    k_base = row_of_head(K, k_start, stride_km, off_kv_h, stride_kh)
+    v_base = row_of_head(V, k_start, stride_vm, off_kv_h, stride_vh)
+    o_base = row_of_head(Out, q_start, stride_om, off_h, stride_oh)
+
+    row_ok = offs_m[:, None] < q_len
+    q = tl.load(q_base + offs_m[:, None] * stride_qm + offs_d[None, :], mask=row_ok, other=0.0)
+
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+    causal_offset, unmasked_end, masked_end = key_ranges(start_m, q_len, kv_len, BLOCK_M, BLOCK_N, IS_CAUSAL)
+
+    # The key loops take V's column stride 1 (the launcher checks head_dim is contiguous)
+    # and the bases as descriptors, which pointer loads (USE_TMA off) never read.
+    acc, l_i, m_i = _attend_tiles(
+        acc, l_i, m_i, q, k_base, v_base, stride_km, stride_vm, 1, k_base, v_base,
+        offs_m, offs_d, 0, unmasked_end, kv_len, causal_offset, qk_scale,
+        BLOCK_N, False, IS_CAUSAL, False, False, False,
+    )
+    acc, l_i, m_i = _attend_tiles(
+        acc, l_i, m_i, q, k_base, v_base, stride_km, stride_vm, 1, k_base, v_base,
+        offs_m, offs_d, unmasked_end, masked_end, kv_len, causal_offset, qk_scale,
+        BLOCK_N, True, IS_CAUSAL, False, False, False,
+    )
+
+    # A sequence with no keys (or rows before its first visible key) kept l = 0: zeros.
+    out = normalize(acc, l_i, Out, False)
+    tl.store(o_base + offs_m[:, None] * stride_om + offs_d[None, :], out.to(Out.dtype.element_ty), mask=row_ok)

@@ -1,0 +1,223 @@
+"""The packed variable-length prefill op (FlashAttention's ``flash_attn_varlen_func`` layout):
+validate the packed inputs and their cumulative lengths, launch kernels/_flash_fwd_varlen.py.
+
+Continuous batching packs the prompts of a step end to end, without padding; the dense op
+would need them padded to one length, which is the work and the memory this op saves.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any
+
+import torch
+import triton
+
+from flashtune.kernels._flash_fwd_varlen import varlen_forward_kernel
+from flashtune.kernels.attention import SUPPORTED_DTYPES, resolve_scale
+from flashtune.kernels.config import Config, Value
+from flashtune.kernels.dtypes import interpreting
+from flashtune.kernels.launch_support import LOG2_E
+from flashtune.kernels.space import SAFE_DEFAULT, SUPPORTED_HEAD_DIMS, TUNABLES
+
+#: The knobs the varlen kernel tunes, with the prefill kernel's values: its tile is the
+#: prefill kernel's pointer-load tile. (A space of its own, where the best tile for short
+#: packed sequences differs, comes with its store bucket.)
+VARLEN_TUNABLES: Mapping[str, tuple[Value, ...]] = MappingProxyType(
+    {name: TUNABLES[name] for name in ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages")})
+#: The prefill knobs a config may also carry, at the one value this kernel implements, so
+#: that a prefill config of pointer loads (``SAFE_DEFAULT``, a tuned one) runs here unchanged.
+VARLEN_FIXED: Mapping[str, Value] = MappingProxyType({"loads": "pointer", "use_fp8": False, "grid": "tiles",
+                                                      "tile_order": "head_major", "kernel": "prefill"})
+#: The prefill kernel's safe default tile: it compiles and fits every GPU flashtune knows.
+VARLEN_DEFAULT = Config({name: SAFE_DEFAULT[name] for name in VARLEN_TUNABLES})
+
+
+def validate_varlen_config(config: Mapping[str, Value]) -> Config:
+    """``config``'s tile as a :class:`Config` of ``VARLEN_TUNABLES``, or raise naming the knob.
+
+    Raises:
+        ValueError: a knob is unknown, missing, not among its values, or (one of the
+            prefill kernel's other knobs) at a value this kernel does not implement.
+    """
+    for name, value in config.items():
+        if name in VARLEN_FIXED and value != VARLEN_FIXED[name]:
+            raise ValueError(f"config: {name}={value!r} is not implemented by the varlen kernel "
+                             f"(it runs {name}={VARLEN_FIXED[name]!r})")
+        if name not in VARLEN_FIXED and name not in VARLEN_TUNABLES:
+            raise ValueError(f"config: unknown key {name!r} for the varlen kernel; it tunes {list(VARLEN_TUNABLES)}")
+    missing = [name for name in VARLEN_TUNABLES if name not in config]
+    if missing:
+        raise ValueError(f"config: missing key(s) {missing} for the varlen kernel")
+    for name, allowed in VARLEN_TUNABLES.items():
+        if type(config[name]) is not type(allowed[0]) or config[name] not in allowed:
+            raise ValueError(f"config: {name}={config[name]!r} is not one of {list(allowed)}")
+    return Config({name: config[name] for name in VARLEN_TUNABLES})
+
+
+def _check_packed(name: str, t: Any, layout: str) -> None:
+    """Raise naming ``name`` unless it is a packed ``layout`` tensor the kernel reads."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.dim() != 3:
+        raise ValueError(f"{name} must have rank 3 {layout}, got shape {tuple(t.shape)}")
+    if t.dtype not in SUPPORTED_DTYPES:
+        raise TypeError(f"{name}.dtype must be float16, bfloat16 or float32, got {t.dtype}")
+    if t.stride(-1) != 1:
+        raise ValueError(f"{name} must be contiguous in its last dim (head_dim), got strides {t.stride()}")
+
+
+def check_varlen_inputs(q: Any, k: Any, v: Any) -> None:
+    """Raise TypeError/ValueError naming the argument when packed q, k, v cannot be attended."""
+    _check_packed("q", q, "(total_q, q_heads, head_dim)")
+    _check_packed("k", k, "(total_k, kv_heads, head_dim)")
+    _check_packed("v", v, "(total_k, kv_heads, head_dim)")
+    if not (q.dtype == k.dtype == v.dtype):
+        raise TypeError(f"q, k, v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    if not (q.device == k.device == v.device):
+        raise ValueError(f"q, k, v must be on one device, got {q.device}, {k.device}, {v.device}")
+    if k.shape != v.shape:
+        raise ValueError(f"k and v must have the same shape, got {tuple(k.shape)} and {tuple(v.shape)}")
+    head_dim = q.shape[2]
+    if k.shape[2] != head_dim:
+        raise ValueError(f"k head_dim {k.shape[2]} differs from q head_dim {head_dim}")
+    if head_dim not in SUPPORTED_HEAD_DIMS:
+        raise ValueError(f"head_dim must be one of {list(SUPPORTED_HEAD_DIMS)}, got {head_dim}")
+    q_heads, kv_heads = q.shape[1], k.shape[1]
+    if q_heads == 0 or kv_heads == 0 or q_heads % kv_heads:
+        raise ValueError(f"q heads ({q_heads}) must be a positive multiple of k/v heads ({kv_heads})")
+    if q.device.type == "cpu" and not interpreting():
+        raise ValueError("q is on the CPU: move it to a CUDA device, or set TRITON_INTERPRET=1 to run the interpreter")
+
+
+def _capturing(device: torch.device) -> bool:
+    return device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+
+
+def check_cu_seqlens(name: str, cu_seqlens: Any, rows: int, rows_name: str,
+                     device: torch.device) -> torch.Tensor | None:
+    """Raise ValueError naming ``name`` unless it is an int32 1-D tensor on ``device`` of
+    cumulative lengths: starting at 0, never decreasing, ending at ``rows`` (the packed
+    tensor's rows). Returns the per-sequence lengths, or None inside CUDA-graph capture.
+
+    The values are read on the host (one synchronization). Inside capture a host read is
+    illegal, so they go unchecked there; the kernel clamps them to the buffers, so a bad
+    value gives wrong attention, never an out-of-bounds access.
+    """
+    if not isinstance(cu_seqlens, torch.Tensor):
+        raise ValueError(f"{name} must be a torch.Tensor of int32, got {type(cu_seqlens).__name__}")
+    if cu_seqlens.dtype != torch.int32:
+        raise ValueError(f"{name}.dtype must be torch.int32, got {cu_seqlens.dtype}")
+    if cu_seqlens.dim() != 1 or cu_seqlens.numel() == 0:
+        raise ValueError(f"{name} must be 1-D with batch + 1 entries, got shape {tuple(cu_seqlens.shape)}")
+    if cu_seqlens.device != device:
+        raise ValueError(f"{name} must be on q's device {device}, got {cu_seqlens.device}")
+    if _capturing(device):
+        return None
+    values = cu_seqlens.cpu()
+    if int(values[0]) != 0:
+        raise ValueError(f"{name}[0] must be 0, got {int(values[0])}")
+    lengths = values[1:] - values[:-1]
+    falls = torch.nonzero(lengths < 0)
+    if falls.numel():
+        b = int(falls[0, 0])
+        raise ValueError(f"{name} must not decrease, got {name}[{b}] = {int(values[b])} > "
+                         f"{name}[{b + 1}] = {int(values[b + 1])}")
+    if int(values[-1]) != rows:
+        raise ValueError(f"{name}[-1] = {int(values[-1])} must equal {rows_name} = {rows} (the packed rows)")
+    return lengths
+
+
+def check_max_seqlen(name: str, max_seqlen: Any, lengths: torch.Tensor | None, what: str) -> None:
+    """Raise ValueError naming ``name`` unless it is an int >= 0 and at least every
+    sequence's length (the grid is sized by it: a shorter one would leave rows unwritten)."""
+    if not isinstance(max_seqlen, int) or isinstance(max_seqlen, bool) or max_seqlen < 0:
+        raise ValueError(f"{name} must be an int >= 0, got {max_seqlen!r}")
+    if lengths is not None and lengths.numel():
+        longest = int(lengths.max())
+        if max_seqlen < longest:
+            b = int(torch.argmax(lengths))
+            raise ValueError(f"{name} = {max_seqlen} is shorter than sequence {b}'s {longest} {what}")
+
+
+def flash_attention_varlen(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    cu_seqlens_q: torch.Tensor,
+    cu_seqlens_k: torch.Tensor,
+    max_seqlen_q: int,
+    max_seqlen_k: int,
+    *,
+    causal: bool = False,
+    scale: float | None = None,
+    config: Mapping[str, Value] | None = None,
+) -> torch.Tensor:
+    """Scaled dot-product attention, forward, over packed sequences of different lengths.
+
+    Args:
+        q: (total_q, q_heads, head_dim), float16/bfloat16 (float32 for the interpreter):
+            every sequence's queries end to end.
+        k: (total_k, kv_heads, head_dim); q_heads must be a multiple of kv_heads.
+        v: same shape as k.
+        cu_seqlens_q: int32 (batch + 1,) on q's device: sequence b's queries are rows
+            [cu_seqlens_q[b], cu_seqlens_q[b + 1]) of q; starts at 0, ends at total_q.
+        cu_seqlens_k: the same for k and v (ends at total_k); a sequence may have more keys
+            than queries (chunked prefill: the keys of its cached prefix come first).
+        max_seqlen_q: at least the longest sequence's queries (sizes the grid).
+        max_seqlen_k: at least the longest sequence's keys (FlashAttention's signature;
+            checked, not needed by this kernel).
+        causal: query i of a sequence with q_len queries and k_len keys sees keys
+            j <= i + k_len - q_len (aligned bottom-right); a row that sees no key (or a
+            sequence with no keys) gives zeros.
+        scale: softmax scale; 1/sqrt(head_dim) when None.
+        config: the kernel's tile (``VARLEN_TUNABLES``: BLOCK_M, BLOCK_N, num_warps,
+            num_stages; a prefill config of pointer loads is accepted too). None: the
+            prefill kernel's safe default tile.
+
+    Returns:
+        (total_q, q_heads, head_dim) in q's dtype.
+
+    Raises:
+        TypeError, ValueError: bad inputs or config, naming the argument. The cumulative
+            lengths are checked on the host (one synchronization), except while a CUDA
+            graph is captured (the kernel then clamps them to the buffers).
+    """
+    check_varlen_inputs(q, k, v)
+    lengths_q = check_cu_seqlens("cu_seqlens_q", cu_seqlens_q, q.shape[0], "total_q (q.shape[0])", q.device)
+    lengths_k = check_cu_seqlens("cu_seqlens_k", cu_seqlens_k, k.shape[0], "total_k (k.shape[0])", q.device)
+    if cu_seqlens_q.numel() != cu_seqlens_k.numel():
+        raise ValueError(f"cu_seqlens_q and cu_seqlens_k must have one entry per sequence plus one, "
+                         f"got {cu_seqlens_q.numel()} and {cu_seqlens_k.numel()} entries")
+    check_max_seqlen("max_seqlen_q", max_seqlen_q, lengths_q, "queries")
+    check_max_seqlen("max_seqlen_k", max_seqlen_k, lengths_k, "keys")
+    if not isinstance(causal, bool):
+        raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
+    scale_value = resolve_scale(scale, q.shape[2])
+    cfg = VARLEN_DEFAULT if config is None else validate_varlen_config(config)
+
+    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    batch = cu_seqlens_q.numel() - 1
+    if batch == 0 or max_seqlen_q == 0 or q.shape[0] == 0:
+        return out  # no query rows: nothing to launch
+    launch_varlen(q, k, v, out, cu_seqlens_q.contiguous(), cu_seqlens_k.contiguous(), max_seqlen_q,
+                  causal=causal, scale=scale_value, config=cfg)
+    return out
+
+
+def launch_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, cu_seqlens_q: torch.Tensor,
+                  cu_seqlens_k: torch.Tensor, max_seqlen_q: int, *, causal: bool, scale: float,
+                  config: Config) -> Any:
+    """Launch the varlen kernel into ``out`` with validated inputs and config: one program
+    per query tile of ``max_seqlen_q`` for every (sequence, query head)."""
+    batch = cu_seqlens_q.numel() - 1
+    q_heads, head_dim = q.shape[1], q.shape[2]
+    grid = (triton.cdiv(max_seqlen_q, int(config["BLOCK_M"])) * batch * q_heads,)
+    return varlen_forward_kernel[grid](
+        q, k, v, out, cu_seqlens_q, cu_seqlens_k,
+        q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), out.stride(0), out.stride(1),
+        batch, q_heads, q_heads // k.shape[1], q.shape[0], k.shape[0], max_seqlen_q, scale * LOG2_E,
+        HEAD_DIM=head_dim, BLOCK_M=config["BLOCK_M"], BLOCK_N=config["BLOCK_N"], IS_CAUSAL=causal,
+        num_warps=config["num_warps"], num_stages=config["num_stages"],
+    )

@@ -1,0 +1,237 @@
+"""Packed variable-length prefill (``flash_attention_varlen``) against a float32 reference
+computed on each sequence alone with torch SDPA, and its bad inputs.
+
+Lengths mix 0, 1, a ragged tile and more than one tile; causal is aligned bottom-right per
+sequence (chunked prefill: fewer queries than keys). CPU interpreter, float32 (one float16
+case); the GPU's bf16 is not covered here.
+"""
+
+import itertools
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from flashtune.kernels import SAFE_DEFAULT, Config, flash_attention, flash_attention_varlen
+
+pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="CPU interpreter suite; tests/gpu covers the GPU")
+
+TOL = {torch.float16: 5e-3, torch.float32: 1e-5}
+SMALL = Config(BLOCK_M=32, BLOCK_N=32, num_warps=4, num_stages=2)
+LENGTHS = [0, 1, 5, 17, 33]
+
+
+def _cumulative(lengths):
+    return torch.tensor([0, *itertools.accumulate(lengths)], dtype=torch.int32)
+
+
+def _packed(q_lens, k_lens, hq=4, hkv=2, d=32, dtype=torch.float32, seed=0):
+    """Packed q, k, v of these per-sequence lengths and their cumulative lengths."""
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(sum(q_lens), hq, d, generator=g).to(dtype)
+    k = torch.randn(sum(k_lens), hkv, d, generator=g).to(dtype)
+    v = torch.randn(sum(k_lens), hkv, d, generator=g).to(dtype)
+    return q, k, v, _cumulative(q_lens), _cumulative(k_lens)
+
+
+def _reference(q, k, v, cu_q, cu_k, causal, scale=None):
+    """Each sequence alone through SDPA in float32, causal by an explicit bottom-right mask;
+    rows that see no key are zeros (the kernels' contract, where SDPA's softmax has none)."""
+    out = torch.zeros(q.shape, dtype=torch.float32)
+    group = q.shape[1] // k.shape[1]
+    for b in range(cu_q.numel() - 1):
+        qs, qe, ks, ke = int(cu_q[b]), int(cu_q[b + 1]), int(cu_k[b]), int(cu_k[b + 1])
+        q_len, k_len = qe - qs, ke - ks
+        if q_len == 0 or k_len == 0:
+            continue
+        keep = torch.ones(q_len, k_len, dtype=torch.bool)
+        if causal:
+            keep = torch.arange(k_len)[None, :] <= torch.arange(q_len)[:, None] + (k_len - q_len)
+        qb = q[qs:qe].float().transpose(0, 1)
+        kb = k[ks:ke].float().transpose(0, 1).repeat_interleave(group, dim=0)
+        vb = v[ks:ke].float().transpose(0, 1).repeat_interleave(group, dim=0)
+        rows = F.scaled_dot_product_attention(qb, kb, vb, attn_mask=keep, scale=scale).transpose(0, 1)
+        out[qs:qe] = torch.where(keep.any(dim=1)[:, None, None], rows, 0.0)
+    return out
+
+
+def _check(q_lens, k_lens, causal, config=None, dtype=torch.float32, scale=None, **shape):
+    q, k, v, cu_q, cu_k = _packed(q_lens, k_lens, dtype=dtype, **shape)
+    out = flash_attention_varlen(q, k, v, cu_q, cu_k, max(q_lens), max(k_lens), causal=causal, scale=scale,
+                                 config=config)
+    assert out.shape == q.shape and out.dtype == q.dtype
+    ref = _reference(q, k, v, cu_q, cu_k, causal, scale)
+    err = (torch.linalg.vector_norm(out.float() - ref) / torch.linalg.vector_norm(ref)).item()
+    assert err < TOL[dtype], f"relative error {err:.2e}"
+    return out
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("config", [None, SMALL, Config(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=1)])
+def test_mixed_lengths_match_each_sequence_alone(causal, config):
+    # GQA 4/2; an empty sequence, one of length 1, a ragged tile and one over a tile.
+    _check(LENGTHS, LENGTHS, causal, config)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_chunked_prefill_fewer_queries_than_keys(causal):
+    # A chunk of a prompt whose earlier chunks are cached: its queries are the last of its keys.
+    _check([3, 1, 16, 0, 9, 33], [40, 1, 16, 7, 9, 70], causal, SMALL, hkv=1)
+
+
+def test_rows_that_see_no_key_are_zeros_as_in_the_dense_op():
+    # More queries than keys: under the bottom-right alignment the first 6 queries of the
+    # first sequence see nothing; the second sequence has no keys at all.
+    q, k, v, cu_q, cu_k = _packed([10, 5], [4, 0])
+    out = flash_attention_varlen(q, k, v, cu_q, cu_k, 10, 4, causal=True, config=SMALL)
+    assert torch.count_nonzero(out[:6]) == 0 and torch.count_nonzero(out[10:]) == 0
+    assert torch.allclose(out, _reference(q, k, v, cu_q, cu_k, True), atol=1e-6)
+    dense = flash_attention(q[:10].transpose(0, 1)[None], k[:4].transpose(0, 1)[None], v[:4].transpose(0, 1)[None],
+                            causal=True, config=SMALL)
+    assert torch.equal(out[:10], dense[0].transpose(0, 1))
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_one_sequence_equals_the_dense_op(causal):
+    q, k, v, cu_q, cu_k = _packed([45], [70])
+    out = flash_attention_varlen(q, k, v, cu_q, cu_k, 45, 70, causal=causal, config=SMALL)
+    dense = flash_attention(*(t.transpose(0, 1)[None] for t in (q, k, v)), causal=causal, config=SMALL)
+    assert torch.equal(out, dense[0].transpose(0, 1))
+
+
+def test_multi_query_head_dim_64_and_a_custom_scale():
+    _check([7, 0, 40], [7, 3, 40], True, SMALL, scale=0.3, hq=8, hkv=1, d=64)
+
+
+def test_float16():
+    _check(LENGTHS, LENGTHS, True, SMALL, dtype=torch.float16)
+
+
+def test_heads_strided_inside_a_fused_qkv_and_a_generous_max_seqlen():
+    # transformers' fused projections give q, k, v as views of one (tokens, 3 x heads, dim)
+    # buffer: the row stride is 3 x heads x dim. A max_seqlen above the longest only adds
+    # programs that return at once.
+    g = torch.Generator().manual_seed(2)
+    qkv = torch.randn(sum(LENGTHS), 3 * 2, 32, generator=g)
+    q, k, v = qkv[:, 0:2], qkv[:, 2:4], qkv[:, 4:6]
+    cu = _cumulative(LENGTHS)
+    out = flash_attention_varlen(q, k, v, cu, cu, 100, 100, causal=True, config=SMALL)
+    assert torch.allclose(out, _reference(q, k, v, cu, cu, True), atol=1e-5)
+
+
+def test_no_query_rows_launch_nothing():
+    q, k, v, cu_q, cu_k = _packed([0, 0], [3, 0])
+    assert flash_attention_varlen(q, k, v, cu_q, cu_k, 0, 3, causal=True).shape == (0, 4, 32)
+    q, k, v, cu_q, cu_k = _packed([], [])
+    assert flash_attention_varlen(q, k, v, cu_q, cu_k, 0, 0).shape == (0, 4, 32)
+
+
+def _call(**changes):
+    """flash_attention_varlen on a valid batch of LENGTHS, with some arguments replaced."""
+    q, k, v, cu_q, cu_k = _packed(LENGTHS, LENGTHS)
+    args = dict(q=q, k=k, v=v, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, max_seqlen_q=33, max_seqlen_k=33)
+    args.update({name: change(args[name]) if callable(change) else change for name, change in changes.items()})
+    return flash_attention_varlen(**args)
+
+
+@pytest.mark.parametrize(
+    "changes,error,match",
+    [
+        (dict(q=lambda q: q[None]), ValueError, r"q must have rank 3 \(total_q, q_heads, head_dim\)"),
+        (dict(k=lambda k: k.half()), TypeError, "q, k, v must share one dtype"),
+        (dict(v=lambda v: v.to(torch.int32)), TypeError, "v.dtype must be float16, bfloat16 or float32"),
+        (dict(v=lambda v: v[:-1]), ValueError, "k and v must have the same shape"),
+        (dict(v=lambda v: v.transpose(1, 2).contiguous().transpose(1, 2)), ValueError,
+         "v must be contiguous in its last dim"),
+        (dict(q=lambda q: q[..., :16], k=lambda k: k[..., :16], v=lambda v: v[..., :16]), ValueError,
+         r"head_dim must be one of \[32, 64, 128, 256\], got 16"),
+        (dict(q=lambda q: q[:, :3]), ValueError, r"q heads \(3\) must be a positive multiple of k/v heads \(2\)"),
+        (dict(cu_seqlens_q=lambda c: c.long()), ValueError, "cu_seqlens_q.dtype must be torch.int32"),
+        (dict(cu_seqlens_k=lambda c: c[None]), ValueError, "cu_seqlens_k must be 1-D with batch \\+ 1 entries"),
+        (dict(cu_seqlens_q=[0, 1]), ValueError, "cu_seqlens_q must be a torch.Tensor of int32"),
+        (dict(cu_seqlens_q=lambda c: c.to("meta")), ValueError, "cu_seqlens_q must be on q's device cpu"),
+        (dict(cu_seqlens_q=lambda c: c + 1), ValueError, r"cu_seqlens_q\[0\] must be 0, got 1"),
+        (dict(cu_seqlens_k=torch.tensor([0, 5, 1, 6, 23, 56], dtype=torch.int32)), ValueError,
+         r"cu_seqlens_k must not decrease, got cu_seqlens_k\[1\] = 5 > cu_seqlens_k\[2\] = 1"),
+        (dict(cu_seqlens_k=lambda c: c[:-1]), ValueError,
+         r"cu_seqlens_k\[-1\] = 23 must equal total_k \(k.shape\[0\]\) = 56"),
+        (dict(q=lambda q: q[:23], cu_seqlens_q=lambda c: c[:-1]), ValueError,
+         "cu_seqlens_q and cu_seqlens_k must have one entry per sequence plus one, got 5 and 6"),
+        (dict(max_seqlen_q=16), ValueError, "max_seqlen_q = 16 is shorter than sequence 4's 33 queries"),
+        (dict(max_seqlen_k=-1), ValueError, "max_seqlen_k must be an int >= 0, got -1"),
+        (dict(max_seqlen_k=33.0), ValueError, "max_seqlen_k must be an int >= 0, got 33.0"),
+    ],
+)
+def test_bad_inputs_name_the_argument(changes, error, match):
+    with pytest.raises(error, match=match):
+        _call(**changes)
+
+
+@pytest.mark.parametrize(
+    "keywords,error,match",
+    [
+        (dict(config=dict(SMALL, BLOCK_M=48)), ValueError, r"config: BLOCK_M=48 is not one of \[32, 64, 128, 256\]"),
+        (dict(config=dict(SMALL, loads="tma")), ValueError, "config: loads='tma' is not implemented by the varlen"),
+        (dict(config=dict(SMALL, num_splits=2)), ValueError, "config: unknown key 'num_splits' for the varlen kernel"),
+        (dict(config=dict(BLOCK_M=32)), ValueError, r"config: missing key\(s\) \['BLOCK_N', 'num_warps', 'num_sta"),
+        (dict(causal=1), TypeError, "causal must be a bool, got int"),
+        (dict(scale=-1.0), ValueError, "scale must be a positive finite number, got -1.0"),
+    ],
+)
+def test_bad_keywords_name_the_argument(keywords, error, match):
+    q, k, v, cu_q, cu_k = _packed(LENGTHS, LENGTHS)
+    with pytest.raises(error, match=match):
+        flash_attention_varlen(q, k, v, cu_q, cu_k, 33, 33, **keywords)
+
+
+def test_a_prefill_config_of_pointer_loads_runs_here():
+    # The dense kernel's safe default, all its knobs named, runs the same tile.
+    q, k, v, cu_q, cu_k = _packed(LENGTHS, LENGTHS)
+    out = flash_attention_varlen(q, k, v, cu_q, cu_k, 33, 33, causal=True, config=SAFE_DEFAULT)
+    assert torch.equal(out, flash_attention_varlen(q, k, v, cu_q, cu_k, 33, 33, causal=True))
+
+
+#: Compiles the kernel for the H200's target (objectives/aot.py's stand-in driver) and prints
+#: [registers, spilled words, shared bytes] of each (dtype, head_dim, BLOCK_M, BLOCK_N, causal).
+_SM90_CHILD = """
+import json, sys, torch
+from flashtune.objectives.aot import compiling_for, resource_usage
+from flashtune.objectives.hardware import load_spec
+from flashtune.kernels._flash_fwd_varlen import varlen_forward_kernel
+out = []
+for dtype, d, bm, bn, causal in json.loads(sys.argv[1]):
+    q = torch.empty(100, 8, d, dtype=getattr(torch, dtype))
+    k = torch.empty(120, 2, d, dtype=q.dtype)
+    cu = torch.zeros(5, dtype=torch.int32)
+    with compiling_for(load_spec("h200")):
+        kernel = varlen_forward_kernel.warmup(
+            q, k, k, q, cu, cu, *q.stride()[:2], *k.stride()[:2], *k.stride()[:2], *q.stride()[:2],
+            4, 8, 4, 100, 120, 40, 0.1, HEAD_DIM=d, BLOCK_M=bm, BLOCK_N=bn, IS_CAUSAL=causal,
+            num_warps=4, num_stages=2, grid=(1,))
+    usage = resource_usage(kernel.asm["cubin"])
+    out.append([usage["REG"], (usage["STACK"] + usage["LOCAL"]) // 4, kernel.metadata.shared])
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.slow
+def test_compiles_for_sm90_without_spills_at_the_default_tile():
+    # The interpreter runs the early return and the packed addressing; this compiles them
+    # (in a child: this process imported the kernels under the interpreter). Head dim 256,
+    # causal, spills 2 words where the dense kernel spills none (255 registers against 254):
+    # a sequence's start and lengths come from loads, held in vector registers, where the
+    # dense kernel's lengths are arguments. A few words, not a tile's worth.
+    cases = [["bfloat16", 128, 64, 32, True], ["float16", 64, 64, 32, False], ["bfloat16", 256, 64, 32, True]]
+    most_spills = [0, 0, 4]
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["CUDA_VISIBLE_DEVICES"] = ""
+    done = subprocess.run([sys.executable, "-c", _SM90_CHILD, json.dumps(cases)], capture_output=True, text=True,
+                          env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    for case, (registers, spills, shared), most in zip(cases, got, most_spills):
+        assert spills <= most and shared > 0, f"{case}: {registers} registers, {spills} spilled words, {shared} B shared"
