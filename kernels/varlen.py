@@ -98,8 +98,9 @@ def _capturing(device: torch.device) -> bool:
 def check_cu_seqlens(name: str, cu_seqlens: Any, rows: int, rows_name: str,
                      device: torch.device) -> torch.Tensor | None:
     """Raise ValueError naming ``name`` unless it is an int32 1-D tensor on ``device`` of
-    cumulative lengths: starting at 0, never decreasing, ending at ``rows`` (the packed
-    tensor's rows). Returns the per-sequence lengths, or None inside CUDA-graph capture.
+    cumulative lengths: starting at 0, never decreasing, ending at most at ``rows`` (the
+    packed tensor's rows; rows past the last sequence are padding, as transformers' continuous
+    batching pads a step to a captured graph's size, and are left as they are). Returns the per-sequence lengths, or None inside CUDA-graph capture.
 
     The values are read on the host (one synchronization). Inside capture a host read is
     illegal, so they go unchecked there; the kernel clamps them to the buffers, so a bad
@@ -124,8 +125,8 @@ def check_cu_seqlens(name: str, cu_seqlens: Any, rows: int, rows_name: str,
         b = int(falls[0, 0])
         raise ValueError(f"{name} must not decrease, got {name}[{b}] = {int(values[b])} > "
                          f"{name}[{b + 1}] = {int(values[b + 1])}")
-    if int(values[-1]) != rows:
-        raise ValueError(f"{name}[-1] = {int(values[-1])} must equal {rows_name} = {rows} (the packed rows)")
+    if int(values[-1]) > rows:
+        raise ValueError(f"{name}[-1] = {int(values[-1])} must be at most {rows_name} = {rows} (the packed rows)")
     return lengths
 
 
@@ -162,8 +163,9 @@ def flash_attention_varlen(
         k: (total_k, kv_heads, head_dim); q_heads must be a multiple of kv_heads.
         v: same shape as k.
         cu_seqlens_q: int32 (batch + 1,) on q's device: sequence b's queries are rows
-            [cu_seqlens_q[b], cu_seqlens_q[b + 1]) of q; starts at 0, ends at total_q.
-        cu_seqlens_k: the same for k and v (ends at total_k); a sequence may have more keys
+            [cu_seqlens_q[b], cu_seqlens_q[b + 1]) of q; starts at 0, ends at most at
+            total_q (rows past it are padding: their output is left unwritten).
+        cu_seqlens_k: the same for k and v (ends at most at total_k); a sequence may have more keys
             than queries (chunked prefill: the keys of its cached prefix come first).
         max_seqlen_q: at least the longest sequence's queries (sizes the grid).
         max_seqlen_k: at least the longest sequence's keys (FlashAttention's signature;

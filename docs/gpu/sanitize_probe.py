@@ -7,7 +7,12 @@
 2. racecheck's whole report (every hazard, both sides) on the Gluon Hopper default and a
    4-warp one-loop config, and the SASS at the offsets it names (cuobjdump of the cubin).
 """
-import json, os, re, subprocess, sys, glob
+import glob
+import json
+import os
+import re
+import subprocess
+import sys
 
 SAN = "/usr/local/cuda/bin/compute-sanitizer"
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -50,7 +55,7 @@ def sass_near(name, offsets):
             for i, line in enumerate(lines):
                 if tag in line:
                     print(f"  -- {name}+0x{off:x}:")
-                    print("\n".join("    " + l.strip() for l in lines[max(0, i - 4):i + 3]))
+                    print("\n".join("    " + text.strip() for text in lines[max(0, i - 4):i + 3]))
 
 
 with open(f"{OUT}/probe.txt", "w") as log:
@@ -67,6 +72,6 @@ with open(f"{OUT}/probe.txt", "w") as log:
                                  ("oneloop d128", ONELOOP, "one_loop_attention_kernel")):
         out = run("racecheck", config, 128, limit=8)
         say(f"racecheck {name}: {summary(out)} errors")
-        say("\n".join(l for l in out.splitlines() if l.strip() and "Saved host backtrace" not in l)[:6000])
+        say("\n".join(text for text in out.splitlines() if text.strip() and "Saved host backtrace" not in text)[:6000])
         offsets = sorted({int(x, 16) for x in re.findall(r"\+0x([0-9a-f]+) in", out)})
         sass_near(kernel, offsets)

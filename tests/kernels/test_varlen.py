@@ -123,6 +123,16 @@ def test_heads_strided_inside_a_fused_qkv_and_a_generous_max_seqlen():
     assert torch.allclose(out, _reference(q, k, v, cu, cu, True), atol=1e-5)
 
 
+def test_a_padded_step_leaves_its_padding_rows_alone():
+    # transformers' continuous batching pads a step's queries and keys to a captured graph's
+    # size: the rows past each last cumulative length belong to no sequence.
+    q, k, v, cu_q, cu_k = _packed([3, 6], [8, 6])
+    q_pad, k_pad, v_pad = (torch.cat([x, torch.full((4, *x.shape[1:]), 7.0)]) for x in (q, k, v))
+    out = flash_attention_varlen(q_pad, k_pad, v_pad, cu_q, cu_k, 8, 8, causal=True, config=SMALL)
+    ref = _reference(q, k, v, cu_q, cu_k, True)
+    torch.testing.assert_close(out[:9], ref, atol=1e-5, rtol=1e-5)
+
+
 def test_no_query_rows_launch_nothing():
     q, k, v, cu_q, cu_k = _packed([0, 0], [3, 0])
     assert flash_attention_varlen(q, k, v, cu_q, cu_k, 0, 3, causal=True).shape == (0, 4, 32)
@@ -157,8 +167,8 @@ def _call(**changes):
         (dict(cu_seqlens_q=lambda c: c + 1), ValueError, r"cu_seqlens_q\[0\] must be 0, got 1"),
         (dict(cu_seqlens_k=torch.tensor([0, 5, 1, 6, 23, 56], dtype=torch.int32)), ValueError,
          r"cu_seqlens_k must not decrease, got cu_seqlens_k\[1\] = 5 > cu_seqlens_k\[2\] = 1"),
-        (dict(cu_seqlens_k=lambda c: c[:-1]), ValueError,
-         r"cu_seqlens_k\[-1\] = 23 must equal total_k \(k.shape\[0\]\) = 56"),
+        (dict(k=lambda k: k[:50], v=lambda v: v[:50]), ValueError,
+         r"cu_seqlens_k\[-1\] = 56 must be at most total_k \(k.shape\[0\]\) = 50"),
         (dict(q=lambda q: q[:23], cu_seqlens_q=lambda c: c[:-1]), ValueError,
          "cu_seqlens_q and cu_seqlens_k must have one entry per sequence plus one, got 5 and 6"),
         (dict(max_seqlen_q=16), ValueError, "max_seqlen_q = 16 is shorter than sequence 4's 33 queries"),
