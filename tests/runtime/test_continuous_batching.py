@@ -9,6 +9,7 @@ import logging
 
 import pytest
 import torch
+from hf_packed import packed_forward  # tests/ is on sys.path (its conftest's folder)
 
 transformers = pytest.importorskip("transformers")
 
@@ -77,6 +78,16 @@ def test_generate_batch_gives_sdpas_greedy_tokens_with_the_kernel_on_every_step(
     assert spy.calls >= 5 * layers  # a prefill step and every decode step, every layer
     assert spy.max_q == max(map(len, prompts))  # the longest prompt went through it whole
     assert log_lines == []  # no fallback
+
+
+def test_a_packed_forward_gives_each_sequences_own_logits(model) -> None:
+    # Teacher-forced, as a continuous-batching prefill runs: three sequences in one row.
+    sequences = [[1, 5, 9, 2, 7], [3], [4, 8, 15, 16, 23, 42, 11, 12]]
+    with torch.no_grad():
+        packed = packed_forward(model, sequences, cb.register())
+        model.set_attn_implementation("sdpa")
+        alone = torch.cat([model(torch.tensor([s])).logits[0] for s in sequences])
+    torch.testing.assert_close(packed, alone, atol=1e-4, rtol=1e-4)
 
 
 def _packed(lengths_q, lengths_k, q_heads=4, kv_heads=2, head_dim=32, seed=0):
