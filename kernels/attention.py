@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -14,9 +15,9 @@ from flashtune.kernels.config import Config, Value
 from flashtune.kernels.decode import check_cache_seqlens, check_kv_start, default_decode_config, launch_decode
 from flashtune.kernels.dtypes import DTYPES, interpreting
 from flashtune.kernels.gluon import DEFAULT_FP8_P, gluon_variant_for, launch_gluon
-from flashtune.kernels.launch_plan import launch_plan
+from flashtune.kernels.launch_plan import LaunchPlan, launch_plan
 from flashtune.kernels.launch_support import LOG2_E, LengthTwins, device_sm_count, use_descriptor_scratch
-from flashtune.kernels.lean import launch_lean, variant_for
+from flashtune.kernels.lean import LEAN_VARIANTS, launch_lean, variant_for
 from flashtune.kernels.resources import COMPILER_ERROR_MARKERS, known_failure, shared_memory_bytes
 from flashtune.kernels.space import (
     SAFE_DEFAULT,
@@ -91,20 +92,16 @@ def launch(
     A decode config runs the decode kernel (``flashtune.kernels.decode.launch_decode``,
     a fresh split workspace).
     """
-    if launch_plan(config).variant == "decode":
-        return launch_decode(q, k, v, out, causal=causal, scale=scale, config=config, cache_seqlens=cache_seqlens,
-                             kv_start=kv_start)
-    if cache_seqlens is not None or kv_start is not None:
-        if not takes_key_ranges(config):
-            raise ValueError("cache_seqlens/kv_start need the decode kernel or a prefill config with pointer or "
-                             f"tma loads and no fp8, got {config.to_dict()}")
-        return _launch_kernel(q, k, v, out, q, (v.stride(0), v.stride(1), v.stride(2), v.stride(3)), causal=causal,
-                              scale=scale, config=config, warmup=warmup, seqlens=cache_seqlens, kv_start=kv_start)
-    if launch_plan(config).constexprs["FP8"]:
-        q, k, v, scales = quantize_fp8(q, k, v, v_order=fp8_v_order(config))
+    plan = launch_plan(config)
+    variant = KERNEL_VARIANTS[plan.variant]
+    if (cache_seqlens is not None or kv_start is not None) and not takes_key_ranges(config):
+        raise ValueError("cache_seqlens/kv_start need the decode kernel or a prefill config with pointer or "
+                         f"tma loads and no fp8, got {config.to_dict()}")
+    if plan.constexprs.get("FP8"):
+        q, k, v, scales = quantize_fp8(q, k, v, v_order=variant.fp8_v_order)
         return launch_quantized(q, k, v, scales, out, causal=causal, scale=scale, config=config, warmup=warmup)
-    return _launch_kernel(q, k, v, out, q, (v.stride(0), v.stride(1), v.stride(2), v.stride(3)),
-                          causal=causal, scale=scale, config=config, warmup=warmup)
+    return variant.launch(q, k, v, out, q, None, plan=plan, config=config, causal=causal, scale=scale, warmup=warmup,
+                          seqlens=cache_seqlens, kv_start=kv_start)
 
 
 def launch_quantized(
@@ -129,9 +126,11 @@ def launch_quantized(
     the kernel's own fp8 speed; a model that keeps fp8 activations, or a benchmark that
     quantizes once outside the timed region, calls this instead (bench_fp8).
     """
-    if not launch_plan(config).constexprs["FP8"]:
+    plan = launch_plan(config)
+    if not plan.constexprs["FP8"]:
         raise ValueError("launch_quantized needs a config with use_fp8=True")
-    if launch_plan(config).variant != "gluon":
+    variant = KERNEL_VARIANTS[plan.variant]
+    if not variant.fp8_v_descriptor:
         if v8_t.dim() != 4:
             raise ValueError(f"V^T in FA3's key order (quantize_fp8(..., v_order='fa3'), shape {tuple(v8_t.shape)}) "
                              f"is read only by the Gluon kernel, not by {config.to_dict()}")
@@ -139,37 +138,32 @@ def launch_quantized(
             raise ValueError("fp8_p picks the Gluon kernel's fp8 P form; this config is not the Gluon kernel's")
         stride_v = (v8_t.stride(0), v8_t.stride(1), v8_t.stride(3), v8_t.stride(2))  # (z, h, n, d) of V^T
     else:
-        stride_v = None  # the Gluon launcher reads V^T through a descriptor
-    return _launch_kernel(q8, k8, v8_t, out, scales, stride_v, causal=causal, scale=scale, config=config,
+        stride_v = None
+    return variant.launch(q8, k8, v8_t, out, scales, stride_v, plan=plan, config=config, causal=causal, scale=scale,
                           warmup=warmup, fp8_p=fp8_p)
 
 
 def fp8_v_order(config: Mapping[str, Value]) -> str:
     """The order of V^T's keys an fp8 config's kernel reads by default (``quantize_fp8``'s
     ``v_order``): FA3's for the Gluon kernel (``DEFAULT_FP8_P``), key order for the others."""
-    return "fa3" if launch_plan(config).variant == "gluon" and DEFAULT_FP8_P == "permuted" else "keys"
+    return KERNEL_VARIANTS[launch_plan(config).variant].fp8_v_order
 
 
 def takes_key_ranges(config: Mapping[str, Value]) -> bool:
     """Whether a config's kernel takes per-sequence key ranges (``cache_seqlens``, ``kv_start``):
     the decode kernel, and the prefill kernel's forward variant without fp8."""
     plan = launch_plan(config)
-    return plan.variant == "decode" or (plan.variant == "forward" and not plan.constexprs["FP8"])
+    return KERNEL_VARIANTS[plan.variant].key_ranges and not plan.constexprs.get("FP8")
 
 
-def _launch_kernel(q, k, v, out, scales, stride_v, *, causal: bool, scale: float, config: Config,
-                   warmup: bool = False, seqlens: Any = None, kv_start: Any = None, fp8_p: str | None = None) -> Any:
-    plan = launch_plan(config)
-    if plan.variant == "gluon":
-        return launch_gluon(q, k, v, out, causal=causal, scale=scale, variant=gluon_variant_for(config),
-                            scales=scales if plan.constexprs["FP8"] else None, fp8_p=fp8_p,
-                            programs=persistent_programs(q.device), warmup=warmup)
-    if plan.variant != "forward":
-        # The lean launcher's variants (host-side descriptors: no device scratch, and the
-        # launch stays capturable in a graph).
-        return launch_lean(q, k, v, out, causal=causal, scale=scale, variant=variant_for(config, q, k, v, out),
-                           scales=scales if plan.constexprs["FP8"] else None, sm_count=persistent_programs(q.device),
-                           warmup=warmup)
+# The launchers of KERNEL_VARIANTS, one signature: the inputs (fp8: quantized, with their
+# scales and V^T's strides as the kernel reads them; else ``scales`` is q, ``stride_v`` None)
+# and the output, then the config with its plan and the call's options.
+
+def _launch_forward(q, k, v, out, scales, stride_v, *, plan: LaunchPlan, config: Config, causal: bool, scale: float,
+                    warmup: bool = False, seqlens: Any = None, kv_start: Any = None, fp8_p: str | None = None) -> Any:
+    if stride_v is None:
+        stride_v = v.stride()
     if plan.constexprs["USE_TMA"]:
         use_descriptor_scratch()
     batch, q_heads, q_len, head_dim = q.shape
@@ -183,6 +177,57 @@ def _launch_kernel(q, k, v, out, scales, stride_v, *, causal: bool, scale: float
     if warmup:
         return forward_kernel_for(q_len, k.shape[2]).warmup(*args, grid=grid, **options)
     return forward_kernel_for(q_len, k.shape[2])[grid](*args, **options)
+
+
+def _launch_lean(q, k, v, out, scales, stride_v, *, plan: LaunchPlan, config: Config, causal: bool, scale: float,
+                 warmup: bool = False, seqlens: Any = None, kv_start: Any = None, fp8_p: str | None = None) -> Any:
+    # Host-side descriptors: no device scratch, and the launch stays capturable in a graph.
+    return launch_lean(q, k, v, out, causal=causal, scale=scale, variant=variant_for(config, q, k, v, out),
+                       scales=scales if plan.constexprs["FP8"] else None, sm_count=persistent_programs(q.device),
+                       warmup=warmup)
+
+
+def _launch_gluon(q, k, v, out, scales, stride_v, *, plan: LaunchPlan, config: Config, causal: bool, scale: float,
+                  warmup: bool = False, seqlens: Any = None, kv_start: Any = None, fp8_p: str | None = None) -> Any:
+    return launch_gluon(q, k, v, out, causal=causal, scale=scale, variant=gluon_variant_for(config),
+                        scales=scales if plan.constexprs["FP8"] else None, fp8_p=fp8_p,
+                        programs=persistent_programs(q.device), warmup=warmup)
+
+
+def _launch_decode(q, k, v, out, scales, stride_v, *, plan: LaunchPlan, config: Config, causal: bool, scale: float,
+                   warmup: bool = False, seqlens: Any = None, kv_start: Any = None, fp8_p: str | None = None) -> Any:
+    # Runs even for a warm-up: precompile warms the decode kernel through decode.warm_up.
+    return launch_decode(q, k, v, out, causal=causal, scale=scale, config=config, cache_seqlens=seqlens,
+                         kv_start=kv_start)
+
+
+@dataclass(frozen=True)
+class KernelVariant:
+    """What the launcher does for one kernel variant (``launch_plan(config).variant``, which
+    the config's knobs pick: kernels/knobs.py). A new variant is one entry of KERNEL_VARIANTS."""
+
+    #: Its launcher (the signature above ``_launch_forward``).
+    launch: Callable[..., Any]
+    #: Takes per-sequence key ranges (``cache_seqlens``, ``kv_start``), without fp8.
+    key_ranges: bool = False
+    #: The order of V^T's keys its fp8 form reads by default (``quantize_fp8``'s ``v_order``).
+    fp8_v_order: str = "keys"
+    #: Its fp8 form reads V^T through a descriptor (either key order, and ``fp8_p``'s P
+    #: forms); False: through V^T's strides, in key order.
+    fp8_v_descriptor: bool = False
+    #: A variant of the prefill kernel; False for the decode kernel, which the op launches
+    #: on its inputs as they are (its compile errors pass unreworded).
+    prefill: bool = True
+
+
+#: Kernel variant name -> how the launcher treats it.
+KERNEL_VARIANTS: dict[str, KernelVariant] = {
+    "forward": KernelVariant(_launch_forward, key_ranges=True),
+    **{name: KernelVariant(_launch_lean) for name in LEAN_VARIANTS},
+    "gluon": KernelVariant(_launch_gluon, fp8_v_order="fa3" if DEFAULT_FP8_P == "permuted" else "keys",
+                           fp8_v_descriptor=True),
+    "decode": KernelVariant(_launch_decode, key_ranges=True, prefill=False),
+}
 
 
 def kernel_arguments(q: Any, k: Any, v: Any, out: Any, scales: Any, *, stride_q: tuple[int, ...],
@@ -378,16 +423,17 @@ def flash_attention(
     _check_known_failure(cfg, q)
     _check_fits(cfg, q, k)
     plan = launch_plan(cfg)
+    variant = KERNEL_VARIANTS[plan.variant]
     if plan.reads_descriptors and not plan.constexprs.get("FP8"):  # fp8 copies land aligned
         check_descriptor_alignment(q, k, v, with_q=plan.descriptor_q)
     if cache_seqlens is not None:
         cache_seqlens = check_cache_seqlens(cache_seqlens, q, k)
     if kv_start is not None:
         kv_start = check_kv_start(kv_start, q, k, cache_seqlens)
-    ranges = {"cache_seqlens": cache_seqlens, "kv_start": kv_start}
-    if plan.variant == "decode":
+    if not variant.prefill:
         out = torch.empty_like(q, memory_format=torch.contiguous_format)
-        launch_decode(q, k, v, out, causal=causal, scale=scale_value, config=cfg, **ranges)
+        variant.launch(q, k, v, out, q, None, plan=plan, config=cfg, causal=causal, scale=scale_value,
+                       seqlens=cache_seqlens, kv_start=kv_start)
         return out
     if (cache_seqlens is not None or kv_start is not None) and not takes_key_ranges(cfg):
         raise ValueError("cache_seqlens/kv_start need the decode kernel or a prefill config with loads "
@@ -397,7 +443,8 @@ def flash_attention(
         _check_fp8_support(q)
     out = torch.empty_like(q, memory_format=torch.contiguous_format)
     try:
-        launch(q, k, v, out, causal=causal, scale=scale_value, config=cfg, **ranges)
+        launch(q, k, v, out, causal=causal, scale=scale_value, config=cfg, cache_seqlens=cache_seqlens,
+               kv_start=kv_start)
     except RuntimeError as exc:
         if not any(marker in str(exc) for marker in COMPILER_ERROR_MARKERS):
             raise

@@ -140,7 +140,7 @@ PREFILL_KNOBS: tuple[Knob, ...] = (
     # on the FMA pipe (a Cody-Waite split and FA4's degree-3 polynomial; the rest on MUFU):
     # where a block's exp2s on MUFU take as long as its GEMMs (head_dim 64; fp8 at 128).
     # The variants: ``forward`` (kernels/_flash_fwd.py), ``lean``, ``oneloop``, ``gluon`` (the
-    # launchers' table in kernels/attention.py and kernels/lean.py).
+    # launchers' tables: KERNEL_VARIANTS in kernels/attention.py, LEAN_VARIANTS in kernels/lean.py).
     Knob.choice("loads", {
         "pointer": sets("forward", USE_TMA=False, WARP_SPECIALIZE=False),
         "tma": sets("forward", USE_TMA=True, WARP_SPECIALIZE=False),

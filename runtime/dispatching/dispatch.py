@@ -18,6 +18,7 @@ import os
 import threading
 import warnings
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import torch
@@ -62,6 +63,28 @@ class CallRouter(Protocol):
 
 
 HardwareProvider = Callable[[torch.device], "HardwareSpec | None"]
+
+
+@dataclass(slots=True)
+class _KeyState:
+    """What the dispatcher keeps per cache key (one device and bucket)."""
+
+    #: The config its calls launch now; a swap replaces it (a call in flight keeps the one it read).
+    config: Config
+    #: How the store answered for its bucket (``explain``); None while only a swap served the key.
+    resolution: Resolution | None = None
+    #: The config that serves its calls with key ranges when ``config`` cannot take them
+    #: (:meth:`Dispatcher._launch_ranged`); None until the first such call.
+    ranged: Config | None = None
+
+
+#: What the dispatcher keeps per call key while an online tuner is attached (the tuner still
+#: sees, and may time, every call): (cache key, the config the tuner tracks, the one launched
+#: for it (its combine adjusted for key ranges), the launched one's prepared call, causal,
+#: scale). A plain tuple, not a named one: every routed call unpacks it, and unpacking a
+#: tuple subclass takes the slow path (~40 ns a call).
+_Routed = tuple[CacheKey, Config, Config, PreparedCall, bool, float | None]
+
 
 _DTYPE_NAMES = {dtype: name for name, dtype in TORCH_DTYPES.items()}
 
@@ -134,16 +157,11 @@ class Dispatcher:
         self._store: Store | None = None
         self._hardware = hardware or live_hardware
         self._specs: dict[torch.device, tuple[HardwareSpec | None, Key | None]] = {}
-        self._configs: dict[CacheKey, Config] = {}
-        self._resolutions: dict[CacheKey, tuple[Bucket, Resolution]] = {}
+        self._keys: dict[CacheKey, _KeyState] = {}
+        # Per call key, one of two forms: prepared calls while no tuner is attached (the hot
+        # path reads them with one lookup), routed ones while one is (:meth:`attach` drops both).
         self._calls: dict[CallKey, PreparedCall] = {}
-        #: Cache key -> the config that serves its calls with key ranges when the bucket's own
-        #: config cannot take them (:meth:`_launch_ranged`).
-        self._ranged: dict[CacheKey, Config] = {}
-        # While an online tuner is attached: call key -> (cache key, the config served, the
-        # one launched for it, its prepared call, causal, scale); the tuner still sees (and
-        # may time) every call.
-        self._routed: dict[CallKey, tuple[CacheKey, Config, Config, PreparedCall, bool, float | None]] = {}
+        self._routed: dict[CallKey, _Routed] = {}
         self._online: CallRouter | None = None
         self.set_store(store)
 
@@ -159,11 +177,9 @@ class Dispatcher:
 
     def _forget(self) -> None:
         """Drop every cached config and prepared call (under the lock)."""
-        self._configs.clear()
-        self._resolutions.clear()
+        self._keys.clear()
         self._calls.clear()
         self._routed.clear()
-        self._ranged.clear()
 
     @property
     def store(self) -> Store:
@@ -195,15 +211,22 @@ class Dispatcher:
             key = cache_key(q, k, causal)
         except Exception:  # not attention inputs; the launcher will say why
             return SAFE_DEFAULT
-        config = self._configs.get(key)
-        return config if config is not None else self._miss(key)
+        state = self._keys.get(key)
+        if state is None:
+            state = self._miss(key)
+            if state is None:
+                return SAFE_DEFAULT
+        return state.config
 
     def explain(self, q: torch.Tensor, k: torch.Tensor, causal: bool = False) -> Resolution:
         """The cached resolution (config, origin, detail) for these inputs."""
         key = cache_key(q, k, causal)
-        if key not in self._resolutions:
-            self._miss(key)
-        return self._resolutions[key][1]
+        state = self._keys.get(key)
+        if state is None or state.resolution is None:
+            state = self._miss(key)
+        if state is None or state.resolution is None:
+            raise KeyError(key)  # no bucket describes these inputs
+        return state.resolution
 
     def bucket_of(self, key: CacheKey) -> Bucket | None:
         """The store bucket of a cache key, None for inputs no bucket describes."""
@@ -228,19 +251,24 @@ class Dispatcher:
             self._specs[device] = (spec, key)
         return spec, key
 
-    def _miss(self, key: CacheKey) -> Config:
+    def _miss(self, key: CacheKey) -> _KeyState | None:
+        """Resolve the key's bucket and keep the answer; None (nothing kept) for inputs no
+        bucket describes: the safe default serves them and the launcher rejects them."""
         bucket = self.bucket_of(key)
         if bucket is None:
-            return SAFE_DEFAULT  # not cached: the launcher rejects these inputs
+            return None
         spec, store_key = self.hardware_for(key[0])
         # Read on a CPU too, though only a GPU spec picks configs from it: a corrupt file
         # then warns where it is first used, not at deployment on the GPU.
         snapshot = self.store.snapshot()
         resolution = resolve(bucket, snapshot, spec, store_key, self.accepts)
         with self._lock:
-            self._configs[key] = resolution.config
-            self._resolutions[key] = (bucket, resolution)
-        return resolution.config
+            state = self._keys.get(key)
+            if state is None:
+                state = self._keys[key] = _KeyState(resolution.config, resolution)
+            else:  # served by a swap before the store was read: the store's answer replaces it
+                state.config, state.resolution = resolution.config, resolution
+        return state
 
     def accepts(self, config: Config) -> bool:
         """Whether this dispatcher may serve ``config`` (fp8 only when allowed)."""
@@ -248,16 +276,20 @@ class Dispatcher:
 
     def current(self, key: CacheKey) -> Config | None:
         """The config served for ``key`` now (None before its first call)."""
-        return self._configs.get(key)
+        state = self._keys.get(key)
+        return state.config if state is not None else None
 
     def swap(self, key: CacheKey, config: Config) -> Config | None:
         """Serve ``config`` for ``key`` from the next call on; returns the one it replaces.
 
-        One dictionary assignment: a call in flight keeps the config it read.
+        One assignment: a call in flight keeps the config it read.
         """
         with self._lock:
-            old = self._configs.get(key)
-            self._configs[key] = config
+            state = self._keys.get(key)
+            if state is None:
+                old, self._keys[key] = None, _KeyState(config)
+            else:
+                old, state.config = state.config, config
             self._calls.clear()  # prepared with the old config; rebuilt on their next call
             self._routed.clear()
         return old
@@ -294,9 +326,8 @@ class Dispatcher:
                 return self._route(routed, q, k, v, cache_seqlens, kv_start)
         return self._call(ckey, q, k, v, causal, scale, cache_seqlens, kv_start)
 
-    def _route(self, routed: tuple[CacheKey, Config, Config, PreparedCall, bool, float | None], q: torch.Tensor,
-               k: torch.Tensor, v: torch.Tensor, cache_seqlens: torch.Tensor | None,
-               kv_start: torch.Tensor | None) -> torch.Tensor:
+    def _route(self, routed: _Routed, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+               cache_seqlens: torch.Tensor | None, kv_start: torch.Tensor | None) -> torch.Tensor:
         """A call through the attached tuner that launches the served config's prepared call
         (the launcher, with every check, when the prepared call hands it back)."""
         key, served, launched, prepared, causal, scale = routed
@@ -324,16 +355,17 @@ class Dispatcher:
             key = cache_key(q, k, causal)
         except Exception:  # the launcher raises the TypeError/ValueError naming the argument
             return _launcher(q, k, v, causal=causal, scale=scale, config=None, **extra)
-        config = self._configs.get(key)
-        if config is None:
-            config = self._miss(key)
-        if extra and not takes_key_ranges(config):
+        state = self._keys.get(key)
+        if state is None:
+            state = self._miss(key)
+        config = state.config if state is not None else SAFE_DEFAULT
+        if extra and state is not None and not takes_key_ranges(config):
             # Per-sequence ranges with a config whose kernel cannot take them (fp8, the lean
             # and Gluon kernels): the architecture's first baseline that takes them serves.
-            return self._launch_ranged(key, q, k, v, causal, scale, extra)
+            return self._launch_ranged(state, key, q, k, v, causal, scale, extra)
         served = config
-        resolution = self._resolutions.get(key)
-        measured = resolution is not None and resolution[1].origin in STORE_ORIGINS
+        resolution = state.resolution if state is not None else None
+        measured = resolution is not None and resolution.origin in STORE_ORIGINS
         if (extra and config.get("combine") == "fused" and not measured
                 and default_combine(batch=q.shape[0], kv_len=k.shape[2], per_sequence_lengths=True) == "launch"):
             # The default's fused combine is slower with per-sequence lengths in a long
@@ -345,28 +377,28 @@ class Dispatcher:
             launched = config
             out = online.run(key, served, lambda c: self._launch(key, launched if c == served else c, q, k, v,
                                                                  causal, scale, extra), q, k)
-            if ckey is not None and self._configs.get(key) == served:  # not swapped meanwhile
+            if ckey is not None and self.current(key) == served:  # not swapped meanwhile
                 prepared = _prepare(q, k, causal=causal, scale=scale, config=launched, **extra)
                 if prepared is not None:
                     self._routed[ckey] = (key, served, launched, prepared, causal, scale)
             return out
         out = self._launch(key, config, q, k, v, causal, scale, extra)
-        if ckey is not None and self._configs.get(key) == served:  # not replaced by a recovery
+        if ckey is not None and self.current(key) == served:  # not replaced by a recovery
             prepared = _prepare(q, k, causal=causal, scale=scale, config=config, **extra)
             if prepared is not None:
                 self._calls[ckey] = prepared
         return out
 
-    def _launch_ranged(self, key: CacheKey, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
-                       scale: float | None, extra: dict[str, Any]) -> torch.Tensor:
+    def _launch_ranged(self, state: _KeyState, key: CacheKey, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                       causal: bool, scale: float | None, extra: dict[str, Any]) -> torch.Tensor:
         """A call with per-sequence key ranges for a bucket whose config cannot take them."""
-        config = self._ranged.get(key)
+        config = state.ranged
         if config is None:
             bucket = self.bucket_of(key)
             spec = self.hardware_for(key[0])[0]
             config = (fallback_config(spec, bucket.representative(), accept=takes_key_ranges)
                       if bucket is not None else SAFE_DEFAULT)
-            self._ranged[key] = config
+            state.ranged = config
         try:
             return _launcher(q, k, v, causal=causal, scale=scale, config=config, **extra)
         except Exception:
@@ -374,7 +406,7 @@ class Dispatcher:
                 raise
             # A baseline these inputs do not suit: the launcher's default from now on (and
             # its error naming the argument, when the inputs are at fault).
-            self._ranged[key] = SAFE_DEFAULT
+            state.ranged = SAFE_DEFAULT
             return _launcher(q, k, v, causal=causal, scale=scale, config=None, **extra)
 
     def _launch(self, key: CacheKey, config: Config, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,

@@ -13,11 +13,11 @@ The loop per bucket:
    architecture's baselines, one-step neighbours of the incumbent) with the benchmark
    (by default in a separate process, :mod:`flashtune.runtime.retuning.worker`), stopping when
    the budget runs out.
-4. A candidate faster than the incumbent by ``min_gain`` is swapped in (one dictionary
-   assignment in the dispatcher) and put on probation: every call is timed until
+4. A candidate faster than the incumbent by ``min_gain`` is swapped in (one assignment
+   in the dispatcher) and put on probation: every call is timed until
    ``probation_samples`` samples are in. Its live median against the incumbent's live
    median before the swap decides: keep it, or roll back on the spot (the rollback is
-   the same dictionary assignment, done on the call that completes the verdict) and
+   the same assignment, done on the call that completes the verdict) and
    never try that config for the bucket again.
 
 Overhead: the benchmark's wall time is charged against ``overhead_cap`` (5 %) of the

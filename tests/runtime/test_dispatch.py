@@ -303,6 +303,6 @@ def test_key_ranges_for_a_bucket_whose_config_cannot_take_them_get_a_baseline_th
     for b, (s, e) in enumerate(((0, 100), (9, 60))):
         ref = reference_attention(q[b:b + 1], k[b:b + 1, :, s:e], v[b:b + 1, :, s:e], causal=True)
         assert relative_error(out[b:b + 1], ref) < 1e-4
-    served = dispatcher._ranged[next(iter(dispatcher._ranged))]
+    served = next(state.ranged for state in dispatcher._keys.values() if state.ranged is not None)
     assert takes_key_ranges(served) and served == fallback_config(h200, bucket.representative(),
                                                                   accept=takes_key_ranges)

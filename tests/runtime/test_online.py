@@ -233,7 +233,7 @@ def test_default_candidates_are_feasible_priors_and_neighbours(setup, h200):
     _, world, dispatcher, q, k = setup
     tuner = OnlineTuner(dispatcher, options=FAST_OPTIONS, timing=InjectedTiming(world.latency), benchmark=world.benchmark)
     dispatcher(q, k, k)
-    key = next(iter(dispatcher._configs))
+    key = next(iter(dispatcher._keys))
     incumbent = dispatcher.config_for(q, k)
     workload = Workload(1, 2, 1, 100, 100, 64, "float16", False)
     candidates = tuner._candidates(key, incumbent, workload)
