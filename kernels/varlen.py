@@ -96,7 +96,7 @@ def _capturing(device: torch.device) -> bool:
 
 
 def check_cu_seqlens(name: str, cu_seqlens: Any, rows: int, rows_name: str,
-                     device: torch.device) -> torch.Tensor | None:
+                     device: torch.device, read: bool = True) -> torch.Tensor | None:
     """Raise ValueError naming ``name`` unless it is an int32 1-D tensor on ``device`` of
     cumulative lengths: starting at 0, never decreasing, ending at most at ``rows`` (the
     packed tensor's rows; rows past the last sequence are padding, as transformers' continuous
@@ -114,7 +114,7 @@ def check_cu_seqlens(name: str, cu_seqlens: Any, rows: int, rows_name: str,
         raise ValueError(f"{name} must be 1-D with batch + 1 entries, got shape {tuple(cu_seqlens.shape)}")
     if cu_seqlens.device != device:
         raise ValueError(f"{name} must be on q's device {device}, got {cu_seqlens.device}")
-    if _capturing(device):
+    if not read or _capturing(device):
         return None
     values = cu_seqlens.cpu()
     if int(values[0]) != 0:
@@ -154,6 +154,7 @@ def flash_attention_varlen(
     causal: bool = False,
     scale: float | None = None,
     config: Mapping[str, Value] | None = None,
+    check_lengths: bool = True,
 ) -> torch.Tensor:
     """Scaled dot-product attention, forward, over packed sequences of different lengths.
 
@@ -174,6 +175,10 @@ def flash_attention_varlen(
             j <= i + k_len - q_len (aligned bottom-right); a row that sees no key (or a
             sequence with no keys) gives zeros.
         scale: softmax scale; 1/sqrt(head_dim) when None.
+        check_lengths: read the cumulative lengths on the host to check them (one
+            synchronization). False for a caller whose lengths are right by construction
+            (transformers' continuous batching, every layer of every step): the kernel
+            clamps them to the buffers, so even wrong ones never read or write outside.
         config: the kernel's tile (``VARLEN_TUNABLES``: BLOCK_M, BLOCK_N, num_warps,
             num_stages; a prefill config of pointer loads is accepted too). None: the
             prefill kernel's safe default tile.
@@ -187,8 +192,10 @@ def flash_attention_varlen(
             graph is captured (the kernel then clamps them to the buffers).
     """
     check_varlen_inputs(q, k, v)
-    lengths_q = check_cu_seqlens("cu_seqlens_q", cu_seqlens_q, q.shape[0], "total_q (q.shape[0])", q.device)
-    lengths_k = check_cu_seqlens("cu_seqlens_k", cu_seqlens_k, k.shape[0], "total_k (k.shape[0])", q.device)
+    lengths_q = check_cu_seqlens("cu_seqlens_q", cu_seqlens_q, q.shape[0], "total_q (q.shape[0])", q.device,
+                                 read=check_lengths)
+    lengths_k = check_cu_seqlens("cu_seqlens_k", cu_seqlens_k, k.shape[0], "total_k (k.shape[0])", q.device,
+                                 read=check_lengths)
     if cu_seqlens_q.numel() != cu_seqlens_k.numel():
         raise ValueError(f"cu_seqlens_q and cu_seqlens_k must have one entry per sequence plus one, "
                          f"got {cu_seqlens_q.numel()} and {cu_seqlens_k.numel()} entries")

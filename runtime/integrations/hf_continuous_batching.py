@@ -130,8 +130,10 @@ def varlen_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqle
                            sinks=s_aux)
     # Rows past the last request (a step padded for a captured graph) are left as they are,
     # as FlashAttention leaves them: transformers reads logits of real rows only.
+    # transformers builds the lengths; reading them back would stall every layer of every step.
     return flash_attention_varlen(q, k, v, cu_seqlens_q.to(torch.int32), cu_seqlens_k.to(torch.int32),
-                                  int(max_seqlen_q), int(max_seqlen_k), causal=causal, scale=softmax_scale)
+                                  int(max_seqlen_q), int(max_seqlen_k), causal=causal, scale=softmax_scale,
+                                  check_lengths=False)
 
 
 def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,

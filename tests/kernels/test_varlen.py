@@ -133,6 +133,18 @@ def test_a_padded_step_leaves_its_padding_rows_alone():
     torch.testing.assert_close(out[:9], ref, atol=1e-5, rtol=1e-5)
 
 
+def test_unchecked_lengths_are_clamped_to_the_buffers():
+    # check_lengths=False reads nothing on the host: lengths past the buffers must still
+    # keep every access inside them (the kernel clamps), and the sequences inside are right.
+    q, k, v, cu_q, cu_k = _packed([3, 6], [8, 6])
+    bad_q = torch.tensor([0, 3, 40], dtype=torch.int32)  # the last sequence runs past q's 9 rows
+    bad_k = torch.tensor([0, 8, 90], dtype=torch.int32)
+    out = flash_attention_varlen(q, k, v, bad_q, bad_k, 40, 90, causal=True, config=SMALL, check_lengths=False)
+    ref = _reference(q, k, v, cu_q, cu_k, True)
+    torch.testing.assert_close(out[:3], ref[:3], atol=1e-5, rtol=1e-5)
+    assert torch.isfinite(out).all()
+
+
 def test_no_query_rows_launch_nothing():
     q, k, v, cu_q, cu_k = _packed([0, 0], [3, 0])
     assert flash_attention_varlen(q, k, v, cu_q, cu_k, 0, 3, causal=True).shape == (0, 4, 32)
