@@ -35,6 +35,17 @@ SUPPORTED_DTYPES = tuple(TORCH_DTYPES.values())
 forward_kernel_for = LengthTwins(attention_forward_kernel)
 
 
+def check_qkv_agree(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+    """Raise naming the mismatch unless q, k, v share a dtype and a device and k, v a shape
+    (every layout's check: dense and packed)."""
+    if not (q.dtype == k.dtype == v.dtype):
+        raise TypeError(f"q, k, v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    if not (q.device == k.device == v.device):
+        raise ValueError(f"q, k, v must be on one device, got {q.device}, {k.device}, {v.device}")
+    if k.shape != v.shape:
+        raise ValueError(f"k and v must have the same shape, got {tuple(k.shape)} and {tuple(v.shape)}")
+
+
 def check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
     """Raise TypeError/ValueError naming the argument when q, k, v cannot be attended."""
     for name, t in (("q", q), ("k", k), ("v", v)):
@@ -48,12 +59,7 @@ def check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
             raise TypeError(f"{name}.dtype must be float16, bfloat16 or float32, got {t.dtype}")
         if t.shape[-1] > 1 and t.stride(-1) != 1:
             raise ValueError(f"{name} must be contiguous in its last dim (head_dim), got strides {t.stride()}")
-    if not (q.dtype == k.dtype == v.dtype):
-        raise TypeError(f"q, k, v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
-    if not (q.device == k.device == v.device):
-        raise ValueError(f"q, k, v must be on one device, got {q.device}, {k.device}, {v.device}")
-    if k.shape != v.shape:
-        raise ValueError(f"k and v must have the same shape, got {tuple(k.shape)} and {tuple(v.shape)}")
+    check_qkv_agree(q, k, v)
     batch, q_heads, _, head_dim = q.shape
     if k.shape[0] != batch:
         raise ValueError(f"k batch {k.shape[0]} differs from q batch {batch}")

@@ -15,7 +15,7 @@ import torch
 import triton
 
 from flashtune.kernels._flash_fwd_varlen import varlen_forward_kernel
-from flashtune.kernels.attention import SUPPORTED_DTYPES, resolve_scale
+from flashtune.kernels.attention import SUPPORTED_DTYPES, check_qkv_agree, resolve_scale
 from flashtune.kernels.config import Config, Value
 from flashtune.kernels.dtypes import interpreting
 from flashtune.kernels.launch_support import LOG2_E
@@ -73,12 +73,7 @@ def check_varlen_inputs(q: Any, k: Any, v: Any) -> None:
     _check_packed("q", q, "(total_q, q_heads, head_dim)")
     _check_packed("k", k, "(total_k, kv_heads, head_dim)")
     _check_packed("v", v, "(total_k, kv_heads, head_dim)")
-    if not (q.dtype == k.dtype == v.dtype):
-        raise TypeError(f"q, k, v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
-    if not (q.device == k.device == v.device):
-        raise ValueError(f"q, k, v must be on one device, got {q.device}, {k.device}, {v.device}")
-    if k.shape != v.shape:
-        raise ValueError(f"k and v must have the same shape, got {tuple(k.shape)} and {tuple(v.shape)}")
+    check_qkv_agree(q, k, v)
     head_dim = q.shape[2]
     if k.shape[2] != head_dim:
         raise ValueError(f"k head_dim {k.shape[2]} differs from q head_dim {head_dim}")
