@@ -402,7 +402,7 @@ def default_combine(*, batch: int, kv_len: int, per_sequence_lengths: bool) -> s
 
 #: Set to 0 to hand bound launches the tensors rather than their device addresses (the
 #: launcher then checks each pointer: ``BoundDecode.arguments``), read when a call is bound;
-#: for measuring the difference in one run (docs/gpu/t19.sh).
+#: for measuring the difference in one run (docs/lab/gpu/t19.sh).
 ENV_ADDRESSES = "FLASHTUNE_LAUNCH_ADDRESSES"
 
 

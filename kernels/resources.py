@@ -178,7 +178,7 @@ def known_failure(config: Mapping[str, Value], compute_capability: tuple[int, in
         return "loads='lean_ws_oneloop' runs one program a tile: it has no persistent grid"
     if (plan.variant == "oneloop" and int(plan.constexprs["BLOCK_M"]) >= SPECIALIZED_MIN_BLOCK_M
             and int(plan.options["num_stages"]) >= 3):
-        # The H200, Triton 3.6.0, 2026-12-02 (docs/gpu/merged-2026-12-02b.sh,
+        # The H200, Triton 3.6.0, 2026-12-02 (docs/lab/gpu/merged-2026-12-02b.sh,
         # tests/gpu/test_oneloop_gpu.py::test_deeper_rings_on_long_keys): non-finite outputs at
         # 128x64 with 3 and 4 stages (bf16 and fp8) and 128x128 with 3 (fp8) on 8192 keys,
         # where 2 stages matched the reference. Specialized tiles only (unspecialized ones

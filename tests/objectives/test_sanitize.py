@@ -114,7 +114,7 @@ def test_the_unsafe_reason_names_the_tool_and_reads_back() -> None:
     assert sz.unsafe_reason(timeout) == "compute-sanitizer initcheck: timeout: no end within 5 s"
 
 
-# racecheck on the H100 (2026-12-06, docs/gpu/sanitize_probe.py): the Gluon Hopper default's
+# racecheck on the H100 (2026-12-06, docs/lab/gpu/sanitize_probe.py): the Gluon Hopper default's
 # whole report, every error's read side the worker warps' state read in the kernel's prologue.
 WARP_SPECIALIZED_RACECHECK = """\
 ========= COMPUTE-SANITIZER

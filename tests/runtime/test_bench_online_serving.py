@@ -9,7 +9,7 @@ import pytest
 import torch
 
 pytest.importorskip("transformers")
-pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="CPU interpreter run; the GPU runs docs/gpu/u19a.sh")
+pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="CPU interpreter run; the GPU runs docs/lab/gpu/u19a.sh")
 
 
 @pytest.mark.slow

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 pytest.importorskip("transformers")
-pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="CPU interpreter run; the GPU runs docs/gpu/s19.sh")
+pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="CPU interpreter run; the GPU runs docs/lab/gpu/s19.sh")
 
 
 @pytest.mark.slow
