@@ -29,6 +29,8 @@ from typing import Any
 
 import torch
 
+from flashtune.runtime.integrations.hf_continuous_batching import register
+
 #: Model shapes: Llama-3-8B's attention (32 query heads, 8 KV heads, head dim 128) with
 #: fewer layers, so a 64-request run fits a few minutes; and a tiny one for the CPU.
 SHAPES = {
@@ -104,8 +106,6 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError:
         print("bench_continuous_batching needs transformers: pip install -e '.[hf]'", file=sys.stderr)
         return 2
-    from flashtune.runtime.integrations.hf_continuous_batching import register
-
     cuda = torch.cuda.is_available()
     torch.manual_seed(args.seed)
     shape = SHAPES[args.shape]
