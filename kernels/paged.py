@@ -17,13 +17,14 @@ import triton
 
 from flashtune.kernels._flash_decode import decode_combine_kernel
 from flashtune.kernels._flash_decode_paged import paged_append_kernel, paged_split_kernel
-from flashtune.kernels.attention import SUPPORTED_DTYPES, SUPPORTED_HEAD_DIMS, resolve_scale
+from flashtune.kernels.attention import SUPPORTED_HEAD_DIMS, resolve_scale
 from flashtune.kernels.config import Config, Value
 from flashtune.kernels.decode import combine_options, decode_default_for
 from flashtune.kernels.dtypes import interpreting
 from flashtune.kernels.knobs import CompileOption, Constexpr, HostArg, Knob, space_of
 from flashtune.kernels.launch_support import LOG2_E, device_sm_count
 from flashtune.kernels.space import decode_block_h
+from flashtune.kernels.varlen import check_head_tensor, config_in_space
 
 #: The paged kernel's knobs, declared as the dense decode kernel's are (kernels/knobs.py),
 #: in enumeration order. BLOCK_N may be below the page size (a tile inside one page: one
@@ -58,13 +59,7 @@ def validate_paged_config(config: Mapping[str, Value]) -> Config:
         raise ValueError(f"config: unknown key(s) {extra} for the paged kernel; it tunes {list(PAGED_TUNABLES)}")
     if config.get("kernel", PAGED_KERNEL) != PAGED_KERNEL:
         raise ValueError(f"config: kernel={config['kernel']!r} is not the paged kernel ({PAGED_KERNEL!r})")
-    absent = [name for name in PAGED_TUNABLES if name not in config]
-    if absent:
-        raise ValueError(f"config: missing key(s) {absent} for the paged kernel")
-    for name, values in PAGED_TUNABLES.items():
-        if type(config[name]) is not type(values[0]) or config[name] not in values:
-            raise ValueError(f"config: {name}={config[name]!r} is not one of {list(values)}")
-    return Config({name: config[name] for name in PAGED_TUNABLES})
+    return config_in_space(config, PAGED_TUNABLES, PAGED_KERNEL)
 
 
 def default_paged_config(*, batch: int, q_heads: int, kv_heads: int, q_len: int, capacity: int, head_dim: int,
@@ -76,17 +71,6 @@ def default_paged_config(*, batch: int, q_heads: int, kv_heads: int, q_len: int,
     dense = decode_default_for(batch=batch, q_heads=q_heads, kv_heads=kv_heads, q_len=q_len, kv_len=capacity,
                                head_dim=head_dim, sm_count=sms, per_sequence_lengths=True)
     return Config({name: dense[name] for name in PAGED_TUNABLES})
-
-
-def _check_tensor(name: str, t: Any, layout: str) -> None:
-    if not isinstance(t, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-    if t.dim() != 4:
-        raise ValueError(f"{name} must have rank 4 {layout}, got shape {tuple(t.shape)}")
-    if t.dtype not in SUPPORTED_DTYPES:
-        raise TypeError(f"{name}.dtype must be float16, bfloat16 or float32, got {t.dtype}")
-    if t.stride(-1) != 1:
-        raise ValueError(f"{name} must be contiguous in its last dim (head_dim), got strides {tuple(t.stride())}")
 
 
 def _check_like_q(name: str, t: torch.Tensor, q: torch.Tensor) -> None:
@@ -111,9 +95,9 @@ def check_paged_inputs(q: Any, k_cache: Any, v_cache: Any, k: Any, v: Any, cache
                        block_table: Any) -> None:
     """Raise TypeError/ValueError naming the argument when the shapes, dtypes, devices or
     layouts cannot be attended (nothing here reads a tensor's values)."""
-    _check_tensor("q", q, "(batch, seqlen_q, q_heads, head_dim)")
-    _check_tensor("k_cache", k_cache, "(num_pages, page_size, kv_heads, head_dim)")
-    _check_tensor("v_cache", v_cache, "(num_pages, page_size, kv_heads, head_dim)")
+    check_head_tensor("q", q, "(batch, seqlen_q, q_heads, head_dim)", rank=4)
+    check_head_tensor("k_cache", k_cache, "(num_pages, page_size, kv_heads, head_dim)", rank=4)
+    check_head_tensor("v_cache", v_cache, "(num_pages, page_size, kv_heads, head_dim)", rank=4)
     for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
         _check_like_q(name, t, q)
     if k_cache.shape != v_cache.shape:
@@ -136,8 +120,8 @@ def check_paged_inputs(q: Any, k_cache: Any, v_cache: Any, k: Any, v: Any, cache
         raise ValueError(f"k and v must be given together, got k={'None' if k is None else 'a tensor'} "
                          f"and v={'None' if v is None else 'a tensor'}")
     if k is not None:
-        _check_tensor("k", k, "(batch, seqlen_new, kv_heads, head_dim)")
-        _check_tensor("v", v, "(batch, seqlen_new, kv_heads, head_dim)")
+        check_head_tensor("k", k, "(batch, seqlen_new, kv_heads, head_dim)", rank=4)
+        check_head_tensor("v", v, "(batch, seqlen_new, kv_heads, head_dim)", rank=4)
         for name, t in (("k", k), ("v", v)):
             _check_like_q(name, t, q)
             if t.shape[0] != batch or t.shape[2:] != k_cache.shape[2:]:
@@ -183,18 +167,9 @@ def _capturing(device: torch.device) -> bool:
 
 
 def flash_attention_with_kvcache(
-    q: torch.Tensor,
-    k_cache: torch.Tensor,
-    v_cache: torch.Tensor,
-    k: torch.Tensor | None = None,
-    v: torch.Tensor | None = None,
-    *,
-    cache_seqlens: torch.Tensor,
-    block_table: torch.Tensor,
-    causal: bool = True,
-    softmax_scale: float | None = None,
-    config: Mapping[str, Value] | None = None,
-    check_values: bool = True,
+    q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, k: torch.Tensor | None = None,
+    v: torch.Tensor | None = None, *, cache_seqlens: torch.Tensor, block_table: torch.Tensor, causal: bool = True,
+    softmax_scale: float | None = None, config: Mapping[str, Value] | None = None, check_values: bool = True,
 ) -> torch.Tensor:
     """Attention of new queries against a paged KV cache, appending new keys first.
 
