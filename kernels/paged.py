@@ -42,8 +42,9 @@ PAGED_TUNABLES: Mapping[str, tuple[Value, ...]] = space_of(PAGED_KNOBS)
 #: The name a config may give its kernel (the op also takes configs that omit it).
 PAGED_KERNEL = "paged"
 
-#: Page sizes must be whole multiples of this: tl.dot's smallest key tile, so a page is
-#: never narrower than a tile the space can pick (vLLM and transformers use 16 to 256).
+#: Page sizes must be whole multiples of this, the space's smallest tile (tl.dot takes 16
+#: keys at least), so that some tile always fits a page whole and the one-lookup-a-tile path
+#: is open at every page size (vLLM and transformers use 16 to 256).
 PAGE_SIZE_MULTIPLE = 16
 #: New keys written per program of the append kernel.
 APPEND_BLOCK_M = 16
@@ -142,8 +143,9 @@ def check_paged_values(cache_seqlens: torch.Tensor, block_table: torch.Tensor, *
     sequence's keys after the append fit its block-table row, and every table entry of a
     page the call reads or writes is a page of the cache (entries past a sequence's pages
     may be anything: -1 by convention). Reads both tensors on the host (one synchronization)."""
-    lengths = cache_seqlens.cpu()
-    table = block_table.cpu()
+    batch = cache_seqlens.numel()
+    values = torch.cat([cache_seqlens, block_table.reshape(-1)]).cpu()  # one copy: one synchronization
+    lengths, table = values[:batch], values[batch:].view(block_table.shape)
     if lengths.numel() and int(lengths.min()) < 0:
         b = int(torch.argmin(lengths))
         raise ValueError(f"cache_seqlens must be >= 0, got cache_seqlens[{b}] = {int(lengths[b])}")
