@@ -47,21 +47,29 @@ def validate_varlen_config(config: Mapping[str, Value]) -> Config:
                              f"(it runs {name}={VARLEN_FIXED[name]!r})")
         if name not in VARLEN_FIXED and name not in VARLEN_TUNABLES:
             raise ValueError(f"config: unknown key {name!r} for the varlen kernel; it tunes {list(VARLEN_TUNABLES)}")
-    missing = [name for name in VARLEN_TUNABLES if name not in config]
+    return config_in_space(config, VARLEN_TUNABLES, "varlen")
+
+
+def config_in_space(config: Mapping[str, Value], tunables: Mapping[str, tuple[Value, ...]], kernel: str) -> Config:
+    """``config``'s values of ``tunables`` as a :class:`Config`, or raise ValueError naming a
+    knob that is missing or not one of its values (the varlen and paged kernels' spaces)."""
+    missing = [name for name in tunables if name not in config]
     if missing:
-        raise ValueError(f"config: missing key(s) {missing} for the varlen kernel")
-    for name, allowed in VARLEN_TUNABLES.items():
+        raise ValueError(f"config: missing key(s) {missing} for the {kernel} kernel")
+    for name, allowed in tunables.items():
         if type(config[name]) is not type(allowed[0]) or config[name] not in allowed:
             raise ValueError(f"config: {name}={config[name]!r} is not one of {list(allowed)}")
-    return Config({name: config[name] for name in VARLEN_TUNABLES})
+    return Config({name: config[name] for name in tunables})
 
 
-def _check_packed(name: str, t: Any, layout: str) -> None:
-    """Raise naming ``name`` unless it is a packed ``layout`` tensor the kernel reads."""
+def check_head_tensor(name: str, t: Any, layout: str, rank: int = 3) -> None:
+    """Raise naming ``name`` unless it is a ``layout`` tensor of ``rank`` dims, head_dim last
+    and contiguous, in a dtype the kernels read (the packed layout's check, and the paged
+    cache's in kernels/paged.py)."""
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-    if t.dim() != 3:
-        raise ValueError(f"{name} must have rank 3 {layout}, got shape {tuple(t.shape)}")
+    if t.dim() != rank:
+        raise ValueError(f"{name} must have rank {rank} {layout}, got shape {tuple(t.shape)}")
     if t.dtype not in SUPPORTED_DTYPES:
         raise TypeError(f"{name}.dtype must be float16, bfloat16 or float32, got {t.dtype}")
     if t.stride(-1) != 1:
@@ -70,9 +78,9 @@ def _check_packed(name: str, t: Any, layout: str) -> None:
 
 def check_varlen_inputs(q: Any, k: Any, v: Any) -> None:
     """Raise TypeError/ValueError naming the argument when packed q, k, v cannot be attended."""
-    _check_packed("q", q, "(total_q, q_heads, head_dim)")
-    _check_packed("k", k, "(total_k, kv_heads, head_dim)")
-    _check_packed("v", v, "(total_k, kv_heads, head_dim)")
+    check_head_tensor("q", q, "(total_q, q_heads, head_dim)")
+    check_head_tensor("k", k, "(total_k, kv_heads, head_dim)")
+    check_head_tensor("v", v, "(total_k, kv_heads, head_dim)")
     check_qkv_agree(q, k, v)
     head_dim = q.shape[2]
     if k.shape[2] != head_dim:
