@@ -34,11 +34,16 @@ import torch.nn.functional as F
 
 from flashtune.kernels.attention import SUPPORTED_DTYPES, SUPPORTED_HEAD_DIMS
 from flashtune.kernels.dtypes import interpreting
+from flashtune.kernels.paged import flash_attention_with_kvcache
 from flashtune.kernels.varlen import flash_attention_varlen
 
 #: The implementation name: "flash" for transformers' continuous batching to route packed
 #: batches to it, no version digit after it (see the module's docstring).
 NAME = "flashtune_varlen"
+#: The name that also takes transformers' block-table decode path (decode-only steps read the
+#: paged cache in place, no gather): transformers opens that path only to names matching
+#: "flash...2" or "flash...3" (FlashAttention 2/3's API, which our functions take) on CUDA.
+PAGED_NAME = "flashtune_fa2_paged"
 
 _LOG = logging.getLogger("flashtune.attention")
 _LOGGED: set[str] = set()
@@ -56,7 +61,8 @@ def _fallback_reason(query: torch.Tensor, key: torch.Tensor, *, dropout: float, 
     if sinks is not None:
         return "attention sinks"
     if window not in (None, -1, (-1, -1)):
-        return f"sliding window {window}"
+        # FlashAttention's (left, right) = (window - 1, 0): said as transformers says it.
+        return f"sliding window {window[0] + 1 if isinstance(window, (tuple, list)) else window}"
     if query.dtype not in SUPPORTED_DTYPES and not interpreting(query):
         return f"dtype {query.dtype}"
     if query.shape[-1] not in SUPPORTED_HEAD_DIMS or key.shape[-1] != query.shape[-1]:
@@ -136,6 +142,59 @@ def varlen_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqle
                                   check_lengths=False)
 
 
+def paged_sdpa(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, k: torch.Tensor | None,
+               v: torch.Tensor | None, *, cache_seqlens: torch.Tensor, block_table: torch.Tensor,
+               scale: float | None, causal: bool, window: int | None = None, softcap: float | None = None,
+               sinks: torch.Tensor | None = None) -> torch.Tensor:
+    """The block-table step in PyTorch, the fallback: append ``k``/``v`` (batch, new, kv_heads,
+    D) into the pages at ``cache_seqlens``, gather each sequence's keys, attend as
+    :func:`packed_sdpa`. Returns (batch, seqlen_q, q_heads, D)."""
+    batch, seqlen_q = q.shape[:2]
+    page = k_cache.shape[1]
+    new = 0 if k is None else k.shape[1]
+    lengths = cache_seqlens.to(torch.long)
+    if new:
+        position = lengths[:, None] + torch.arange(new, device=q.device)[None, :]  # (batch, new)
+        pages = block_table.to(torch.long).gather(1, position // page)
+        k_cache[pages, position % page] = k
+        v_cache[pages, position % page] = v
+    totals = (lengths + new).tolist()
+    keys, values = [], []
+    for b, total in enumerate(totals):
+        position = torch.arange(total, device=q.device)
+        pages = block_table[b].to(torch.long)[position // page]
+        keys.append(k_cache[pages, position % page])
+        values.append(v_cache[pages, position % page])
+    cu = lambda counts: torch.tensor([0, *torch.tensor(counts).cumsum(0).tolist()], dtype=torch.int32)  # noqa: E731
+    out = packed_sdpa(q.reshape(batch * seqlen_q, *q.shape[2:]), torch.cat(keys), torch.cat(values),
+                      cu([seqlen_q] * batch), cu(totals), scale=scale, causal=causal, window=window,
+                      softcap=softcap, sinks=sinks)
+    return out.reshape(q.shape)
+
+
+def kvcache_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, k: torch.Tensor | None = None,
+                      v: torch.Tensor | None = None, cache_seqlens: torch.Tensor | None = None,
+                      block_table: torch.Tensor | None = None, softmax_scale: float | None = None,
+                      causal: bool = True, window_size: Any = (-1, -1), softcap: float = 0.0, s_aux: Any = None,
+                      **_: Any) -> torch.Tensor:
+    """FlashAttention's ``flash_attn_with_kvcache`` on our paged kernel, by its signature:
+    transformers' block-table decode path calls it with the step's new keys, the page views,
+    the block table and the cached lengths. What the kernel cannot compute runs in PyTorch."""
+    reason = _fallback_reason(q, k_cache, dropout=0.0, softcap=softcap, window=window_size, sinks=s_aux,
+                              weights=False)
+    if reason is not None:
+        _log_once(reason)
+        left = window_size[0] if isinstance(window_size, (tuple, list)) else window_size
+        return paged_sdpa(q, k_cache, v_cache, k, v, cache_seqlens=cache_seqlens, block_table=block_table,
+                          scale=softmax_scale, causal=causal, window=left + 1 if left is not None and left >= 0
+                          else None, softcap=softcap or None, sinks=s_aux)
+    # transformers builds the table and lengths (padding sequences carry -1): no host read; the
+    # kernel clamps reads and skips writes outside the pool.
+    return flash_attention_with_kvcache(q, k_cache, v_cache, k, v, cache_seqlens=cache_seqlens,
+                                        block_table=block_table, causal=causal, softmax_scale=softmax_scale,
+                                        check_values=False)
+
+
 def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                       attention_mask: torch.Tensor | None, scaling: float | None = None, dropout: float = 0.0,
                       **kwargs: Any) -> tuple[torch.Tensor, None]:
@@ -153,8 +212,7 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
         raise ValueError(f"attention {NAME!r} serves continuous batching (generate_batch), whose steps carry "
                          "cu_seq_lens_q/cu_seq_lens_k; for generate() use flashtune.runtime.hf_attention.register()")
     if kwargs.get("block_table") is not None:
-        raise ValueError(f"attention {NAME!r} got a block table: transformers' decode fast path is meant to be off "
-                         "for this name (max_blocks_per_request=0)")
+        return _block_table_step(module, query, key, value, scaling, kwargs), None
     if query.shape[0] != 1:
         raise ValueError(f"a continuous batch is one packed row; got a query of batch {query.shape[0]}")
     window = getattr(module, "sliding_window", None) or kwargs.get("sliding_window")
@@ -176,11 +234,33 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
     return out.unsqueeze(0), None
 
 
+def _block_table_step(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                      scaling: float | None, kwargs: dict[str, Any]) -> torch.Tensor:
+    """A decode-only step on transformers' block-table path: ``key``/``value`` are the step's new
+    tokens, one a request, and ``k_cache``/``v_cache`` the layer's page views. As transformers
+    calls FlashAttention there: (1, heads, n, D) -> (n, 1, heads, D), cached lengths from the
+    keys' cumulative lengths less the new token. Returns (1, n, q_heads, D)."""
+    if kwargs.get("k_cache") is None or kwargs.get("v_cache") is None:
+        raise ValueError("a block-table step needs k_cache and v_cache (transformers' PagedAttentionCache.update)")
+    q, k, v = (x.transpose(1, 2).reshape(-1, 1, *x.shape[-3:-2], x.shape[-1]) for x in (query, key, value))
+    n = k.shape[0]
+    cu_k = kwargs["cu_seq_lens_k"]
+    cache_seqlens = (cu_k[1:n + 1] - cu_k[:n] - 1).to(torch.int32)
+    window = getattr(module, "sliding_window", None) or kwargs.get("sliding_window")
+    out = kvcache_attention(q.contiguous(), kwargs["k_cache"], kwargs["v_cache"], k.contiguous(), v.contiguous(),
+                            cache_seqlens=cache_seqlens, block_table=kwargs["block_table"], softmax_scale=scaling,
+                            causal=True, window_size=(window - 1, 0) if window else (-1, -1),
+                            softcap=kwargs.get("softcap") or 0.0, s_aux=kwargs.get("s_aux", kwargs.get("sinks")))
+    return out.reshape(1, n, *out.shape[-2:])
+
+
 #: The names transformers' FlashAttention loader is told to serve with our functions.
 _OUR_NAMES: set[str] = set()
+#: Of those, the names whose loader also answers the block-table function (:data:`PAGED_NAME`).
+_PAGED_NAMES: set[str] = set()
 
 
-def _serve_flash_loads(fa_utils: Any, name: str) -> None:
+def _serve_flash_loads(fa_utils: Any, name: str, *, paged: bool) -> None:
     """Make transformers' FlashAttention loader (``_lazy_imports``, which
     ``lazy_import_flash_attention`` calls for a name it has not loaded last) answer ``name``
     and ``paged|name`` with our varlen function and no block-table function, and every other
@@ -188,13 +268,15 @@ def _serve_flash_loads(fa_utils: Any, name: str) -> None:
     where its continuous batching prefixes ``paged|`` (5.17), for the prefixed one at each step;
     its cache holds one name, so the answer must come from the loader, not a preset cache."""
     _OUR_NAMES.update((name, f"paged|{name}"))
+    (_PAGED_NAMES.update if paged else _PAGED_NAMES.difference_update)((name, f"paged|{name}"))
     if getattr(fa_utils._lazy_imports, "_flashtune", False):
         return
     load = fa_utils._lazy_imports
 
     def lazy_imports(implementation: str | None, *args: Any, **kwargs: Any) -> tuple:
         if implementation in _OUR_NAMES:
-            return None, varlen_attention, None, fa_utils._pad_input, fa_utils._unpad_input
+            kvcache = kvcache_attention if implementation in _PAGED_NAMES else None
+            return None, varlen_attention, kvcache, fa_utils._pad_input, fa_utils._unpad_input
         return load(implementation, *args, **kwargs)
 
     lazy_imports._flashtune = True
@@ -202,20 +284,29 @@ def _serve_flash_loads(fa_utils: Any, name: str) -> None:
     fa_utils._loaded_implementation = None  # a name loaded before is loaded again, through us
 
 
-def register(name: str = NAME) -> str:
+def register(name: str | None = None, *, paged: bool = False) -> str:
     """Register :func:`attention_forward` for transformers' continuous batching as ``name``.
 
-    Makes transformers' FlashAttention loader answer ``name`` with our :func:`varlen_attention`
-    (and no block-table function), so ``model.set_attn_implementation(name)`` needs no
-    flash-attn and no download; registers ``paged|name`` too, where the installed transformers still
-    routes continuous batching through its paged wrapper (which calls the varlen function).
+    Makes transformers' FlashAttention loader answer ``name`` with our :func:`varlen_attention`,
+    so ``model.set_attn_implementation(name)`` needs no flash-attn and no download; registers
+    ``paged|name`` too, where the installed transformers still routes continuous batching
+    through its paged wrapper (which calls the loaded functions).
+
+    Args:
+        name: the implementation name; default :data:`NAME`, or :data:`PAGED_NAME` with ``paged``.
+        paged: also answer transformers' block-table function (:func:`kvcache_attention`), so on
+            CUDA its decode-only steps read the paged cache in place; the name must then carry
+            a 2 or 3 after "flash" (transformers' gate for that path), and without one it must not.
 
     Returns:
         ``name``, for ``model.set_attn_implementation(name)`` before ``generate_batch``.
     """
-    if "flash" not in name or any(d in name.split("flash", 1)[1] for d in "23"):
-        raise ValueError(f"continuous-batching name {name!r} must contain 'flash' with no 2 or 3 after it "
-                         f"(transformers' routing and its decode fast path; default {NAME!r})")
+    name = name or (PAGED_NAME if paged else NAME)
+    versioned = "flash" in name and any(d in name.split("flash", 1)[1] for d in "23")
+    if "flash" not in name or versioned != paged:
+        rule = "a 2 or 3 after it" if paged else "no 2 or 3 after it"
+        raise ValueError(f"continuous-batching name {name!r} must contain 'flash' with {rule} (transformers' "
+                         f"routing and its block-table decode path; default {PAGED_NAME if paged else NAME!r})")
     try:
         from transformers import AttentionInterface
         from transformers import modeling_flash_attention_utils as fa_utils
@@ -230,5 +321,5 @@ def register(name: str = NAME) -> str:
         AttentionInterface.register(f"paged|{name}", paged_attention_forward)
     except ImportError:  # a transformers without the paged wrapper calls attention_forward itself
         pass
-    _serve_flash_loads(fa_utils, name)
+    _serve_flash_loads(fa_utils, name, paged=paged)
     return name

@@ -5,6 +5,7 @@ with one log line; a name transformers would misroute is refused."""
 
 from __future__ import annotations
 
+import inspect
 import logging
 
 import pytest
@@ -149,11 +150,92 @@ def test_soft_capping_and_sinks_in_the_fallback_reduce_to_plain_attention_at_the
     assert drained.abs().max() < 1e-6
 
 
-@pytest.mark.parametrize(("name", "why"), [("tuned_varlen", "must contain 'flash'"),
-                                            ("flash_tuned_2", "no 2 or 3 after it")])
-def test_a_name_transformers_would_misroute_is_refused(name, why) -> None:
+@pytest.mark.parametrize(("name", "paged", "why"), [("tuned_varlen", False, "must contain 'flash'"),
+                                                     ("flash_tuned_2", False, "no 2 or 3 after it"),
+                                                     ("flashtune_paged", True, "a 2 or 3 after it")])
+def test_a_name_transformers_would_misroute_is_refused(name, paged, why) -> None:
     with pytest.raises(ValueError, match=why):
-        cb.register(name)
+        cb.register(name, paged=paged)
+
+
+def test_the_loader_answers_the_block_table_function_only_for_the_paged_name() -> None:
+    from transformers import modeling_flash_attention_utils as fa_utils
+
+    varlen, paged = cb.register(), cb.register(paged=True)
+    assert paged == cb.PAGED_NAME
+    def loaded(name):  # transformers wraps the block-table function (torch.compiler.disable)
+        functions = fa_utils.lazy_import_flash_attention(name)[0][1:3]
+        return tuple(None if f is None else inspect.unwrap(f) for f in functions)
+
+    assert loaded(paged) == (cb.varlen_attention, cb.kvcache_attention)
+    assert loaded(varlen) == (cb.varlen_attention, None)
+
+
+def _paged_step(cache_lengths, page=16, q_heads=4, kv_heads=2, head_dim=32, seed=0):
+    """A decode-only step as transformers' block-table path hands it: one new token a request
+    (query, key, value as (1, heads, n, D)), the page pool with the cached keys, a shuffled
+    block table padded with -1, and the keys' cumulative lengths counting the new token."""
+    g = torch.Generator().manual_seed(seed)
+    n = len(cache_lengths)
+    per_seq = max(-(-(length + 1) // page) for length in cache_lengths)
+    pool = n * per_seq + 2
+    k_cache, v_cache = (torch.randn(pool, page, kv_heads, head_dim, generator=g) for _ in "kv")
+    order = torch.randperm(pool, generator=g)
+    table = torch.full((n, per_seq + 1), -1, dtype=torch.int32)
+    for b, length in enumerate(cache_lengths):
+        used = -(-(length + 1) // page)
+        table[b, :used] = order[b * per_seq:b * per_seq + used].to(torch.int32)
+    query = torch.randn(1, q_heads, n, head_dim, generator=g)
+    key, value = (torch.randn(1, kv_heads, n, head_dim, generator=g) for _ in "kv")
+    cu_k = torch.tensor([0, *torch.tensor([length + 1 for length in cache_lengths]).cumsum(0).tolist()],
+                        dtype=torch.int32)
+    kwargs = dict(block_table=table, k_cache=k_cache, v_cache=v_cache, cu_seq_lens_k=cu_k,
+                  cu_seq_lens_q=torch.arange(n + 1, dtype=torch.int32), max_length_q=1,
+                  max_length_k=max(cache_lengths) + 1, is_causal=True)
+    return query, key, value, kwargs
+
+
+def _gathered_reference(query, key, value, kwargs):
+    """Each request's cached keys gathered from its pages, its new key appended, then SDPA."""
+    table, k_cache, v_cache = kwargs["block_table"], kwargs["k_cache"], kwargs["v_cache"]
+    page, rows = k_cache.shape[1], []
+    lengths = (kwargs["cu_seq_lens_k"].diff() - 1).tolist()
+    for b, length in enumerate(lengths):
+        position = torch.arange(length)
+        pages = table[b].long()[position // page]
+        keys = torch.cat([k_cache[pages, position % page], key[0, :, b][None]])
+        values = torch.cat([v_cache[pages, position % page], value[0, :, b][None]])
+        rep = query.shape[1] // keys.shape[1]
+        rows.append(torch.nn.functional.scaled_dot_product_attention(
+            query[0, :, b:b + 1], keys.transpose(0, 1).repeat_interleave(rep, 0),
+            values.transpose(0, 1).repeat_interleave(rep, 0)).transpose(0, 1))
+    return torch.cat(rows)[None]
+
+
+def test_a_block_table_step_reads_the_pages_in_place_and_appends_the_new_keys() -> None:
+    query, key, value, kwargs = _paged_step([0, 1, 17, 40])
+    expected = _gathered_reference(query, key, value, {**kwargs, "k_cache": kwargs["k_cache"].clone(),
+                                                       "v_cache": kwargs["v_cache"].clone()})
+    before = kwargs["k_cache"].clone()
+    out, weights = cb.attention_forward(torch.nn.Module(), query, key, value, None, **kwargs)
+    assert weights is None and out.shape == (1, 4, 4, 32)
+    torch.testing.assert_close(out, expected, atol=2e-5, rtol=2e-5)
+    changed = (kwargs["k_cache"] != before).any(-1).any(-1).nonzero().tolist()  # (page, row) written
+    table, page = kwargs["block_table"], kwargs["k_cache"].shape[1]
+    assert sorted(map(tuple, changed)) == sorted(
+        (int(table[b, length // page]), length % page) for b, length in enumerate([0, 1, 17, 40]))
+
+
+def test_a_block_table_step_the_kernel_cannot_do_runs_in_pytorch_with_the_same_answer(log_lines) -> None:
+    module = torch.nn.Module()
+    module.sliding_window = 10_000  # wider than any cache: the same attention, through the fallback
+    query, key, value, kwargs = _paged_step([3, 33])
+    fallback, _ = cb.attention_forward(module, query, key, value, None,
+                                       **{**kwargs, "k_cache": kwargs["k_cache"].clone(),
+                                          "v_cache": kwargs["v_cache"].clone()})
+    kernel, _ = cb.attention_forward(torch.nn.Module(), query, key, value, None, **kwargs)
+    assert log_lines == ["flashtune continuous batching: sliding window 10000: this attention runs PyTorch's SDPA"]
+    torch.testing.assert_close(fallback, kernel, atol=2e-5, rtol=2e-5)
 
 
 def test_a_plain_forward_without_packed_lengths_says_which_name_to_use() -> None:
