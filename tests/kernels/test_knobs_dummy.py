@@ -30,7 +30,7 @@ import pytest
 from flashtune.kernels.space import DECODE_TUNABLES, TUNABLES
 
 REPO = Path(__file__).resolve().parents[2]
-PACKAGES = ("kernels", "objectives", "search", "experiments", "runtime")
+PACKAGES = ("values", "kernels", "objectives", "search", "experiments", "runtime")
 #: The declaration, appended last to the prefill kernel's knobs (kernels/knobs.py's rule).
 DECLARATION = '    Knob("dummy_temp", (1, 2), implied=1, launch=Constexpr("DUMMY_TEMP")),\n'
 #: Each kernel's file, JIT function and constexpr annotation: the prefill variants', then
