@@ -8,15 +8,13 @@ from __future__ import annotations
 
 import os
 
-#: Supported input dtypes by name, with their element size in bytes.
-DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
-#: The names, in the order error messages list them.
-DTYPES = tuple(DTYPE_BYTES)
+# Re-exported: declared in the bottom layer (values/inputs.py), where a Workload checks its dtype.
+from flashtune.values.inputs import DTYPE_ALIASES as DTYPE_ALIASES
+from flashtune.values.inputs import DTYPE_BYTES as DTYPE_BYTES
+from flashtune.values.inputs import DTYPES as DTYPES
+
 #: The 16-bit ones: what the Gluon kernel reads (its fp8 configs quantize these themselves).
 HALF_DTYPES = ("float16", "bfloat16")
-#: Short names accepted where a user types a dtype (``--workload 1,8,1024,64,fp16``).
-DTYPE_ALIASES = {"bf16": "bfloat16", "fp16": "float16", "half": "float16", "f16": "float16",
-                 "fp32": "float32", "float": "float32", "f32": "float32"}
 
 
 def interpreting() -> bool:

@@ -24,11 +24,9 @@ from types import MappingProxyType
 from flashtune.kernels.config import Config, Value
 from flashtune.kernels.knobs import KERNEL_KNOBS, implied_of, space_of
 
-#: The head dims the kernel compiles for (``tl.arange`` over the head dim needs a power of
-#: two). Here, in the torch-free module, so that the CLI's workload parser checks them too.
-#: kernels/attention.py keeps an equal tuple (a test holds them equal) rather than importing
-#: this one, because its bytes are part of the kernel source hash that keys every store.
-SUPPORTED_HEAD_DIMS = (32, 64, 128, 256)
+# Re-exported: the head dims the kernel compiles for are declared in the bottom layer
+# (values/inputs.py), where the CLI's workload parser checks them too.
+from flashtune.values.inputs import SUPPORTED_HEAD_DIMS as SUPPORTED_HEAD_DIMS
 
 #: Every kernel's space, by the value of the ``kernel`` knob: each knob's values by name,
 #: in the order the grid enumerates them (read-only; declared in kernels/knobs.py, with

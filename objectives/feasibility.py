@@ -1,7 +1,8 @@
 """Static feasibility: will a config fit a GPU, before anything is compiled.
 
 A constraint separate from the objective (Optuna's rule): the search space asks it, the
-objective records its verdict as ``infeasible`` without compiling.
+objective records its verdict as ``infeasible`` without compiling. ``for_workload`` builds
+that search space: the kernel's knobs for a workload, constrained by the model on a GPU.
 """
 
 from __future__ import annotations
@@ -13,9 +14,10 @@ from flashtune.kernels.config import Value
 from flashtune.kernels.dtypes import DTYPE_BYTES, HALF_DTYPES
 from flashtune.kernels.launch_plan import launch_plan
 from flashtune.kernels.resources import known_failure, registers_per_thread, shared_memory_bytes
-from flashtune.kernels.space import decode_block_h
+from flashtune.kernels.space import decode_block_h, tunables_for
 from flashtune.objectives.hardware import HardwareSpec
 from flashtune.objectives.types import Status, Workload
+from flashtune.search.space import SearchSpace
 
 
 @dataclass(frozen=True)
@@ -59,6 +61,14 @@ def check(config: Mapping[str, Value], workload: Workload, hardware: HardwareSpe
             f"needs {shared} B of shared memory, {hardware.name} allows {hardware.shared_memory_per_block_bytes} B per block",
         )
     return Verdict(True, shared, regs)
+
+
+def for_workload(workload: Workload, hardware: HardwareSpec) -> SearchSpace:
+    """The space of the kernel that serves ``workload`` (``kernels.space.tunables_for``:
+    decode for short queries, else prefill), constrained by the static feasibility model on
+    ``hardware``. Built here, not in search/: the search space knows no kernel or GPU, only
+    knobs and a predicate."""
+    return SearchSpace(tunables_for(workload), lambda config: check(config, workload, hardware).feasible)
 
 
 def gluon_unsupported(workload: Workload) -> str:

@@ -17,8 +17,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from flashtune.kernels.config import Config
 from flashtune.search.space import SearchSpace
+from flashtune.values.config import Config
 
 
 class CandidatePool:

@@ -27,9 +27,9 @@ from optuna.distributions import BaseDistribution, CategoricalDistribution, IntD
 from optuna.samplers import BaseSampler
 from optuna.trial import Trial, TrialState
 
-from flashtune.kernels.config import Config
 from flashtune.search._pooled import PooledStrategy
 from flashtune.search.space import SearchSpace
+from flashtune.values.config import Config
 
 ENCODINGS = ("ordinal", "categorical", "mixed")
 

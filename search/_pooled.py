@@ -34,12 +34,12 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from flashtune.kernels.config import Config
-from flashtune.objectives.types import Measurement, Status
 from flashtune.search._candidates import CandidatePool
 from flashtune.search.priors import PriorGuide
 from flashtune.search.space import SearchSpace
 from flashtune.search.strategy import Strategy, check_int_option, cost_ms
+from flashtune.values.config import Config
+from flashtune.values.types import Measurement, Status
 
 #: At most this many of the priors' best configs per source are measured first, whatever
 #: ``prior_trials`` asks: sources take turns in the ranking, so six trials from six sources are

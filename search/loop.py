@@ -21,9 +21,9 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from flashtune.kernels.config import Config
-from flashtune.objectives.types import Measurement
 from flashtune.search.strategy import Strategy, cost_ms
+from flashtune.values.config import Config
+from flashtune.values.types import Measurement
 
 #: Consecutive asks that bring nothing new before the loop calls the strategy exhausted.
 MAX_STALE_ASKS = 1000

@@ -16,8 +16,8 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from flashtune.kernels.config import Config
-from flashtune.objectives.types import Measurement, Status, Workload
+from flashtune.values.config import Config
+from flashtune.values.types import Measurement, Status, Workload
 
 Source = tuple[Workload, str]
 

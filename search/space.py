@@ -1,10 +1,11 @@
 """SearchSpace: parameter values, restrictions, and a feasibility constraint.
 
 Strategies see only this: names, allowed values, and whether a config can be run. It
-knows nothing of attention: our kernel's space (``SearchSpace.for_workload``: the
-declared tunables plus the static feasibility model on a ``HardwareSpec``) is one client,
-a recorded table of another kernel (``SearchSpace.of_configs``) another, and a user's own
-space (value lists plus Kernel Tuner-style restriction expressions or predicates) a third.
+knows nothing of attention, and imports nothing of the kernels or the objectives: our
+kernel's space (``objectives.feasibility.for_workload``: the declared tunables plus the
+static feasibility model on a ``HardwareSpec`` as the constraint) is one client, a recorded
+table of another kernel (``SearchSpace.of_configs``) another, and a user's own space (value
+lists plus Kernel Tuner-style restriction expressions or predicates) a third.
 
 The admitted configs are found without enumerating the Cartesian product where the
 restrictions allow it: each restriction expression is checked as soon as the parameters
@@ -21,9 +22,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from flashtune.kernels.config import Config, Value
-from flashtune.kernels.space import tunables_for
-from flashtune.objectives.feasibility import check
+from flashtune.values.config import Config, Value
 
 Constraint = Callable[[Config], bool]
 #: A restriction: a Python expression over parameter names (``"block_x * block_y <= 1024"``,
@@ -142,14 +141,6 @@ class SearchSpace:
             for name in names:
                 values[name].add(config[name])
         return cls({name: sort_values(vals) for name, vals in values.items()}, constraint, members=configs)
-
-    @classmethod
-    def for_workload(cls, workload, hardware) -> SearchSpace:
-        """The space of the kernel that serves ``workload`` (``kernels.space.tunables_for``:
-        decode for short queries, else prefill), constrained by the static feasibility
-        model on ``hardware``."""
-
-        return cls(tunables_for(workload), lambda config: check(config, workload, hardware).feasible)
 
     @property
     def names(self) -> tuple[str, ...]:

@@ -12,10 +12,10 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar
 
-from flashtune.kernels.config import Config
-from flashtune.objectives.types import Measurement
 from flashtune.search.priors import PriorBook
 from flashtune.search.space import SearchSpace
+from flashtune.values.config import Config
+from flashtune.values.types import Measurement
 
 #: Multiplier on the worst time seen, told to strategies for a failed config: failures
 #: must look worse than any success, never 0 (which a minimizer would love).

@@ -38,6 +38,7 @@ from flashtune.experiments.study.storage import (
 )
 from flashtune.experiments.tracking import report
 from flashtune.experiments.tracking.tracker import DEFAULT_TRACKING_URI, check_tracking_uri, record_default, sqlite_path
+from flashtune.objectives.feasibility import for_workload
 from flashtune.objectives.hardware import HardwareSpec, load_spec
 from flashtune.objectives.replay import NOT_RECORDED
 from flashtune.objectives.sanitize import find_sanitizer
@@ -46,7 +47,6 @@ from flashtune.runtime.dispatching.baselines import fallback_config
 from flashtune.runtime.dispatching.resolve import uses_fp8
 from flashtune.runtime.storage.store import ENV_STORE, default_store_path
 from flashtune.search import make_strategy, option_value, strategy_names
-from flashtune.search.space import SearchSpace
 
 if TYPE_CHECKING:
     from flashtune.objectives.peers import PeerTime
@@ -156,7 +156,7 @@ def run_tune(args: argparse.Namespace) -> int:
     check_study_name(name)
     # Built once on a stand-in space so that a mistyped option fails before anything starts.
     stand_in = expected or load_spec(DEFAULT_REPLAY_HARDWARE)
-    make_strategy(args.strategy, SearchSpace.for_workload(workloads[0], stand_in), seed=args.seed, **options)
+    make_strategy(args.strategy, for_workload(workloads[0], stand_in), seed=args.seed, **options)
     tracking_uri, storage_url = _check_stores(args.tracking_uri, args.storage)
     prior_specs, raw_priors = _read_priors(args, tracking_uri)
     if args.workers != 1:

@@ -39,6 +39,7 @@ from flashtune.experiments.evaluation import priors as prior_sources  # "priors"
 from flashtune.experiments.evaluation.compare import PRIOR_MODES
 from flashtune.experiments.evaluation.landscape import Landscape, build_landscape, group_by_workload, table_files
 from flashtune.experiments.study.measurers import RECORDED_SPACE, ReplayDirs, open_replay
+from flashtune.objectives.feasibility import for_workload
 from flashtune.objectives.hardware import HardwareSpec, load_spec
 from flashtune.objectives.types import SUITE, Measurement, Workload
 from flashtune.search import History, SearchSpace, make_strategy, run
@@ -162,7 +163,7 @@ def replay_study(workload: Workload, replay_dirs: ReplayDirs, spec: HardwareSpec
     narrowed to the recorded configs the feasibility model admits, the strategy seeded."""
     measurer = open_replay(spec, [workload], replay_dirs, noise=noise, seed=seed)
     try:
-        space = SearchSpace.for_workload(workload, spec)
+        space = for_workload(workload, spec)
         fits, recorded = space.is_feasible, measurer.constraint(workload)
         space = SearchSpace(space.tunables, lambda config: fits(config) and recorded(config))
         return run(make_strategy(strategy, space, seed=seed), measurer.evaluator(workload), max_trials=budget,

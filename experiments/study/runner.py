@@ -29,6 +29,7 @@ from flashtune.experiments.study.signals import StudyInterrupted, signals_deferr
 from flashtune.experiments.study.storage import DamagedDatabase, is_shared_storage, journal_path, open_storage
 from flashtune.experiments.tracking.tracker import MlflowTracker, sqlite_path
 from flashtune.kernels.config import Config
+from flashtune.objectives.feasibility import for_workload
 from flashtune.objectives.hardware import HardwareSpec
 from flashtune.objectives.types import Measurement, Workload
 from flashtune.search import make_strategy, strategy_names
@@ -195,7 +196,7 @@ def _run_study(study: Study, evaluate: Callable[[Config], Measurement], storage_
         "driver": study.hardware.driver, "cuda": study.hardware.cuda,
         "torch": study.hardware.torch, "triton": study.hardware.triton,
     }
-    space = SearchSpace.for_workload(study.workload, study.hardware)
+    space = for_workload(study.workload, study.hardware)
     if constraint is not None:
         fits = space.is_feasible
         space = SearchSpace(space.tunables, lambda config: fits(config) and constraint(config))

@@ -24,10 +24,10 @@ from typing import Any, ClassVar
 
 from deap import algorithms, base, tools
 
-from flashtune.kernels.config import Config
 from flashtune.search._pooled import PooledStrategy
 from flashtune.search.space import SearchSpace
 from flashtune.search.strategy import check_int_option
+from flashtune.values.config import Config
 
 
 class _Fitness(base.Fitness):

@@ -7,11 +7,11 @@ learn, so it must not follow a misleading prior to the end.
 
 from __future__ import annotations
 
-from flashtune.kernels.config import Config
-from flashtune.objectives.types import Measurement
 from flashtune.search._candidates import CandidatePool, take_unseen
 from flashtune.search.priors import PriorGuide
 from flashtune.search.strategy import Strategy, cost_ms
+from flashtune.values.config import Config
+from flashtune.values.types import Measurement
 
 
 class GridSearch(Strategy):

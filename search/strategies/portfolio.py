@@ -33,10 +33,10 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from flashtune.kernels.config import Config
-from flashtune.objectives.types import Measurement
 from flashtune.search.space import SearchSpace
 from flashtune.search.strategy import Strategy, check_int_option, cost_ms
+from flashtune.values.config import Config
+from flashtune.values.types import Measurement
 
 POLICIES = ("fallback", "lead", "bandit", "round_robin")
 

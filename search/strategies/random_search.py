@@ -10,11 +10,11 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from flashtune.kernels.config import Config
-from flashtune.objectives.types import Measurement
 from flashtune.search._candidates import CandidatePool, take_unseen
 from flashtune.search.priors import PriorGuide
 from flashtune.search.strategy import Strategy, check_int_option
+from flashtune.values.config import Config
+from flashtune.values.types import Measurement
 
 
 class RandomSearch(Strategy):

@@ -22,10 +22,10 @@ from skopt.learning.gaussian_process.kernels import Sum, WhiteKernel
 from skopt.space import Integer
 from skopt.utils import cook_estimator
 
-from flashtune.kernels.config import Config
 from flashtune.search._pooled import PooledStrategy
 from flashtune.search.space import SearchSpace
 from flashtune.search.strategy import check_int_option
+from flashtune.values.config import Config
 
 ACQUISITIONS = ("EI", "LCB", "PI")
 

@@ -30,7 +30,7 @@ import pytest
 from flashtune.kernels.space import DECODE_TUNABLES, TUNABLES
 
 REPO = Path(__file__).resolve().parents[2]
-PACKAGES = ("kernels", "objectives", "search", "experiments", "runtime")
+PACKAGES = ("values", "kernels", "objectives", "search", "experiments", "runtime")
 #: The declaration, appended last to the prefill kernel's knobs (kernels/knobs.py's rule).
 DECLARATION = '    Knob("dummy_temp", (1, 2), implied=1, launch=Constexpr("DUMMY_TEMP")),\n'
 #: Each kernel's file, JIT function and constexpr annotation: the prefill variants', then
@@ -98,11 +98,10 @@ _INTERPRETED = textwrap.dedent('''
     from flashtune.kernels.launch_plan import launch_plan
     from flashtune.kernels.reference import reference_attention
     from flashtune.kernels.space import DECODE_TUNABLES, IMPLIED, SAFE_DEFAULT, TUNABLES, all_configs, validate_config
-    from flashtune.objectives.feasibility import check
+    from flashtune.objectives.feasibility import check, for_workload
     from flashtune.objectives.hardware import load_spec
     from flashtune.objectives.replay import write_table
     from flashtune.objectives.types import Measurement, Status, Workload
-    from flashtune.search.space import SearchSpace
 
     out, tmp = {}, Path(sys.argv[2])
     h200, workload = load_spec("h200"), Workload.parse("1,2,40,32,float32")
@@ -115,7 +114,7 @@ _INTERPRETED = textwrap.dedent('''
         out["refused"] = str(exc)
     out["plan"] = launch_plan(hot).constexprs["DUMMY_TEMP"]
     out["feasible"] = check(hot, workload, h200).feasible
-    out["search_space"] = "dummy_temp" in SearchSpace.for_workload(workload, h200).tunables
+    out["search_space"] = "dummy_temp" in for_workload(workload, h200).tunables
     out["where"] = len(_select(_parse_where(["dummy_temp=2", "loads=pointer"]), None, TUNABLES))
 
     torch.manual_seed(0)

@@ -7,7 +7,7 @@ import pytest
 from flashtune.kernels import Config, all_configs
 from flashtune.kernels.resources import shared_memory_bytes
 from flashtune.objectives import SUITE, Workload, known_specs
-from flashtune.objectives.feasibility import check
+from flashtune.objectives.feasibility import check, for_workload
 
 
 def test_model_matches_the_requirement_measured_on_the_h200():
@@ -76,10 +76,9 @@ def test_decode_configs_are_modelled_with_their_packed_query_tile():
 
 def test_decode_space_on_the_h200():
     from flashtune.kernels.space import DECODE_TUNABLES
-    from flashtune.search.space import SearchSpace
 
     h200 = known_specs()["h200"]
-    space = SearchSpace.for_workload(DECODE_W, h200)
+    space = for_workload(DECODE_W, h200)
     assert space.tunables == dict(DECODE_TUNABLES)
     feasible = space.feasible_configs()
     assert 0 < len(feasible) < space.size
@@ -92,7 +91,7 @@ def test_decode_space_on_the_h200():
     tma = Config(kernel="decode", BLOCK_N=64, num_splits=8, num_warps=4, num_stages=3, loads="tma")
     assert check(tma, DECODE_W, h200).feasible
     assert not check(tma, DECODE_W, known_specs()["a100"]).feasible  # TMA is Hopper-and-newer
-    prefill = SearchSpace.for_workload(Workload(1, 32, 8, 17, 4096, 128), h200)
+    prefill = for_workload(Workload(1, 32, 8, 17, 4096, 128), h200)
     assert "BLOCK_M" in prefill.names and "num_splits" not in prefill.names
 
 

@@ -147,7 +147,8 @@ def test_the_default_finds_d128_causals_lone_optimum(tmp_path):
     from optuna.distributions import CategoricalDistribution, IntDistribution
 
     from flashtune.experiments.cli.tune import DEFAULT_STRATEGY
-    from flashtune.search import SearchSpace, make_strategy
+    from flashtune.objectives.feasibility import for_workload
+    from flashtune.search import make_strategy
 
     workload = "b4_h32_n4096_d128_causal_bfloat16"
     parts = [DATA_DIR / d / f"{workload}.jsonl" for d in ("h200_grown", "h200_lean", "h200_lean_order", "h200_gluon")]
@@ -161,6 +162,6 @@ def test_the_default_finds_d128_causals_lone_optimum(tmp_path):
                                             tuner_target.TOLERANCE)
     assert reached is not None and reached <= tuner_target.BUDGET
     # The encoding itself: choices as categories, numbers as ordinals.
-    gp = make_strategy("gp", SearchSpace.for_workload(ls.workload, spec))
+    gp = make_strategy("gp", for_workload(ls.workload, spec))
     assert isinstance(gp._distributions["loads"], CategoricalDistribution)
     assert isinstance(gp._distributions["BLOCK_M"], IntDistribution)

@@ -20,7 +20,7 @@ from flashtune.experiments.study.storage import (
     OWNER_ATTR,
     open_storage,
 )
-from flashtune.search.space import SearchSpace
+from flashtune.objectives.feasibility import for_workload
 
 
 def make_study(h200, *, trials: int, name: str = "resume", **fields) -> Study:
@@ -70,7 +70,7 @@ def test_resume_with_other_settings_is_refused(replay_dir, stores, h200) -> None
 
 
 def _store(stores, study: Study, h200) -> TrialStore:
-    space = SearchSpace.for_workload(study.workload, h200)
+    space = for_workload(study.workload, h200)
     return TrialStore(open_storage(stores["storage"]), study.storage_name, study.identity(h200.fingerprint), space)
 
 

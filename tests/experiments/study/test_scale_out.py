@@ -24,8 +24,8 @@ from study_support import WORKLOAD, cli_env, flashtune_command, run_cli
 from flashtune.experiments.study.ledger import RELEASED_ATTR, SharedLedger, TrialStore
 from flashtune.experiments.study.storage import MEASUREMENT_ATTR, close_storage, open_storage
 from flashtune.kernels.space import all_configs
+from flashtune.objectives.feasibility import for_workload
 from flashtune.objectives.hardware import load_spec
-from flashtune.search.space import SearchSpace
 
 DEFAULT_URL = "postgresql://flashtune:flashtune@127.0.0.1:5432/flashtune_test"
 STORAGE_NAME = "NVIDIA H200/{}"
@@ -145,7 +145,7 @@ def no_database_errors(text: str) -> None:
 
 def _shared(storage, name: str) -> SharedLedger:
     h200 = load_spec("h200")
-    space = SearchSpace.for_workload(WORKLOAD, h200)
+    space = for_workload(WORKLOAD, h200)
     return SharedLedger(TrialStore(storage, name, {"w": WORKLOAD.name}, space))
 
 

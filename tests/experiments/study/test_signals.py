@@ -17,8 +17,8 @@ from flashtune.experiments.study.runner import Study, StudyInterrupted
 from flashtune.experiments.study.signals import signals_deferred
 from flashtune.experiments.study.storage import ELAPSED_ATTR, MEASUREMENT_ATTR, open_storage
 from flashtune.kernels.space import SAFE_DEFAULT
+from flashtune.objectives.feasibility import for_workload
 from flashtune.objectives.types import Measurement, Status
-from flashtune.search.space import SearchSpace
 
 
 def _raise(signum, frame):
@@ -52,7 +52,7 @@ class _SignalOnWrite:
 @pytest.mark.parametrize("key", [MEASUREMENT_ATTR, ELAPSED_ATTR])
 def test_a_sigterm_as_the_measurement_is_stored_leaves_the_trial_finished(stores, h200, sigterm_raises, key):
     study = Study(name="race", workload=WORKLOAD, hardware=h200, trials=3, seed=5)
-    space = SearchSpace.for_workload(study.workload, h200)
+    space = for_workload(study.workload, h200)
     store = TrialStore(open_storage(stores["storage"]), study.storage_name, study.identity(h200.fingerprint), space)
     store.load_history()
     store.storage = _SignalOnWrite(store.storage, key)
@@ -68,7 +68,7 @@ def test_sigterms_at_random_moments_of_trials_never_leave_one_running(stores, h2
     """100 trials, each hit by a SIGTERM from another thread at a random moment of its
     writes (what `kill` does to the study's process): every trial ends COMPLETE or FAIL."""
     study = Study(name="storm", workload=WORKLOAD, hardware=h200, trials=3, seed=5)
-    space = SearchSpace.for_workload(study.workload, h200)
+    space = for_workload(study.workload, h200)
     store = TrialStore(open_storage(stores["storage"]), study.storage_name, study.identity(h200.fingerprint), space)
     store.load_history()
     configs = [c for c in space.configs() if c in space][:100]
