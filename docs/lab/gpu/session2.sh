@@ -40,7 +40,7 @@ timeout ${KNEE_S:-40} python3 -m flashtune.experiments.benchmarks.bench_knee run
 el dispatch
 timeout 40 python3 -m flashtune.experiments.benchmarks.bench_dispatch --iters 1000 --repeats 5 --json "$OUT/dispatch.json" | tail -22
 el model
-(cd /tmp && timeout ${MODEL_S:-60} python3 -m flashtune.experiments.benchmarks.bench_model --batch 2 --seq 4096 --layers 2 --hidden 2048 \
+(cd /tmp && timeout ${MODEL_S:-60} python3 "$OLDPWD/docs/lab/tools/bench_model.py" --batch 2 --seq 4096 --layers 2 --hidden 2048 \
   --heads 16 --kv-heads 4 --rounds 3 --json "$OUT/model.json") | tail -8
 el pytest
 timeout ${PYTEST_S:-150} python3 -m pytest -m gpu tests/runtime/test_runtime_gpu.py tests/gpu -q -p no:cacheprovider \

@@ -1,6 +1,6 @@
 """Time a warm start: each strategy told N priors of one source, until its first ask.
 
-    python -m flashtune.experiments.evaluation.warm_start_timing --priors 20000
+    python docs/lab/tools/warm_start_timing.py --priors 20000
 
 A synthetic space of 100 x 200 configs, every config a prior with a seeded random time;
 the time of ``warm_start`` plus the first ``ask`` (where strategies rank the priors).

@@ -6,7 +6,7 @@ flashtune attention function (:mod:`flashtune.runtime.integrations.hf_attention`
 compared, then each is timed with ``triton.testing.do_bench`` (CUDA events, L2 flushed),
 interleaved A B A B so drift hits both. Usage::
 
-    python -m flashtune.experiments.benchmarks.bench_model --batch 4 --seq 4096 --json model.json
+    python docs/lab/tools/bench_model.py --batch 4 --seq 4096 --json model.json
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ On CPU tensors the reads cost no wait for a GPU: there each read also waits for 
 
 Usage::
 
-    python -m flashtune.experiments.benchmarks.bench_mask_build
+    python docs/lab/tools/bench_mask_build.py
 """
 
 from __future__ import annotations
