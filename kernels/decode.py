@@ -18,7 +18,13 @@ import triton
 from flashtune.kernels._flash_decode import decode_combine_kernel, decode_split_kernel
 from flashtune.kernels.config import Config
 from flashtune.kernels.launch_plan import launch_plan
-from flashtune.kernels.launch_support import LOG2_E, device_sm_count, launch_hooks_set, use_descriptor_scratch
+from flashtune.kernels.launch_support import (
+    LOG2_E,
+    capturing,
+    device_sm_count,
+    launch_hooks_set,
+    use_descriptor_scratch,
+)
 from flashtune.kernels.space import DECODE_TUNABLES, decode_block_h
 
 #: Splits merged per step of the combine kernel's loop: the space's largest split count,
@@ -270,7 +276,7 @@ def check_cache_seqlens(cache_seqlens: Any, q: torch.Tensor, k: torch.Tensor) ->
     """
     _check_per_sequence("cache_seqlens", cache_seqlens, q)
     capacity = k.shape[2]
-    if not _capturing(q.device):
+    if not capturing(q.device):
         low, high = (int(x) for x in torch.aminmax(cache_seqlens))
         if low < 0:
             raise ValueError(f"cache_seqlens must be >= 0, got a length of {low}")
@@ -285,7 +291,7 @@ def check_kv_start(kv_start: Any, q: torch.Tensor, k: torch.Tensor, cache_seqlen
     k.shape[2]); return it contiguous. Values are read on the host as for
     :func:`check_cache_seqlens` (not inside CUDA-graph capture: the kernel clamps them)."""
     _check_per_sequence("kv_start", kv_start, q)
-    if not _capturing(q.device):
+    if not capturing(q.device):
         ends = cache_seqlens if cache_seqlens is not None else torch.full_like(kv_start, k.shape[2])
         bad = torch.nonzero((kv_start < 0) | (kv_start > ends))
         if bad.numel():
@@ -294,9 +300,6 @@ def check_kv_start(kv_start: Any, q: torch.Tensor, k: torch.Tensor, cache_seqlen
                              f"(the sequence's length: cache_seqlens[{b}], else k.shape[2])")
     return kv_start.contiguous()
 
-
-def _capturing(device: torch.device) -> bool:
-    return device.type == "cuda" and torch.cuda.is_current_stream_capturing()
 
 
 #: Fewest keys a split should read: its partial write (head_dim x 4 B per packed row) and

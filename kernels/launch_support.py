@@ -34,6 +34,12 @@ def device_sm_count(device: torch.device) -> int:
     return sm_count(device.index if device.index is not None else torch.cuda.current_device())
 
 
+def capturing(device: torch.device) -> bool:
+    """Whether ``device``'s current stream is capturing a CUDA graph: a host read of a tensor's
+    values (a check of lengths or a block table) is illegal then, so checks skip it."""
+    return device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+
+
 #: How a descriptor scratch buffer is made: left as it is (Triton writes every descriptor
 #: before a TMA reads it), or zeroed for the sanitizer (:func:`zero_descriptor_scratch`).
 _new_scratch = torch.empty

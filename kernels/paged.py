@@ -19,10 +19,10 @@ from flashtune.kernels._flash_decode import decode_combine_kernel
 from flashtune.kernels._flash_decode_paged import paged_append_kernel, paged_split_kernel
 from flashtune.kernels.attention import SUPPORTED_HEAD_DIMS, resolve_scale
 from flashtune.kernels.config import Config, Value
-from flashtune.kernels.decode import combine_options, decode_default_for
+from flashtune.kernels.decode import INTERPRETER_SMS, combine_options, decode_default_for
 from flashtune.kernels.dtypes import interpreting
 from flashtune.kernels.knobs import CompileOption, Constexpr, HostArg, Knob, space_of
-from flashtune.kernels.launch_support import LOG2_E, device_sm_count
+from flashtune.kernels.launch_support import LOG2_E, capturing, device_sm_count
 from flashtune.kernels.space import decode_block_h
 from flashtune.kernels.varlen import check_head_tensor, config_in_space
 
@@ -48,8 +48,6 @@ PAGED_KERNEL = "paged"
 PAGE_SIZE_MULTIPLE = 16
 #: New keys written per program of the append kernel.
 APPEND_BLOCK_M = 16
-#: SMs assumed under the interpreter (no GPU): few, so that the default splits the keys.
-INTERPRETER_SMS = 4
 
 
 def validate_paged_config(config: Mapping[str, Value]) -> Config:
@@ -164,9 +162,6 @@ def check_paged_values(cache_seqlens: torch.Tensor, block_table: torch.Tensor, *
                          f"[0, {num_pages}) but sequence {b} uses its page {j}")
 
 
-def _capturing(device: torch.device) -> bool:
-    return device.type == "cuda" and torch.cuda.is_current_stream_capturing()
-
 
 def flash_attention_with_kvcache(
     q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, k: torch.Tensor | None = None,
@@ -217,7 +212,7 @@ def flash_attention_with_kvcache(
     else:
         cfg = default_paged_config(batch=batch, q_heads=q_heads, kv_heads=kv_heads, q_len=q_len,
                                    capacity=block_table.shape[1] * page_size, head_dim=head_dim, device=q.device)
-    if check_values and not _capturing(q.device):
+    if check_values and not capturing(q.device):
         check_paged_values(cache_seqlens, block_table, seqlen_new=seqlen_new, page_size=page_size,
                            num_pages=num_pages)
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)

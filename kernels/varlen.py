@@ -18,7 +18,7 @@ from flashtune.kernels._flash_fwd_varlen import varlen_forward_kernel
 from flashtune.kernels.attention import SUPPORTED_DTYPES, check_qkv_agree, resolve_scale
 from flashtune.kernels.config import Config, Value
 from flashtune.kernels.dtypes import interpreting
-from flashtune.kernels.launch_support import LOG2_E
+from flashtune.kernels.launch_support import LOG2_E, capturing
 from flashtune.kernels.space import SAFE_DEFAULT, SUPPORTED_HEAD_DIMS, TUNABLES
 
 #: The knobs the varlen kernel tunes, with the prefill kernel's values: its tile is the
@@ -94,9 +94,6 @@ def check_varlen_inputs(q: Any, k: Any, v: Any) -> None:
         raise ValueError("q is on the CPU: move it to a CUDA device, or set TRITON_INTERPRET=1 to run the interpreter")
 
 
-def _capturing(device: torch.device) -> bool:
-    return device.type == "cuda" and torch.cuda.is_current_stream_capturing()
-
 
 def check_cu_seqlens(name: str, cu_seqlens: Any, rows: int, rows_name: str,
                      device: torch.device, read: bool = True) -> torch.Tensor | None:
@@ -117,7 +114,7 @@ def check_cu_seqlens(name: str, cu_seqlens: Any, rows: int, rows_name: str,
         raise ValueError(f"{name} must be 1-D with batch + 1 entries, got shape {tuple(cu_seqlens.shape)}")
     if cu_seqlens.device != device:
         raise ValueError(f"{name} must be on q's device {device}, got {cu_seqlens.device}")
-    if not read or _capturing(device):
+    if not read or capturing(device):
         return None
     values = cu_seqlens.cpu()
     if int(values[0]) != 0:

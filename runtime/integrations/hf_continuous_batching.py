@@ -12,14 +12,16 @@ contains "flash", and then loads that name's FlashAttention functions before the
 (``lazy_import_flash_attention``): from the flash-attn package for ``flash_attention_2/3``,
 from the hub for ``org/repo`` names, and for any other name it fails. :func:`register` names
 ours :data:`NAME` and hands transformers our functions for it in place of that load, so
-nothing is downloaded and nothing of flash-attn is needed. The name has no "2" or "3" after
-"flash": transformers then keeps its block-table decode path (``flash_attn_with_kvcache``)
-off, and every step reaches :func:`attention_forward` with packed keys.
+nothing is downloaded and nothing of flash-attn is needed. :data:`NAME` has no "2" or "3"
+after "flash": transformers then keeps its block-table decode path (``flash_attn_with_kvcache``)
+off, and every step reaches :func:`attention_forward` with packed keys. :data:`PAGED_NAME`
+opens that path on CUDA: decode-only steps then read the paged cache in place.
 
-What the kernel cannot express (sliding windows, soft-capping, attention sinks, dropout,
-returned weights, an unsupported dtype or head dim) runs PyTorch's SDPA request by request,
-which is exact if slower; each reason is one log line at its first call. The decision reads
-only shapes, dtypes and kwargs, never tensor values, so it is the same in a captured step.
+What the kernels cannot express (sliding windows, soft-capping, attention sinks, an
+unsupported dtype or head dim) runs in PyTorch request by request, which is exact if slower;
+each reason is one log line at its first call. The decision reads only shapes, dtypes and
+kwargs, never tensor values, so it is the same in a captured step. Dropout while training and
+returned weights raise: these functions serve inference.
 
 transformers is imported only inside :func:`register`.
 """
@@ -60,9 +62,8 @@ def _fallback_reason(query: torch.Tensor, key: torch.Tensor, *, dropout: float, 
         return f"logit soft-capping {softcap}"
     if sinks is not None:
         return "attention sinks"
-    if window not in (None, -1, (-1, -1)):
-        # FlashAttention's (left, right) = (window - 1, 0): said as transformers says it.
-        return f"sliding window {window[0] + 1 if isinstance(window, (tuple, list)) else window}"
+    if _window(window) is not None:
+        return f"sliding window {_window(window)}"  # as transformers says it, not FlashAttention's left
     if query.dtype not in SUPPORTED_DTYPES and not interpreting(query):
         return f"dtype {query.dtype}"
     if query.shape[-1] not in SUPPORTED_HEAD_DIMS or key.shape[-1] != query.shape[-1]:
@@ -74,6 +75,13 @@ def _log_once(reason: str) -> None:
     if reason not in _LOGGED:
         _LOGGED.add(reason)
         _LOG.info("flashtune continuous batching: %s: this attention runs PyTorch's SDPA", reason)
+
+
+def _window(window_size: Any) -> int | None:
+    """Keys a query sees from FlashAttention's ``window_size`` (left, right) = (window - 1, 0)
+    or a plain window; None for no window."""
+    left = window_size[0] if isinstance(window_size, (tuple, list)) else window_size
+    return None if left is None or left < 0 else left + 1
 
 
 def packed_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
@@ -127,13 +135,11 @@ def varlen_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqle
     transformers' own wrappers call it by this signature (its FlashAttention path)."""
     reason = _fallback_reason(q, k, dropout=dropout_p, softcap=softcap, window=window_size, sinks=s_aux, weights=False)
     if reason is not None:
-        _log_once(reason)
         if dropout_p:
             raise ValueError(f"flashtune's varlen attention is for inference: it cannot compute {reason}")
-        left = window_size[0] if isinstance(window_size, (tuple, list)) else window_size
+        _log_once(reason)
         return packed_sdpa(q, k, v, cu_seqlens_q, cu_seqlens_k, scale=softmax_scale, causal=causal,
-                           window=left + 1 if left is not None and left >= 0 else None, softcap=softcap or None,
-                           sinks=s_aux)
+                           window=_window(window_size), softcap=softcap or None, sinks=s_aux)
     # Rows past the last request (a step padded for a captured graph) are left as they are,
     # as FlashAttention leaves them: transformers reads logits of real rows only.
     # transformers builds the lengths; reading them back would stall every layer of every step.
@@ -184,10 +190,9 @@ def kvcache_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Ten
                               weights=False)
     if reason is not None:
         _log_once(reason)
-        left = window_size[0] if isinstance(window_size, (tuple, list)) else window_size
         return paged_sdpa(q, k_cache, v_cache, k, v, cache_seqlens=cache_seqlens, block_table=block_table,
-                          scale=softmax_scale, causal=causal, window=left + 1 if left is not None and left >= 0
-                          else None, softcap=softcap or None, sinks=s_aux)
+                          scale=softmax_scale, causal=causal, window=_window(window_size), softcap=softcap or None,
+                          sinks=s_aux)
     # transformers builds the table and lengths (padding sequences carry -1): no host read; the
     # kernel clamps reads and skips writes outside the pool.
     return flash_attention_with_kvcache(q, k_cache, v_cache, k, v, cache_seqlens=cache_seqlens,
@@ -198,59 +203,54 @@ def kvcache_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Ten
 def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                       attention_mask: torch.Tensor | None, scaling: float | None = None, dropout: float = 0.0,
                       **kwargs: Any) -> tuple[torch.Tensor, None]:
-    """transformers' attention function for :data:`NAME`: a continuous batch's packed step.
+    """transformers' attention function for :data:`NAME` and :data:`PAGED_NAME`: a continuous
+    batch's step, handed to :func:`varlen_attention` (packed keys) or, with a block table, to
+    :func:`kvcache_attention` (the layer's pages), which decide kernel or fallback once.
 
     query (1, q_heads, total_q, D), key and value (1, kv_heads, total_k, D) as the paged cache
-    gathered them; ``cu_seq_lens_q``, ``cu_seq_lens_k``, ``max_length_q``, ``max_length_k`` in
-    ``kwargs``. Returns ((1, total_q, q_heads, D), None).
+    gathered them (with a block table: the step's new tokens); ``cu_seq_lens_q``,
+    ``cu_seq_lens_k``, ``max_length_q``, ``max_length_k`` in ``kwargs``. Returns
+    ((1, total_q, q_heads, D), None).
 
     Raises:
         ValueError: called without the packed lengths (a plain ``generate``: use
-            ``hf_attention.register()``'s name there) or with a block table.
+            ``hf_attention.register()``'s name there), with several rows, for training
+            (dropout) or for the attention weights.
     """
     if kwargs.get("cu_seq_lens_q") is None or kwargs.get("cu_seq_lens_k") is None:
         raise ValueError(f"attention {NAME!r} serves continuous batching (generate_batch), whose steps carry "
                          "cu_seq_lens_q/cu_seq_lens_k; for generate() use flashtune.runtime.hf_attention.register()")
-    if kwargs.get("block_table") is not None:
-        return _block_table_step(module, query, key, value, scaling, kwargs), None
     if query.shape[0] != 1:
         raise ValueError(f"a continuous batch is one packed row; got a query of batch {query.shape[0]}")
+    if (dropout and module.training) or kwargs.get("output_attentions"):
+        what = "returned attention weights" if kwargs.get("output_attentions") else f"dropout {dropout}"
+        raise ValueError(f"attention {NAME!r} serves inference: it cannot compute {what}")
     window = getattr(module, "sliding_window", None) or kwargs.get("sliding_window")
-    reason = _fallback_reason(query, key, dropout=dropout if module.training else 0.0, softcap=kwargs.get("softcap"),
-                              window=window, sinks=kwargs.get("s_aux", kwargs.get("sinks")),
-                              weights=bool(kwargs.get("output_attentions")))
-    q, k, v = (x[0].transpose(0, 1) for x in (query, key, value))  # (tokens, heads, D): views, no copy
+    features = dict(softmax_scale=scaling, window_size=(window - 1, 0) if window else (-1, -1),
+                    softcap=kwargs.get("softcap") or 0.0, s_aux=kwargs.get("s_aux", kwargs.get("sinks")))
+    if kwargs.get("block_table") is not None:
+        return _block_table_step(query, key, value, kwargs, features), None
+    q, k, v = (x[0].transpose(0, 1).contiguous() for x in (query, key, value))  # (tokens, heads, D)
     causal = bool(kwargs.get("is_causal", getattr(module, "is_causal", True)))
-    cu_q, cu_k = kwargs["cu_seq_lens_q"], kwargs["cu_seq_lens_k"]
-    if reason is not None:
-        if (dropout and module.training) or kwargs.get("output_attentions"):
-            raise ValueError(f"attention {NAME!r} serves inference: it cannot compute {reason}")
-        _log_once(reason)
-        out = packed_sdpa(q, k, v, cu_q, cu_k, scale=scaling, causal=causal, window=window,
-                          softcap=kwargs.get("softcap") or None, sinks=kwargs.get("s_aux", kwargs.get("sinks")))
-    else:
-        out = varlen_attention(q.contiguous(), k.contiguous(), v.contiguous(), cu_q, cu_k, kwargs["max_length_q"],
-                               kwargs["max_length_k"], softmax_scale=scaling, causal=causal)
+    out = varlen_attention(q, k, v, kwargs["cu_seq_lens_q"], kwargs["cu_seq_lens_k"], kwargs["max_length_q"],
+                           kwargs["max_length_k"], causal=causal, **features)
     return out.unsqueeze(0), None
 
 
-def _block_table_step(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                      scaling: float | None, kwargs: dict[str, Any]) -> torch.Tensor:
+def _block_table_step(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, kwargs: dict[str, Any],
+                      features: dict[str, Any]) -> torch.Tensor:
     """A decode-only step on transformers' block-table path: ``key``/``value`` are the step's new
     tokens, one a request, and ``k_cache``/``v_cache`` the layer's page views. As transformers
     calls FlashAttention there: (1, heads, n, D) -> (n, 1, heads, D), cached lengths from the
     keys' cumulative lengths less the new token. Returns (1, n, q_heads, D)."""
     if kwargs.get("k_cache") is None or kwargs.get("v_cache") is None:
         raise ValueError("a block-table step needs k_cache and v_cache (transformers' PagedAttentionCache.update)")
-    q, k, v = (x.transpose(1, 2).reshape(-1, 1, *x.shape[-3:-2], x.shape[-1]) for x in (query, key, value))
+    q, k, v = (x[0].transpose(0, 1).unsqueeze(1).contiguous() for x in (query, key, value))
     n = k.shape[0]
     cu_k = kwargs["cu_seq_lens_k"]
     cache_seqlens = (cu_k[1:n + 1] - cu_k[:n] - 1).to(torch.int32)
-    window = getattr(module, "sliding_window", None) or kwargs.get("sliding_window")
-    out = kvcache_attention(q.contiguous(), kwargs["k_cache"], kwargs["v_cache"], k.contiguous(), v.contiguous(),
-                            cache_seqlens=cache_seqlens, block_table=kwargs["block_table"], softmax_scale=scaling,
-                            causal=True, window_size=(window - 1, 0) if window else (-1, -1),
-                            softcap=kwargs.get("softcap") or 0.0, s_aux=kwargs.get("s_aux", kwargs.get("sinks")))
+    out = kvcache_attention(q, kwargs["k_cache"], kwargs["v_cache"], k, v, cache_seqlens=cache_seqlens,
+                            block_table=kwargs["block_table"], causal=True, **features)
     return out.reshape(1, n, *out.shape[-2:])
 
 
