@@ -25,8 +25,8 @@ from flashtune.kernels.space import (
     uses_decode_kernel,
     validate_config,
 )
+from flashtune.values.inputs import SUPPORTED_HEAD_DIMS as SUPPORTED_HEAD_DIMS  # re-export: launchers read it here
 
-SUPPORTED_HEAD_DIMS = (32, 64, 128, 256)
 #: Torch dtype of each supported dtype name (``dtypes.DTYPE_BYTES``: the one table).
 TORCH_DTYPES = {name: getattr(torch, name) for name in DTYPES}
 SUPPORTED_DTYPES = tuple(TORCH_DTYPES.values())
