@@ -1,21 +1,31 @@
 #!/usr/bin/env bash
 # transformers' continuous batching on the op, on the lent GPU, in one call of about 8 minutes:
-#   bash docs/gpu/continuous-batching.sh      (TESTS_S, BENCH_S cut each step; REQUESTS=64)
+#   bash docs/gpu/continuous-batching.sh      (STEPS="tests kernels bench"; TESTS_S, KERNELS_S, BENCH_S cut
+#                                               each step; REQUESTS=64; IMPLS=sdpa,op,op-paged)
 # 1. the GPU tests: the varlen kernel in bf16 against float32 (mixed lengths, chunked prefill,
-#    GQA, a padded step); generate_batch on the op against transformers' sdpa, greedy tokens and
-#    teacher-forced packed logits (tests/gpu/test_continuous_batching_gpu.py);
-# 2. bench_continuous_batching: a Llama-3-8B-shaped model (4 layers, bf16, 32/8 heads), REQUESTS
+#    GQA, a padded step); the paged kernel against the contiguous cache; generate_batch on the op
+#    (varlen and paged) against transformers' sdpa, greedy tokens and teacher-forced packed logits
+#    (tests/gpu/test_continuous_batching_gpu.py);
+# 2. kernels: docs/lab/tools/cb_kernels.py, packed prefill against dense prefill with the same tile,
+#    mixed lengths against torch's varlen attention, paged decode against contiguous decode;
+# 3. bench_continuous_batching: a Llama-3-8B-shaped model (4 layers, bf16, 32/8 heads), REQUESTS
 #    requests with prompts of 64 to 8192 tokens and 16 to 256 new ones, all at once and in a
 #    stream, sdpa and the op taking turns (a warm-up round, then 2): tokens/s, time to first token,
 #    greedy agreement. The image has transformers (5.17 as of 2026-12-06): no wheels needed.
-# Back in $OUT: cb.log, cb.json.
+# Back in $OUT: cb.log, cb_kernels.json, cb.json.
 source "$(dirname "$0")/setup.sh" cb.log
 git rev-parse --short HEAD 2>/dev/null || true
 python3 -c "import transformers; print('transformers', transformers.__version__)"
-date +%T
-timeout -k 5 "${TESTS_S:-150}" python3 -m pytest -m gpu tests/gpu/test_continuous_batching_gpu.py -q -p no:cacheprovider \
-  2>&1 | tail -15 || echo "tests exit $?"
-date +%T
-timeout -k 10 "${BENCH_S:-330}" python3 -m flashtune.experiments.benchmarks.bench_continuous_batching \
-  --requests "${REQUESTS:-64}" --out "$OUT/cb.json" || echo "bench exit $?"
+for step in ${STEPS:-tests kernels bench}; do
+  date +%T
+  case $step in
+    tests) timeout -k 5 "${TESTS_S:-150}" python3 -m pytest -m gpu tests/gpu/test_continuous_batching_gpu.py -q \
+             -p no:cacheprovider 2>&1 | tail -15 || echo "tests exit $?" ;;
+    kernels) timeout -k 5 "${KERNELS_S:-200}" python3 docs/lab/tools/cb_kernels.py --out "$OUT/cb_kernels.json" \
+               || echo "kernels exit $?" ;;
+    bench) timeout -k 10 "${BENCH_S:-330}" python3 -m flashtune.experiments.benchmarks.bench_continuous_batching \
+             --requests "${REQUESTS:-64}" --implementations "${IMPLS:-sdpa,op,op-paged}" --out "$OUT/cb.json" \
+             || echo "bench exit $?" ;;
+  esac
+done
 date +%T

@@ -2,6 +2,8 @@
 # Live studies on this GPU, cold and warm-started from the H200's recorded tables, seed after seed,
 # each workload of the suite a study of its own (the default strategy):
 #   bash docs/gpu/live-transfer.sh          (carry .whl; SEEDS="0 1", TRIALS=30, LIVE_S cuts the whole)
+# WARM_TRIALS (default TRIALS) shortens the warm arm: to show warm within 2 % in at most a third of
+# cold's trials, warm needs no more than TRIALS/3 of them.
 # The image lacks optuna, mlflow, deap and scikit-optimize: build .whl first (`bash docs/gpu/wheels.sh`, then
 # `python docs/gpu/wheels_check.py`).
 # Each workload runs the warm study first (its compiles warm Triton's cache for the cold one).
@@ -22,7 +24,8 @@ for seed in ${SEEDS:-0 1}; do
     for arm in warm cold; do
       left=$((deadline - SECONDS)); [ $left -le 10 ] && break 3
       [ $arm = warm ] && from=$PRIORS || from=""
-      timeout -k 5 $left flashtune study h100 --workload $workload --trials ${TRIALS:-30} --seed $seed --no-progress \
+      [ $arm = warm ] && trials=${WARM_TRIALS:-${TRIALS:-30}} || trials=${TRIALS:-30}
+      timeout -k 5 $left flashtune study h100 --workload $workload --trials $trials --seed $seed --no-progress \
         --study-name $arm-s$seed-$(echo $workload | tr ",/" "_-") --storage "sqlite:///$OUT/optuna.db" --tracking-uri "sqlite:///$OUT/mlflow.db" \
         $from >> "$OUT/$arm-s$seed.log" 2>&1 || echo "study $arm-s$seed $workload exit $?"
       echo "   $arm-s$seed $workload done at $(date +%T): $(grep -E '^best config' "$OUT/$arm-s$seed.log" | tail -1 | grep -oE '[0-9.]+ TFLOP/s')"

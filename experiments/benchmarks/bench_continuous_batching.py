@@ -41,6 +41,12 @@ SHAPES = {
 }
 
 
+#: The attention implementations the benchmark can set, each made when asked for (the paged
+#: one needs CUDA): transformers' own sdpa, the op on packed varlen steps, the op reading the
+#: paged cache through its block table.
+IMPLEMENTATIONS = {"sdpa": lambda: "sdpa", "op": register, "op-paged": lambda: register(paged=True)}
+
+
 def workload(requests: int, *, min_prompt: int, max_prompt: int, min_new: int, max_new: int, vocab: int,
              seed: int) -> list[tuple[list[int], int]]:
     """(prompt, max_new_tokens) per request: log-uniform prompt lengths, uniform output lengths."""
@@ -97,6 +103,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-new", type=int, default=256)
     parser.add_argument("--rate", type=float, default=8.0, help="stream arrivals a second")
     parser.add_argument("--modes", default="at-once,stream")
+    parser.add_argument("--implementations", default="sdpa,op",
+                        help=f"comma-separated, sdpa first (of: {', '.join(IMPLEMENTATIONS)})")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path)
@@ -113,7 +121,10 @@ def main(argv: list[str] | None = None) -> int:
     model = model.to("cuda", torch.bfloat16).eval() if cuda else model.eval()
     requests = workload(args.requests, min_prompt=args.min_prompt, max_prompt=args.max_prompt, min_new=args.min_new,
                         max_new=args.max_new, vocab=shape["vocab_size"], seed=args.seed)
-    implementations = {"sdpa": "sdpa", "op": register()}
+    names = args.implementations.split(",")
+    if names[0] != "sdpa" or not set(names) <= set(IMPLEMENTATIONS):
+        parser.error(f"--implementations must start with sdpa and name only {', '.join(IMPLEMENTATIONS)}")
+    implementations = {name: IMPLEMENTATIONS[name]() for name in names}
     report: dict[str, Any] = {"shape": args.shape, "requests": args.requests, "device": torch.cuda.get_device_name()
                               if cuda else "cpu", "prompt_tokens": sum(len(p) for p, _ in requests), "runs": []}
     print(f"{args.requests} requests, {report['prompt_tokens']} prompt tokens, {args.shape}, {report['device']}",
@@ -127,31 +138,33 @@ def main(argv: list[str] | None = None) -> int:
                 run.update(mode=mode, implementation=name, round=round_number)
                 if round_number:
                     report["runs"].append(run)
-                print(f"  {mode:8} {name:5} round {round_number}: {run['tokens_per_s']:8.1f} tokens/s, TTFT median "
+                    if args.out:  # after every run: a call cut short keeps what it measured
+                        args.out.write_text(json.dumps(report, indent=1) + "\n")
+                print(f"  {mode:8} {name:8} round {round_number}: {run['tokens_per_s']:8.1f} tokens/s, TTFT median "
                       f"{run['ttft_median_s'] or float('nan'):.3f} s, p90 {run['ttft_p90_s'] or float('nan'):.3f} s",
                       flush=True)
     print(summary(report["runs"]))
-    if args.out:
-        args.out.write_text(json.dumps(report, indent=1) + "\n")
     return 0
 
 
 def summary(runs: list[dict[str, Any]]) -> str:
-    """Per mode: median tokens/s and TTFT of each implementation, the op over sdpa, and how many
+    """Per mode: median tokens/s of each implementation and over sdpa's, TTFT, and how many
     requests' greedy tokens equal sdpa's (in the same round)."""
-    lines = ["mode      impl   tokens/s  TTFT med  TTFT p90  same tokens as sdpa"]
+    lines = ["mode      impl      tokens/s  vs sdpa  TTFT med  TTFT p90  same tokens as sdpa"]
     for mode in dict.fromkeys(r["mode"] for r in runs):
         by_impl = {name: [r for r in runs if r["mode"] == mode and r["implementation"] == name]
-                   for name in ("sdpa", "op")}
+                   for name in dict.fromkeys(r["implementation"] for r in runs)}
         for name, mine in by_impl.items():
             if not mine:
                 continue
             same = ""
-            if name == "op":
+            if name != "sdpa":
                 pairs = zip(by_impl["sdpa"], mine)
                 agree = [sum(a["generated"][rid] == b["generated"].get(rid) for rid in a["generated"]) for a, b in pairs]
                 same = f"{min(agree)}-{max(agree)} of {len(mine[0]['generated'])}" if agree else ""
-            lines.append(f"{mode:9} {name:5} {statistics.median(r['tokens_per_s'] for r in mine):9.1f}  "
+            rate = statistics.median(r["tokens_per_s"] for r in mine)
+            base = statistics.median(r["tokens_per_s"] for r in by_impl["sdpa"]) if by_impl.get("sdpa") else None
+            lines.append(f"{mode:9} {name:8} {rate:9.1f}  {rate / base if base else float('nan'):7.2f}x  "
                          f"{statistics.median(r['ttft_median_s'] or 0 for r in mine):8.3f}  "
                          f"{statistics.median(r['ttft_p90_s'] or 0 for r in mine):8.3f}  {same}")
     return "\n".join(lines)

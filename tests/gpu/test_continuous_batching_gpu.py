@@ -50,7 +50,8 @@ def test_varlen_bf16_mixed_lengths_chunked_prefill_gqa(head_dim):
     assert relative_error(out[:real], _reference(q, k, v, cu_q, cu_k)[:real]) < BF16_TOL
 
 
-def test_generate_batch_on_the_op_matches_sdpa():
+@pytest.mark.parametrize("paged", [False, True], ids=["varlen", "paged"])
+def test_generate_batch_on_the_op_matches_sdpa(paged):
     transformers = pytest.importorskip("transformers")
     from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
 
@@ -70,17 +71,58 @@ def test_generate_batch_on_the_op_matches_sdpa():
         return {request: result.generated_tokens for request, result in out.items()}
 
     expected = run("sdpa")
-    got = run(register())
+    got = run(register(paged=paged))
     same = sum(got[r] == expected[r] for r in expected)
     # bf16: a near-tie may flip a token and the rest of that request then diverges; most agree.
     assert same >= len(expected) - 2, (same, len(expected))
     # Teacher-forced: every request's prompt and SDPA's tokens in one packed forward on the
     # op (the varlen path, as a continuous-batching prefill), each against SDPA alone.
     sequences = [prompts[int(request.split("_")[1])] + tokens for request, tokens in expected.items()]
-    packed, reference = packed_forward(model, sequences, register()), []
+    packed, reference = packed_forward(model, sequences, register(paged=paged)), []
     model.set_attn_implementation("sdpa")
     for sequence in sequences:
         reference.append(model(torch.tensor([sequence], device="cuda")).logits[0].float())
     assert relative_error(packed.float(), torch.cat(reference)) < BF16_TOL
     assert transformers is not None
 
+
+
+@pytest.mark.parametrize("page", [16, 256])
+def test_paged_decode_bf16_matches_the_contiguous_cache(page):
+    """The paged kernel through a shuffled block table against the same keys in a contiguous
+    cache (the dense decode kernel with cache_seqlens) and a float32 reference: one new token
+    appended per sequence, lengths 0 to 3000, GQA 32/8."""
+    from flashtune.kernels import flash_attention
+    from flashtune.kernels.paged import flash_attention_with_kvcache
+
+    lengths = [0, 1, 15, 16, 17, 255, 256, 1000, 3000]
+    batch, capacity = len(lengths), max(lengths) + 1
+    g = torch.Generator(device="cuda").manual_seed(2)
+    k, v = (torch.randn(batch, 8, capacity, 128, generator=g, device="cuda").to(torch.bfloat16) for _ in "kv")
+    q = torch.randn(batch, 1, 32, 128, generator=g, device="cuda").to(torch.bfloat16)
+    need = [-(-(n + 1) // page) for n in lengths]
+    order = torch.randperm(sum(need) + 1, generator=torch.Generator().manual_seed(page)).cuda()
+    pool_k = torch.zeros(sum(need) + 1, page, 8, 128, device="cuda", dtype=torch.bfloat16)
+    pool_v = torch.zeros_like(pool_k)
+    table = torch.full((batch, max(need)), -1, dtype=torch.int32, device="cuda")
+    taken = 0
+    for b, n in enumerate(need):
+        pages = order[taken:taken + n]
+        table[b, :n] = pages.int()
+        for source, pool in ((k, pool_k), (v, pool_v)):
+            keys = torch.zeros(n * page, 8, 128, device="cuda", dtype=torch.bfloat16)
+            keys[:lengths[b]] = source[b, :, :lengths[b]].transpose(0, 1)
+            pool[pages] = keys.view(n, page, 8, 128)
+        taken += n
+    new_k, new_v = (torch.randn(batch, 1, 8, 128, generator=g, device="cuda").to(torch.bfloat16) for _ in "kv")
+    seqlens = torch.tensor(lengths, dtype=torch.int32, device="cuda")
+    out = flash_attention_with_kvcache(q, pool_k, pool_v, new_k, new_v, cache_seqlens=seqlens, block_table=table)
+    for b, n in enumerate(lengths):  # the contiguous cache gets the same appended key
+        k[b, :, n], v[b, :, n] = new_k[b, 0], new_v[b, 0]
+    seqlens += 1
+    dense = flash_attention(q.transpose(1, 2), k, v, causal=True, cache_seqlens=seqlens).transpose(1, 2)
+    reference = torch.stack([torch.nn.functional.scaled_dot_product_attention(
+        q[b].transpose(0, 1).float(), k[b, :, :n + 1].float().repeat_interleave(4, 0),
+        v[b, :, :n + 1].float().repeat_interleave(4, 0)).transpose(0, 1) for b, n in enumerate(lengths)])
+    assert relative_error(out, reference) < BF16_TOL
+    assert relative_error(out, dense.float()) < BF16_TOL
