@@ -27,6 +27,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -430,7 +431,7 @@ def sanitize(config: Mapping[str, Any], *, head_dim: int, dtype: str = "bfloat16
     """Every tool of ``tools`` on ``config``'s kernel at ``head_dim`` and ``dtype``.
 
     Every tool runs, a finding or not (each finds its own kind of error; the study records
-    the first). ``gpu`` only labels the verdict (a cache keys on it).
+    the first), all at once; the results keep ``tools``' order. ``gpu`` only labels the verdict (a cache keys on it).
 
     Raises:
         FileNotFoundError: no compute-sanitizer (``sanitizer`` None and :func:`find_sanitizer` finds none).
@@ -440,7 +441,12 @@ def sanitize(config: Mapping[str, Any], *, head_dim: int, dtype: str = "bfloat16
     if sanitizer is None:
         raise FileNotFoundError("no compute-sanitizer on PATH or in /usr/local/cuda/bin")
     child = request(config, head_dim=head_dim, dtype=dtype)
-    results = tuple(run_tool(tool, child, sanitizer=sanitizer, timeout_s=timeout_s, env=env) for tool in tools)
+    # The tools run side by side, each its own child on the same GPU: a run is mostly the
+    # child's start (Python, torch, a CUDA context under the tool) and the compile, not
+    # the GPU, so four at once take about as long as one.
+    with ThreadPoolExecutor(max_workers=max(len(tools), 1)) as pool:
+        results = tuple(pool.map(lambda tool: run_tool(tool, child, sanitizer=sanitizer, timeout_s=timeout_s, env=env),
+                                 tools))
     return Verdict(Config.from_dict(child["config"]), int(head_dim), dtype, results, gpu)
 
 
