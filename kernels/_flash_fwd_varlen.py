@@ -73,6 +73,11 @@ def varlen_forward_kernel(
         return
     k_start, kv_len = sequence_rows(CuSeqlensK, off_z, total_k)
 
+    # Row offsets inside a sequence in 64-bit: one sequence's keys x the packed row stride
+    # (kv_heads x head_dim) pass 2**31 elements at about 2M keys of 8 x 128 (transformers'
+    # CUDA-graph warm-up hands one sequence the whole paged cache), and int32 would wrap.
+    stride_qm, stride_km = stride_qm.to(tl.int64), stride_km.to(tl.int64)
+    stride_vm, stride_om = stride_vm.to(tl.int64), stride_om.to(tl.int64)
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_DIM)
     q_base = row_of_head(Q, q_start, stride_qm, off_h, stride_qh)

@@ -12,15 +12,16 @@
 #    requests with prompts of 64 to 8192 tokens and 16 to 256 new ones, all at once and in a
 #    stream, sdpa and the op taking turns (a warm-up round, then 2): tokens/s, time to first token,
 #    greedy agreement. The image has transformers (5.17 as of 2026-12-06): no wheels needed.
-# Back in $OUT: cb.log, cb_kernels.json, cb.json.
+# Back in $OUT: cb.log, cb_tests.log (the tests' whole output), cb_kernels.json, cb.json.
 source "$(dirname "$0")/setup.sh" cb.log
 git rev-parse --short HEAD 2>/dev/null || true
 python3 -c "import transformers; print('transformers', transformers.__version__)"
 for step in ${STEPS:-tests kernels bench}; do
   date +%T
   case $step in
-    tests) timeout -k 5 "${TESTS_S:-150}" python3 -m pytest -m gpu tests/gpu/test_continuous_batching_gpu.py -q \
-             -p no:cacheprovider 2>&1 | tail -15 || echo "tests exit $?" ;;
+    tests) timeout -k 5 "${TESTS_S:-150}" python3 -m pytest -m gpu tests/gpu/test_continuous_batching_gpu.py -q -rA \
+             -p no:cacheprovider > "$OUT/cb_tests.log" 2>&1; echo "tests exit $? (whole output: cb_tests.log)"
+           grep -E "^(PASSED|FAILED|ERROR)|passed|failed|Aborted|illegal" "$OUT/cb_tests.log" | tail -15 ;;
     kernels) timeout -k 5 "${KERNELS_S:-200}" python3 docs/lab/tools/cb_kernels.py --out "$OUT/cb_kernels.json" \
                || echo "kernels exit $?" ;;
     bench) timeout -k 10 "${BENCH_S:-330}" python3 -m flashtune.experiments.benchmarks.bench_continuous_batching \

@@ -257,3 +257,34 @@ def test_compiles_for_sm90_without_spills_at_the_default_tile():
     got = json.loads(done.stdout.strip().splitlines()[-1])
     for case, (registers, spills, shared), most in zip(cases, got, most_spills):
         assert spills <= most and shared > 0, f"{case}: {registers} registers, {spills} spilled words, {shared} B shared"
+
+
+#: One sequence whose last keys sit past 2**31 elements from its first (rows of a wide buffer:
+#: only the first 2 x D columns are touched, so ~20 MB is resident of the 4.4 GB mapped).
+#: transformers' CUDA-graph warm-up hands one sequence the whole paged cache; 32-bit row
+#: offsets wrapped there (an illegal address on the H100, a segfault here), so it runs in a child.
+_FAR_KEYS_CHILD = """
+import torch
+from flashtune.kernels import flash_attention_varlen
+D, W = 32, 1 << 19
+rows = (1 << 31) // W + 64
+big = torch.empty(rows, W, dtype=torch.float16)
+k, v = big[:, :D].view(rows, 1, D), big[:, D:2 * D].view(rows, 1, D)
+k.zero_(); v.zero_()
+v[-1] = 1.0
+q = torch.zeros(1, 1, D, dtype=torch.float16)
+cu_q, cu_k = torch.tensor([0, 1], dtype=torch.int32), torch.tensor([0, rows], dtype=torch.int32)
+config = {"BLOCK_M": 32, "BLOCK_N": 64, "num_warps": 4, "num_stages": 1}
+out = flash_attention_varlen(q, k, v, cu_q, cu_k, 1, rows, causal=True, config=config)
+print(rows, out.float().mean().item())
+"""
+
+
+def test_keys_past_two_to_the_31_elements_are_addressed_in_64_bit():
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    done = subprocess.run([sys.executable, "-c", _FAR_KEYS_CHILD], capture_output=True, text=True, env=env,
+                          timeout=300)
+    assert done.returncode == 0, f"exit {done.returncode}: {done.stderr[-1500:]}"
+    rows, mean = done.stdout.split()
+    # Every score is 0: the softmax weighs all keys alike, and only the last key has a value.
+    assert float(mean) == pytest.approx(1 / int(rows), rel=1e-2)
