@@ -2,7 +2,7 @@
 # Live studies on this GPU, cold and warm-started from the H200's recorded tables, seed after seed,
 # each workload of the suite a study of its own (the default strategy):
 #   bash docs/gpu/live-transfer.sh          (carry .whl; SEEDS="0 1", TRIALS=30, LIVE_S cuts the whole)
-# WARM_TRIALS (default TRIALS) shortens the warm arm: to show warm within 2 % in at most a third of
+# ARMS="cold" (or "warm") runs one arm only. WARM_TRIALS (default TRIALS) shortens the warm arm: to show warm within 2 % in at most a third of
 # cold's trials, warm needs no more than TRIALS/3 of them.
 # The image lacks optuna, mlflow, deap and scikit-optimize: build .whl first (`bash docs/gpu/wheels.sh`, then
 # `python docs/gpu/wheels_check.py`).
@@ -21,7 +21,7 @@ deadline=$((SECONDS + ${LIVE_S:-500}))
 WORKLOADS=${WORKLOADS:-"4,32,4096,128 4,32,4096,128,causal 16,16,1024,64 1,32,16384,128,causal 8,16,2048,64,causal 2,16,8192,256 4,32/8,4096,128,causal"}
 for seed in ${SEEDS:-0 1}; do
   for workload in $WORKLOADS; do
-    for arm in warm cold; do
+    for arm in ${ARMS:-warm cold}; do
       left=$((deadline - SECONDS)); [ $left -le 10 ] && break 3
       [ $arm = warm ] && from=$PRIORS || from=""
       [ $arm = warm ] && trials=${WARM_TRIALS:-${TRIALS:-30}} || trials=${TRIALS:-30}
