@@ -147,26 +147,44 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def agreement(expected: dict[str, list[int]], got: dict[str, list[int]]) -> tuple[int, float]:
+    """(requests whose greedy tokens all equal, median index of the first token that differs)."""
+    firsts = []
+    for rid, tokens in expected.items():
+        other = got.get(rid, [])
+        firsts.append(next((i for i, (a, b) in enumerate(zip(tokens, other)) if a != b), min(len(tokens), len(other))))
+    same = sum(tokens == got.get(rid) for rid, tokens in expected.items())
+    return same, statistics.median(firsts) if firsts else float("nan")
+
+
 def summary(runs: list[dict[str, Any]]) -> str:
-    """Per mode: median tokens/s of each implementation and over sdpa's, TTFT, and how many
-    requests' greedy tokens equal sdpa's (in the same round)."""
-    lines = ["mode      impl      tokens/s  vs sdpa  TTFT med  TTFT p90  same tokens as sdpa"]
-    for mode in dict.fromkeys(r["mode"] for r in runs):
+    """Per mode: median tokens/s of each implementation and over sdpa's, TTFT, and how its greedy
+    tokens compare with sdpa's in the same round (requests equal throughout; the median token
+    where they first differ). Last, the control: sdpa against itself in the other mode (the same
+    requests batched differently), since in bf16 a near-tie flips a token whatever computes it."""
+    lines = ["mode      impl      tokens/s  vs sdpa  TTFT med  TTFT p90  equal requests, first difference (median)"]
+    modes = list(dict.fromkeys(r["mode"] for r in runs))
+    for mode in modes:
         by_impl = {name: [r for r in runs if r["mode"] == mode and r["implementation"] == name]
                    for name in dict.fromkeys(r["implementation"] for r in runs)}
         for name, mine in by_impl.items():
             if not mine:
                 continue
             same = ""
-            if name != "sdpa":
-                pairs = zip(by_impl["sdpa"], mine)
-                agree = [sum(a["generated"][rid] == b["generated"].get(rid) for rid in a["generated"]) for a, b in pairs]
-                same = f"{min(agree)}-{max(agree)} of {len(mine[0]['generated'])}" if agree else ""
+            if name != "sdpa" and by_impl.get("sdpa"):
+                pairs = [agreement(a["generated"], b["generated"]) for a, b in zip(by_impl["sdpa"], mine)]
+                same = (f"{min(p[0] for p in pairs)}-{max(p[0] for p in pairs)} of {len(mine[0]['generated'])}, "
+                        f"token {statistics.median(p[1] for p in pairs):g}")
             rate = statistics.median(r["tokens_per_s"] for r in mine)
             base = statistics.median(r["tokens_per_s"] for r in by_impl["sdpa"]) if by_impl.get("sdpa") else None
             lines.append(f"{mode:9} {name:8} {rate:9.1f}  {rate / base if base else float('nan'):7.2f}x  "
                          f"{statistics.median(r['ttft_median_s'] or 0 for r in mine):8.3f}  "
                          f"{statistics.median(r['ttft_p90_s'] or 0 for r in mine):8.3f}  {same}")
+    sdpa = {mode: next((r for r in runs if r["mode"] == mode and r["implementation"] == "sdpa"), None) for mode in modes}
+    if len(modes) > 1 and all(sdpa.values()):
+        same, first = agreement(sdpa[modes[0]]["generated"], sdpa[modes[1]]["generated"])
+        lines.append(f"control: sdpa {modes[0]} against sdpa {modes[1]}: {same} of {len(sdpa[modes[0]]['generated'])} "
+                     f"requests equal, first difference at token {first:g} (median)")
     return "\n".join(lines)
 
 
