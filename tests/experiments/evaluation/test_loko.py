@@ -127,6 +127,12 @@ def _cache(path, seed: int):
     return path
 
 
+def _has_kernel_tuner() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("kernel_tuner") is not None
+
+
 def test_compare_on_several_kernels_leads_with_leave_one_kernel_out(tmp_path, capsys) -> None:
     import json
 
@@ -135,10 +141,15 @@ def test_compare_on_several_kernels_leads_with_leave_one_kernel_out(tmp_path, ca
     tables = [_cache(tmp_path / f"{name}.json", seed) for seed, name in
               enumerate(("toya_GPU1", "toya_GPU2", "toyb_GPU1", "toyc_GPU1"))]
     out = tmp_path / "report.json"
+    peer = ["--kernel-tuner", "random_sample", "--kernel-tuner-seeds", "1"] if _has_kernel_tuner() else []
     assert main(["compare", "--tables", *map(str, tables), "--seeds", "2", "--budget", "4",
-                 "--strategies", "portfolio,random", "--priors", "none", "--jobs", "1", "--json", str(out)]) == 0
+                 "--strategies", "portfolio,random", "--priors", "none", "--jobs", "1", "--json", str(out), *peer]) == 0
     report = json.loads(out.read_text())
     assert list(report["loko"]["kernels"]) == ["toya", "toyb", "toyc"]
+    if peer:  # Kernel Tuner's strategies stay in the same run, scored beside ours, never picked
+        row = report["loko"]["peers"]["KT random_sample"]
+        assert set(row["per_kernel"]) == {"toya", "toyb", "toyc"} and 0.0 <= row["held_out"] <= 1.0
+        assert report["kernel_tuner"]["spaces"] == [t.stem for t in tables]
     assert report["loko"]["default"] == "portfolio" and isinstance(report["loko"]["keep_default"], bool)
     for name, entry in report["strategies"].items():
         assert report["loko"]["settings"][name]["in_sample"] == pytest.approx(entry["hit_rate_2pct"])
