@@ -31,6 +31,7 @@ from flashtune.experiments.evaluation.compare import (
 )
 from flashtune.experiments.evaluation.compare_plot import plot_curves
 from flashtune.experiments.evaluation.landscape import Landscape, build_landscape, group_by_workload, table_files
+from flashtune.experiments.evaluation.loko import hit_table, kernel_of, loko, peer_rows
 from flashtune.experiments.evaluation.replay_batch import job_count, run_all, select_strategies, write_report
 from flashtune.experiments.study.measurers import default_replay_dirs
 from flashtune.objectives.hardware import HardwareSpec, load_spec
@@ -119,6 +120,7 @@ def run_compare(args: argparse.Namespace) -> int:
     if peer_strategies:
         report["kernel_tuner"] = same_run_peer(landscapes, report, peer_strategies, args.kernel_tuner_seeds,
                                                args.budget)
+    report["loko"] = loko_report(landscapes, report)
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
         for mode in modes:
@@ -131,6 +133,24 @@ def run_compare(args: argparse.Namespace) -> int:
         write_report(args.json, report)
     print(format_table(report))
     return 0
+
+
+def loko_report(landscapes: Sequence[Landscape], report: dict[str, Any]) -> dict[str, Any] | None:
+    """Leave one kernel out over the cold comparison (``loko``), with Kernel Tuner's strategies
+    of the same run as peers; None where the spaces are of fewer than two kernels (our own
+    tables are all one kernel, the attention kernel)."""
+    kernels = {ls.name: kernel_of(ls.name) if ls.workload is None else "attention" for ls in landscapes}
+    if len(set(kernels.values())) < 2 or not report["strategies"]:
+        return None
+    # The default of `flashtune tune`, imported here: the tune command pulls in the study's modules.
+    from flashtune.experiments.cli.tune import DEFAULT_STRATEGY
+
+    table = hit_table(report, [ls.name for ls in landscapes])
+    result = loko(table, DEFAULT_STRATEGY if DEFAULT_STRATEGY in table else None, kernels=kernels)
+    peer = report.get("kernel_tuner") or {}
+    result["peers"] = peer_rows({f"KT {name}": {space: entry["hit_rate"] for space, entry in e["spaces"].items()}
+                                 for name, e in peer.get("strategies", {}).items()}, result["kernels"])
+    return result
 
 
 def _execute(runs: Sequence[RunSpec], paths: Sequence[Sequence[str]], args: argparse.Namespace) -> list[RunResult]:

@@ -24,8 +24,11 @@ Reported per strategy and workload, over seeds:
   tables on some workloads: compile_s ~0.01 s against 0.6-0.9 s), the report says the
   time score is not comparable there.
 
-The report leads with the cold comparison (no priors): that is where strategies are
-compared. With ``--priors loo`` (the default) a held-out comparison follows it in the same
+Where the spaces are of several kernels (Kernel Tuner's files: gemm, pnpoly, ...), the report
+leads with leave one kernel out over the cold runs (JSON ``loko``, ``loko.py``): each kernel
+held out in turn, the strategy that wins on the others scored on it, Kernel Tuner's strategies
+of the same run (``--kernel-tuner``) beside them. Then the cold comparison (no priors): that is
+where strategies are compared. With ``--priors loo`` (the default) a held-out comparison follows it in the same
 report (JSON ``held_out``, ``curves_held_out*.png``): each workload's search is warm-started
 with the other recorded workloads' tables as priors (leave one workload out), never its
 own, so nothing a strategy learns comes from the workload it is scored on. The strategies
@@ -49,6 +52,7 @@ import numpy as np
 from flashtune.experiments import DATA_DIR
 from flashtune.experiments.evaluation import kernel_tuner_peer, scoring
 from flashtune.experiments.evaluation.landscape import Landscape, build_landscape
+from flashtune.experiments.evaluation.loko import format_loko
 from flashtune.experiments.evaluation.replay_batch import quiet_worker
 from flashtune.kernels.config import Config
 from flashtune.objectives.hardware import load_spec
@@ -357,8 +361,13 @@ def _landscape_summary(ls: Landscape) -> dict[str, Any]:
 
 
 def format_table(report: dict[str, Any]) -> str:
-    """The report as text: the cold comparison first, then the held-out one (when run), each labelled."""
-    sections = [format_comparison(report, "COLD (no priors): the strategies compared", held_out=False)]
+    """The report as text, each part labelled: leave one kernel out first (where the spaces are of
+    several kernels: what a choice among the strategies is worth on a kernel it was not made
+    on), then the cold comparison, then the held-out one (when run)."""
+    sections = []
+    if report.get("loko"):
+        sections.append(format_loko(report["loko"], peers=report["loko"].get("peers")))
+    sections.append(format_comparison(report, "COLD (no priors): the strategies compared", held_out=False))
     if report.get("held_out"):
         sections.append(format_comparison(report["held_out"], "HELD OUT (priors from the other workloads)",
                                           held_out=True))
