@@ -290,7 +290,7 @@ def test_lazy_rescaling_is_on_for_16_bit_variants_from_head_dim_256_only():
 #: prints whether the PV wait follows the block's exponentials.
 _SCHEDULE_CHILD = """
 import json, sys
-from flashtune.experiments.evaluation.sass_count import compiled_sass, pv_wait_follows_the_exponentials
+from sass_count import compiled_sass, pv_wait_follows_the_exponentials
 from flashtune.objectives.hardware import load_spec
 from flashtune.objectives.types import Workload
 config, workload = json.loads(sys.stdin.read())

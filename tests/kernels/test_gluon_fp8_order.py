@@ -112,7 +112,7 @@ def test_other_fp8_kernels_refuse_v_transposed_in_fa3_order():
 
 
 def test_bench_fp8_times_the_forms_of_gluon_configs_only():
-    from flashtune.experiments.benchmarks.bench_fp8 import gluon_forms, parse_forms
+    from bench_fp8 import gluon_forms, parse_forms
 
     assert parse_forms("multiply,exp2,permuted") == ["multiply", "exp2", "permuted"]
     with pytest.raises(SystemExit, match="shuffle"):
@@ -133,7 +133,7 @@ def test_each_p_form_names_the_key_order_its_v_transposed_is_written_in():
 #: MUFU count and spilled bytes (a child process: the suite runs under TRITON_INTERPRET).
 _SASS_CHILD = """
 import json, sys
-from flashtune.experiments.evaluation.sass_count import compiled_sass, opcode_counts
+from sass_count import compiled_sass, opcode_counts
 from flashtune.objectives.hardware import load_spec
 from flashtune.objectives.types import Workload
 config, workload, forms = json.loads(sys.stdin.read())

@@ -47,7 +47,7 @@ def test_warp_specialized_at_4_warps_without_spills_and_the_model_covers_its_sha
 
 _FORMS_CHILD = """
 import json
-from flashtune.experiments.benchmarks.aot_oneloop import compile_case
+from aot_oneloop import compile_case
 print(json.dumps([compile_case("16,16,1024,64", dict(BLOCK_M=bm, BLOCK_N=128, num_stages=1)) for bm in (64, 128)]))
 """
 
