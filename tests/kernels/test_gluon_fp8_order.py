@@ -7,6 +7,8 @@ compile is in tests/kernels/test_gluon_declarations.py.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -157,6 +159,9 @@ def test_permuted_h2_takes_its_exponentials_in_half_precision_on_sm90():
 
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["CUDA_VISIBLE_DEVICES"] = ""
+    # sass_count is a lab tool (docs/lab/tools/), outside the package.
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[2] / "docs" / "lab" / "tools"),
+                                         *filter(None, [env.get("PYTHONPATH")])])
     job = [{**PINGPONG_FP8, "BLOCK_N": 128}, "1,2,1024,128", ["permuted", "permuted_h2"]]
     done = subprocess.run([sys.executable, "-c", _SASS_CHILD], input=json.dumps(job), capture_output=True, text=True,
                           env=env, timeout=600)
