@@ -16,7 +16,7 @@ For each row of the decode table (bf16, q_len 1, K/V un-expanded) and two extra 
    ``flash_attention`` picks without one), api us (``flash_attention`` with the best
    config: its checks included), SDPA us, op GB/s of K+V read, op / best SDPA.
 
-    OUT=out python -m flashtune.experiments.benchmarks.bench_decode
+    OUT=out flashtune bench decode
 
 ``--smoke`` runs tiny shapes (CPU interpreter too) to check the script itself. GPU
 scripts must not import optuna, mlflow, deap, skopt or jsonschema: this one imports
