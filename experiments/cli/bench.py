@@ -52,7 +52,11 @@ def run_bench(args: argparse.Namespace) -> int:
     if args.name not in BENCHMARKS:
         print(f"flashtune bench: error: unknown benchmark {args.name!r}\n{listing()}", file=sys.stderr)
         return 2
-    module = importlib.import_module(f"{_PACKAGE}.{BENCHMARKS[args.name][0]}")
+    try:
+        module = importlib.import_module(f"{_PACKAGE}.{BENCHMARKS[args.name][0]}")
+    except ImportError as exc:  # transformers for the model benchmarks: an extra, not a dependency
+        print(f"flashtune bench {args.name}: needs a package that is not installed: {exc}", file=sys.stderr)
+        return 2
     with _program(f"flashtune bench {args.name}"):
         return int(module.main(list(args.args)) or 0)
 
