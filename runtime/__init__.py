@@ -12,7 +12,7 @@ Rooms, one job each: ``storage`` (``store``, the JSON file, its ``store_schema``
 ``integrations`` (``torch_op``: ``torch.ops.flashtune.flash_attention``, ``hf_attention``:
 transformers). The rooms are named apart from the modules they hold, so no package shadows
 a module of its own name. ``flashtune.runtime.hf_attention`` stays importable as the README
-documents it. The benchmarks live in ``flashtune.experiments.benchmarks``.
+documents it. The benchmarks live in ``flashtune.experiments.benchmarks`` (``flashtune bench NAME``).
 
 Usage::
 

@@ -5,6 +5,8 @@ here, before test modules import flashtune.kernels.
 """
 
 import os
+import sys
+from pathlib import Path
 
 import torch
 
@@ -12,6 +14,13 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import pytest
+
+# The lab's tools and the GPU runner's scripts live outside the package (docs/lab/tools/,
+# docs/gpu/), run as ``python docs/.../NAME.py``; their tests import them by name.
+_ROOT = Path(__file__).resolve().parents[1]
+for _folder in (_ROOT / "docs" / "lab" / "tools", _ROOT / "docs" / "gpu"):
+    if str(_folder) not in sys.path:
+        sys.path.insert(0, str(_folder))
 
 
 @pytest.fixture

@@ -48,7 +48,7 @@ print(' '.join(\"--also '\" + a + \"'\" for a in sorted(also)))")
   eval "timeout -k 5 ${BENCH_S:-330} python3 -m flashtune.experiments.benchmarks.bench_peers --process-per-workload \
     --tables sweeps --top ${TOP:-12} --rounds 3 --json $OUT/retime.json $ALSO" > "$OUT/bench_peers.log" 2>&1
   tail -14 "$OUT/bench_peers.log"
-  python3 -m flashtune.experiments.benchmarks.retimed_tables "$OUT/retime.json" --tables sweeps --out retimed \
+  python3 docs/gpu/retimed_tables.py "$OUT/retime.json" --tables sweeps --out retimed \
     && tar czf "$OUT/retimed.tar.gz" retimed
 fi
 date +%T

@@ -26,4 +26,4 @@ for r in json.load(open(sys.argv[1])):
     print(f"{r['workload']}: cuDNN {r['sdpa_cudnn']:.0f}; re-timed best {top:.0f}; within 2 %: "
           f"{sum(1 for _, v in each if v >= 0.98 * top)} of {len(each)}")
 PY
-python3 -m flashtune.experiments.benchmarks.retimed_tables "$OUT/retime.json" --tables $TABLES --out "$OUT/h200_retimed"
+python3 docs/gpu/retimed_tables.py "$OUT/retime.json" --tables $TABLES --out "$OUT/h200_retimed"

@@ -25,7 +25,7 @@ for d in experiments/data/h200_grown experiments/data/h200_lean experiments/data
          experiments/data/h100_sampled; do
   [ -d "$d" ] && TABLES+=(--tables "$d")
 done
-timeout -k 10 "${TABLES_S:-280}" python3 -m flashtune.experiments.benchmarks.sanitize_tables "${TABLES[@]}" \
+timeout -k 10 "${TABLES_S:-280}" python3 docs/gpu/sanitize_tables.py "${TABLES[@]}" \
   --top "${TOP:-3}" --jobs "${JOBS:-6}" --budget-s "$(( ${TABLES_S:-280} - 60 ))" --timeout-s 120 \
   --out "$OUT/sanitize" || echo "sanitize_tables exit $?"
 date +%T

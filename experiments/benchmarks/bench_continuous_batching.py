@@ -9,7 +9,7 @@ p90: the request's first token's timestamp minus its creation), and whether the 
 equal sdpa's, request by request. The implementations take turns, --rounds times, in one
 process; a warm-up round first.
 
-    python -m flashtune.experiments.benchmarks.bench_continuous_batching --requests 64 --out cb.json
+    flashtune bench continuous-batching --requests 64 --out cb.json
 
 Needs transformers (``.[hf]``) and, for meaningful times, a GPU; on the CPU (``--tiny``) it runs
 a small model in Triton's interpreter as a smoke test.

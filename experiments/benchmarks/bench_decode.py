@@ -6,7 +6,7 @@ For each row of the decode table (bf16, q_len 1, K/V un-expanded) and two extra 
 1. sweep a compact part of the decode space (loads x BLOCK_N x num_warps x num_stages,
    every split count of the space: ``num_splits`` is a runtime argument, so trying it costs no
    compile), each config checked once against the float32 reference, then timed with
-   ``triton.testing.do_bench`` (L2 flushed before every run, as the issue's table was);
+   ``triton.testing.do_bench`` (L2 flushed before every run, as every timing in the tables is);
    every config is one JSON line in ``Measurement.to_dict()`` form under
    ``$OUT/decode_sweep/`` (a replay table of the decode space);
 2. re-time the best config, the default config (``flash_attention``'s pick without a
@@ -16,7 +16,7 @@ For each row of the decode table (bf16, q_len 1, K/V un-expanded) and two extra 
    ``flash_attention`` picks without one), api us (``flash_attention`` with the best
    config: its checks included), SDPA us, op GB/s of K+V read, op / best SDPA.
 
-    OUT=out python -m flashtune.experiments.benchmarks.bench_decode
+    OUT=out flashtune bench decode
 
 ``--smoke`` runs tiny shapes (CPU interpreter too) to check the script itself. GPU
 scripts must not import optuna, mlflow, deap, skopt or jsonschema: this one imports
@@ -48,7 +48,7 @@ from flashtune.objectives.hardware import HardwareSpec
 from flashtune.objectives.types import Measurement, Status, Workload
 
 #: The decode table: (batch, q_heads, kv_heads, kv_len, head_dim), bf16, q_len 1.
-ISSUE_ROWS: tuple[tuple[int, int, int, int, int], ...] = (
+DECODE_ROWS: tuple[tuple[int, int, int, int, int], ...] = (
     (1, 32, 8, 4096, 128),
     (1, 32, 8, 32768, 128),
     (1, 32, 8, 131072, 128),
@@ -67,7 +67,7 @@ SWEEP = (
 )
 #: The knobs of a compiled variant (all but num_splits), in the order variants are written.
 VARIANT_KNOBS = ("loads", "BLOCK_N", "num_warps", "num_stages")
-#: The extra rows (per-sequence lengths, q_len 4) are this issue row's shape; they sweep its
+#: The extra rows (per-sequence lengths, q_len 4) are this row's shape; they sweep its
 #: three best compiled variants (their own compiles: HAS_SEQLENS, IS_CAUSAL) x every split.
 EXTRA_BASE = (8, 32, 8, 8192, 128)
 #: Cached tokens per sequence of the per-sequence-lengths row (capacity 8192): full,
@@ -171,7 +171,7 @@ def _finite(data: object) -> object:
     return data
 
 
-def issue_rows(smoke: bool) -> list[Row]:
+def decode_rows(smoke: bool) -> list[Row]:
     if smoke:
         rows = [Row("smoke 2,8/2,1/300,64", Workload(2, 8, 2, 1, 300, 64, "float16", False),
                     sweep=({"loads": ("pointer", "tma"), "BLOCK_N": (32,), "num_warps": (4,), "num_stages": (2,)},)),
@@ -181,7 +181,7 @@ def issue_rows(smoke: bool) -> list[Row]:
                     sweep=({"loads": ("pointer",), "BLOCK_N": (16,), "num_warps": (2,), "num_stages": (1,)},))]
         return rows
     rows = [Row(f"{b},{hq}/{hkv},1/{n},{d}", Workload(b, hq, hkv, 1, n, d, "bfloat16", False))
-            for b, hq, hkv, n, d in ISSUE_ROWS]
+            for b, hq, hkv, n, d in DECODE_ROWS]
     b, hq, hkv, n, d = EXTRA_BASE
     rows.append(Row(f"{b},{hq}/{hkv},1/{n},{d} seqlens", Workload(b, hq, hkv, 1, n, d, "bfloat16", False),
                     seqlens=SEQLENS))
@@ -199,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     bench = _Bench(args.out, smoke=args.smoke, rep_ms=args.rep_ms, rounds=args.rounds)
     results, base_variants = [], None
-    rows = issue_rows(args.smoke)
+    rows = decode_rows(args.smoke)
     if args.rows:
         rows = [rows[int(i)] for i in args.rows.split(",")]
     for row in rows:

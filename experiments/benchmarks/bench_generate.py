@@ -17,7 +17,7 @@ scale of bf16 noise between two correct implementations.
 
 Usage (an H200 runs the default grid in about two minutes)::
 
-    python -m flashtune.experiments.benchmarks.bench_generate --json generate.json
+    flashtune bench generate --json generate.json
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ Each output is first checked against SDPA's math backend in float32 (bf16 tolera
 each of our ops for a host synchronization (none may wait for the GPU once warmed up).
 Prints one line per op and a table last; ``--json`` writes the result. Usage::
 
-    python -m flashtune.experiments.benchmarks.bench_host_time --json host_time.json
+    flashtune bench host-time --json host_time.json
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ already ran the incumbent; a decode step is one call per layer).
 
 Usage (about a minute on an H200)::
 
-    python -m flashtune.experiments.benchmarks.bench_online_serving --json online.json
+    flashtune bench online-serving --json online.json
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ script with ``--only`` it), as the main job times one: in one process timing all
 workloads, SDPA cuDNN read D128 full at 561-604 TFLOP/s where processes timing that workload
 alone read 597-616, the Gluon kernel beside it unmoved (BENCHMARKS.md, 2026-12-04b).
 
-    python -m flashtune.experiments.benchmarks.bench_peers --tables sweeps --rounds 5 --json peers.json
+    flashtune bench peers --tables sweeps --rounds 5 --json peers.json
 """
 
 from __future__ import annotations

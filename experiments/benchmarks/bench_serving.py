@@ -19,7 +19,7 @@ agreement). ``fallback`` lists the op's SDPA fallback lines (none expected).
 
 Usage (a few minutes on an H200)::
 
-    python -m flashtune.experiments.benchmarks.bench_serving --json serving.json
+    flashtune bench serving --json serving.json
 """
 
 from __future__ import annotations

@@ -24,6 +24,7 @@ _SUBCOMMAND_MODULES = (
     "flashtune.experiments.cli.export",
     "flashtune.experiments.cli.ui",
     "flashtune.experiments.cli.repair",
+    "flashtune.experiments.cli.bench",
 )
 
 

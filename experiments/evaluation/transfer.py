@@ -50,7 +50,7 @@ SMALLER_SHARED_BYTES = 101376
 #: ``Pair.target_gpu`` of the simulated smaller GPU.
 SMALLER_GPU = "smaller"
 TOLERANCES = {"evals_to_2pct": 0.02, "evals_to_5pct": 0.05}
-#: The issue's targets: priors need at most this fraction of cold start's evaluations on
+#: The targets transfer is held to: priors need at most this fraction of cold start's evaluations on
 #: most pairs, and no pair may need more than cold start times ``WORST_RATIO``.
 TARGET_RATIO, WORST_RATIO = 1 / 3, 1.2
 #: "where the optimum moves little (the source's best within 5 % of the target's
@@ -133,7 +133,7 @@ _N16K = "b1_h32_n16384_d128_causal_bfloat16"
 _D64C, _D64F = "b8_h16_n2048_d64_causal_bfloat16", "b16_h16_n1024_d64_full_bfloat16"
 _D256 = "b2_h16_n8192_d256_full_bfloat16"
 
-#: The issue's pairs: 4k <-> 16k tokens, head_dim 128 <-> 64 (causal and full),
+#: The default pairs: 4k <-> 16k tokens, head_dim 128 <-> 64 (causal and full),
 #: causal <-> full, and H200 -> a smaller GPU (same workload, and with a workload change).
 DEFAULT_PAIRS: tuple[Pair, ...] = (
     *_both_ways("tokens", _D128C, _N16K),

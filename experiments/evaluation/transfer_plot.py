@@ -2,7 +2,7 @@
 
 One panel per strategy: for each pair a bar of cold start's median evaluations and one of
 the median with priors (25-75 % whiskers), on a log scale, the pairs that missed the
-issue's targets marked. Drawn with matplotlib's Agg backend (no display).
+targets (``transfer.TARGET_RATIO``, ``WORST_RATIO``) marked. Drawn with matplotlib's Agg backend (no display).
 """
 
 from __future__ import annotations

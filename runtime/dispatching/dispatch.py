@@ -6,7 +6,7 @@ caches the answer. The first call of a *call key* (the bucket's inputs plus q's 
 shape and strides, the scale) runs the launcher, which validates every input and names
 the bad argument, and keeps what it derived (:mod:`flashtune.runtime.dispatching.prepared`); every
 later call is one dictionary lookup, the checks the key does not cover, an allocation
-and the kernel's launch (``bench_dispatch.py`` measures it against a bare launch).
+and the kernel's launch (``docs/lab/tools/bench_dispatch.py`` measures it against a bare launch).
 
 Where the store lives: :func:`set_store`, else ``$FLASHTUNE_STORE``, else
 ``$XDG_CACHE_HOME/flashtune/configs.json`` (``~/.cache/flashtune/configs.json``).

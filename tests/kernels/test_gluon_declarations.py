@@ -8,6 +8,8 @@ Its numerics are GPU-only (the interpreter runs no Gluon): tests/gpu/test_gluon_
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 from sm90_compile import compiled_for_sm90
@@ -290,7 +292,7 @@ def test_lazy_rescaling_is_on_for_16_bit_variants_from_head_dim_256_only():
 #: prints whether the PV wait follows the block's exponentials.
 _SCHEDULE_CHILD = """
 import json, sys
-from flashtune.experiments.evaluation.sass_count import compiled_sass, pv_wait_follows_the_exponentials
+from sass_count import compiled_sass, pv_wait_follows_the_exponentials
 from flashtune.objectives.hardware import load_spec
 from flashtune.objectives.types import Workload
 config, workload = json.loads(sys.stdin.read())
@@ -315,6 +317,9 @@ def test_ptxas_places_the_pv_wait_ahead_of_the_exponentials(workload, knobs):
 
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["CUDA_VISIBLE_DEVICES"] = ""
+    # sass_count is a lab tool (docs/lab/tools/), outside the package.
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[2] / "docs" / "lab" / "tools"),
+                                         *filter(None, [env.get("PYTHONPATH")])])
     done = subprocess.run([sys.executable, "-c", _SCHEDULE_CHILD], input=json.dumps([knobs, workload]),
                           capture_output=True, text=True, env=env, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]

@@ -7,6 +7,8 @@ compile is in tests/kernels/test_gluon_declarations.py.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -112,7 +114,7 @@ def test_other_fp8_kernels_refuse_v_transposed_in_fa3_order():
 
 
 def test_bench_fp8_times_the_forms_of_gluon_configs_only():
-    from flashtune.experiments.benchmarks.bench_fp8 import gluon_forms, parse_forms
+    from bench_fp8 import gluon_forms, parse_forms
 
     assert parse_forms("multiply,exp2,permuted") == ["multiply", "exp2", "permuted"]
     with pytest.raises(SystemExit, match="shuffle"):
@@ -133,7 +135,7 @@ def test_each_p_form_names_the_key_order_its_v_transposed_is_written_in():
 #: MUFU count and spilled bytes (a child process: the suite runs under TRITON_INTERPRET).
 _SASS_CHILD = """
 import json, sys
-from flashtune.experiments.evaluation.sass_count import compiled_sass, opcode_counts
+from sass_count import compiled_sass, opcode_counts
 from flashtune.objectives.hardware import load_spec
 from flashtune.objectives.types import Workload
 config, workload, forms = json.loads(sys.stdin.read())
@@ -157,6 +159,9 @@ def test_permuted_h2_takes_its_exponentials_in_half_precision_on_sm90():
 
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["CUDA_VISIBLE_DEVICES"] = ""
+    # sass_count is a lab tool (docs/lab/tools/), outside the package.
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[2] / "docs" / "lab" / "tools"),
+                                         *filter(None, [env.get("PYTHONPATH")])])
     job = [{**PINGPONG_FP8, "BLOCK_N": 128}, "1,2,1024,128", ["permuted", "permuted_h2"]]
     done = subprocess.run([sys.executable, "-c", _SASS_CHILD], input=json.dumps(job), capture_output=True, text=True,
                           env=env, timeout=600)

@@ -3,10 +3,9 @@ bound launch's host work, the transformers function) on CPU tensors up to the la
 
 from __future__ import annotations
 
+import bench_host_pieces
 import pytest
 import torch
-
-from flashtune.experiments.benchmarks import bench_host_pieces
 
 pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="CPU benchmark of the host path")
 

@@ -16,4 +16,4 @@ tar czf "$OUT/sweeps4.tgz" sweeps sweeps_fp8
 timeout 80 python3 -m flashtune.experiments.benchmarks.bench_peers --tables experiments/data/h200 --tables sweeps \
   --tables sweeps_fp8 --only b4_h32_n4096_d128_full_bfloat16 --only b2_h16_n8192_d256_full_bfloat16 \
   --rounds 3 --json "$OUT/peers4.json" 2>&1 | tail -12 | tee "$OUT/peers4.log"
-timeout 45 python3 -m flashtune.experiments.benchmarks.bench_dispatch --json "$OUT/dispatch.json" 2>&1 | tail -12 | tee "$OUT/dispatch.log"
+timeout 45 python3 docs/lab/tools/bench_dispatch.py --json "$OUT/dispatch.json" 2>&1 | tail -12 | tee "$OUT/dispatch.log"

@@ -21,7 +21,7 @@ NCU=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*
 if [ -n "$NCU" ]; then
   SECT=""; for s in SpeedOfLight LaunchStats Occupancy ComputeWorkloadAnalysis WarpStateStats; do SECT="$SECT --section $s"; done
   timeout -k 5 ${NCU_S:-60} "$NCU" --clock-control none --target-processes all -k regex:"attention" $SECT -f -o "$OUT/ncu" \
-    python3 -m flashtune.experiments.benchmarks.ncu_metrics target b4_h32_n4096_d128_full_bfloat16 b2_h16_n8192_d256_full_bfloat16 \
+    python3 docs/lab/tools/ncu_metrics.py target b4_h32_n4096_d128_full_bfloat16 b2_h16_n8192_d256_full_bfloat16 \
     --config "$(cfg tma_ws 128 128 8 3 tiles)" --config "$(cfg tma 128 64 8 2 persistent)" \
     --config "$(cfg gluon_pingpong 128 128 4 2 tiles)" --config "$(cfg gluon_pingpong 128 64 4 2 tiles)"
   timeout 30 "$NCU" --import "$OUT/ncu.ncu-rep" --csv --page raw > "$OUT/ncu_raw.csv"

@@ -15,7 +15,7 @@ python3 -m pip install -q --no-deps --no-build-isolation -e . 2>&1 | tail -2
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu --format=csv,noheader
 timeout -k 5 220 python3 -m pytest -m gpu tests/runtime/test_runtime_gpu.py -q -p no:cacheprovider \
   --junitxml "$OUT/gpu_tests.xml" 2>&1 | tee "$OUT/gpu_tests.log" | tail -25
-timeout -k 5 50 python3 -m flashtune.experiments.benchmarks.bench_dispatch --json "$OUT/dispatch.json" > "$OUT/dispatch.log" 2>&1
+timeout -k 5 50 python3 docs/lab/tools/bench_dispatch.py --json "$OUT/dispatch.json" > "$OUT/dispatch.log" 2>&1
 timeout -k 5 180 python3 -m flashtune.experiments.benchmarks.bench_generate --json "$OUT/generate.json" > "$OUT/generate.log" 2>&1
 echo "== bench_dispatch (µs of host time per call) =="; tail -4 "$OUT/dispatch.log"
 echo "== bench_generate =="; tail -8 "$OUT/generate.log"

@@ -41,7 +41,7 @@ timeout -k 5 150 python3 -m flashtune.experiments.benchmarks.bench_peers --table
 echo "== 3. fp8 kernel-only (pre-quantized)"
 F8=(--also "$(g lean_ws_oneloop 128 128 2)" --also "$(g lean_ws_oneloop 128 128 3)"
     --also "$(g lean_ws_oneloop 128 64 1)" --also "$(g lean_ws_oneloop 128 64 2)")
-timeout -k 5 50 python3 -m flashtune.experiments.benchmarks.bench_fp8 --rounds 3 --top-fp8 2 "${F8[@]}" \
+timeout -k 5 50 python3 docs/lab/tools/bench_fp8.py --rounds 3 --top-fp8 2 "${F8[@]}" \
   --json "$OUT/fp8.json" > "$OUT/fp8.log" 2>&1 || echo "step 3 exit $?"
 
 echo "== 4. serving, static cache compiled (B1, B8; prompt 512)"

@@ -17,7 +17,7 @@ NCU=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*
 [ -n "$NCU" ] || { echo "no ncu found"; exit 1; }
 "$NCU" --version | tail -1
 "$NCU" --query-metrics > "$OUT/query.txt" 2>&1
-METRICS=$(python3 -m flashtune.experiments.benchmarks.ncu_metrics metrics "$OUT/query.txt")
+METRICS=$(python3 docs/lab/tools/ncu_metrics.py metrics "$OUT/query.txt")
 SECT=""; for s in SpeedOfLight LaunchStats Occupancy ComputeWorkloadAnalysis WarpStateStats; do SECT="$SECT --section $s"; done
 cfg() { echo "{\"loads\": \"$1\", \"BLOCK_M\": $2, \"BLOCK_N\": $3, \"num_warps\": $4, \"num_stages\": $5, \"grid\": \"$6\", \"tile_order\": \"$7\", \"use_fp8\": ${8:-false}}"; }
 profile() {  # part workload config...
@@ -26,7 +26,7 @@ profile() {  # part workload config...
   echo "== $part $workload"
   timeout -k 5 ${NCU_S:-90} "$NCU" --clock-control none --target-processes all -k regex:"attention_kernel|attention_forward" \
     $SECT --metrics "$METRICS" -f -o "$OUT/ncu_$part" \
-    python3 -m flashtune.experiments.benchmarks.ncu_metrics target "$workload" "${args[@]}" 2>&1 | grep -v "^==PROF==" | tail -8
+    python3 docs/lab/tools/ncu_metrics.py target "$workload" "${args[@]}" 2>&1 | grep -v "^==PROF==" | tail -8
   timeout 60 "$NCU" --import "$OUT/ncu_$part.ncu-rep" --csv --page raw > "$OUT/ncu_$part.csv" && rm -f "$OUT/ncu_$part.ncu-rep"
 }
 nvidia-smi --query-gpu=clocks.sm,power.draw,temperature.gpu --format=csv,noheader

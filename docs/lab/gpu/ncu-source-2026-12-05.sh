@@ -12,7 +12,7 @@ CFG='{"loads": "gluon_pingpong_poly", "BLOCK_M": 128, "BLOCK_N": 128, "num_warps
 timeout -k 5 ${NCU_S:-150} "$NCU" --clock-control none --target-processes all -k regex:"attention_kernel|attention_forward" \
   --section SourceCounters --section WarpStateStats --section InstructionStats --section SchedulerStats \
   --import-source no -f -o /tmp/src \
-  python3 -m flashtune.experiments.benchmarks.ncu_metrics target 2,32,8192,128 --config "$CFG" 2>&1 | grep -v "^==PROF==" | tail -5
+  python3 docs/lab/tools/ncu_metrics.py target 2,32,8192,128 --config "$CFG" 2>&1 | grep -v "^==PROF==" | tail -5
 timeout 90 "$NCU" --import /tmp/src.ncu-rep --page source --print-source sass --csv > "$OUT/source.csv" 2> "$OUT/source.err" || echo "source page exit $?"
 timeout 60 "$NCU" --import /tmp/src.ncu-rep --page details --csv > "$OUT/details.csv" || echo "details exit $?"
 wc -l "$OUT"/*.csv; head -c 1500 "$OUT/source.csv"; echo; tail -3 "$OUT/source.err"

@@ -31,6 +31,6 @@ F8=()
 for t in '"loads": "gluon_pingpong"' '"loads": "gluon_pingpong_poly"' '"loads": "gluon_pingpong_ordered"'; do
   F8+=(--also "{\"BLOCK_M\": 128, \"BLOCK_N\": 128, \"num_warps\": 4, \"num_stages\": 2, $t}")
 done
-timeout -k 5 80 python3 -m flashtune.experiments.benchmarks.bench_fp8 --rounds 4 --top-fp8 1 "${F8[@]}" \
+timeout -k 5 80 python3 docs/lab/tools/bench_fp8.py --rounds 4 --top-fp8 1 "${F8[@]}" \
   --json "$OUT/fp8.json" > "$OUT/fp8.log" 2>&1 || echo "step 2 exit $?"
 tail -24 "$OUT/fp8.log"

@@ -42,7 +42,7 @@ for t in '128, "BLOCK_N": 128, "num_warps": 4, "num_stages": 2' '128, "BLOCK_N":
          '128, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2' '128, "BLOCK_N": 128, "num_warps": 4, "num_stages": 1'; do
   F8+=(--also "{\"BLOCK_M\": $t, $C}")
 done
-timeout -k 5 45 $PY -m flashtune.experiments.benchmarks.bench_fp8 --rounds 3 --top-fp8 2 "${F8[@]}" \
+timeout -k 5 45 $PY docs/lab/tools/bench_fp8.py --rounds 3 --top-fp8 2 "${F8[@]}" \
   --json "$OUT/fp8.json" > "$OUT/fp8.log" 2>&1 || echo "step 3 exit $?"
 
 echo "== 4. tables"

@@ -20,25 +20,25 @@ export PYTHONPATH=/tmp/site:/tmp/ft${PYTHONPATH:+:$PYTHONPATH}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu --format=csv,noheader
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
 el fp8
-timeout ${FP8_S:-70} python3 -m flashtune.experiments.benchmarks.bench_fp8 --rounds 2 --top-fp8 2 --json "$OUT/fp8.json"
+timeout ${FP8_S:-70} python3 docs/lab/tools/bench_fp8.py --rounds 2 --top-fp8 2 --json "$OUT/fp8.json"
 el ncu
 NCU=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
 if [ -n "$NCU" ]; then
   timeout 20 "$NCU" --query-metrics --chip gh100 > /tmp/ncu_query.txt 2>&1
-  M=$(python3 -m flashtune.experiments.benchmarks.ncu_metrics metrics /tmp/ncu_query.txt)
+  M=$(python3 docs/lab/tools/ncu_metrics.py metrics /tmp/ncu_query.txt)
   echo "metrics: $M"
   SECT=""; for s in SpeedOfLight LaunchStats Occupancy ComputeWorkloadAnalysis MemoryWorkloadAnalysis WarpStateStats; do SECT="$SECT --section $s"; done
   timeout ${NCU_S:-60} "$NCU" --clock-control none --target-processes all -k regex:attention_forward $SECT \
-    ${M:+--metrics $M} -f -o "$OUT/ncu" python3 -m flashtune.experiments.benchmarks.ncu_metrics target \
+    ${M:+--metrics $M} -f -o "$OUT/ncu" python3 docs/lab/tools/ncu_metrics.py target \
     b4_h32_n4096_d128_full_bfloat16 b2_h16_n8192_d256_full_bfloat16 b4_h32_n4096_d128_causal_bfloat16
   timeout 20 "$NCU" --import "$OUT/ncu.ncu-rep" --csv --page raw > "$OUT/ncu_raw.csv"
 else
   echo "no ncu found"
 fi
 el knee
-timeout ${KNEE_S:-40} python3 -m flashtune.experiments.benchmarks.bench_knee run --rounds 2 --json "$OUT/knee.json"
+timeout ${KNEE_S:-40} python3 docs/lab/tools/bench_knee.py run --rounds 2 --json "$OUT/knee.json"
 el dispatch
-timeout 40 python3 -m flashtune.experiments.benchmarks.bench_dispatch --iters 1000 --repeats 5 --json "$OUT/dispatch.json" | tail -22
+timeout 40 python3 docs/lab/tools/bench_dispatch.py --iters 1000 --repeats 5 --json "$OUT/dispatch.json" | tail -22
 el model
 (cd /tmp && timeout ${MODEL_S:-60} python3 "$OLDPWD/docs/lab/tools/bench_model.py" --batch 2 --seq 4096 --layers 2 --hidden 2048 \
   --heads 16 --kv-heads 4 --rounds 3 --json "$OUT/model.json") | tail -8

@@ -33,7 +33,7 @@ done
 # One 8-warp consumer group (no ping-pong), and two 128-row groups (6 spilled words at D128).
 F8+=(--also '{"BLOCK_M": 128, "BLOCK_N": 128, "num_warps": 8, "num_stages": 2, "loads": "gluon_ws"}')
 F8+=(--also '{"BLOCK_M": 256, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2, "loads": "gluon_pingpong"}')
-timeout -k 5 130 $PY -m flashtune.experiments.benchmarks.bench_fp8 --rounds 3 --top-fp8 1 "${F8[@]}" \
+timeout -k 5 130 $PY docs/lab/tools/bench_fp8.py --rounds 3 --top-fp8 1 "${F8[@]}" \
   --json "$OUT/fp8.json" > "$OUT/fp8.log" 2>&1 || echo "step 2 exit $?"
 
 echo "== 3. table"

@@ -33,7 +33,7 @@ for t in '"loads": "gluon_pingpong", "BLOCK_N": 128, "num_stages": 2' \
          '"loads": "lean_ws_oneloop", "BLOCK_N": 128, "num_stages": 2'; do
   F8+=(--also "{\"BLOCK_M\": 128, \"num_warps\": 4, $t}")
 done
-timeout -k 5 150 $PY -m flashtune.experiments.benchmarks.bench_fp8 --rounds 3 --top-fp8 1 "${F8[@]}" \
+timeout -k 5 150 $PY docs/lab/tools/bench_fp8.py --rounds 3 --top-fp8 1 "${F8[@]}" \
   --gluon-fp8-forms multiply,exp2,permuted --json "$OUT/fp8.json" > "$OUT/fp8.log" 2>&1 || echo "step 2 exit $?"
 
 echo "== 3. table"

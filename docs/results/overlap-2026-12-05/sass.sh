@@ -4,7 +4,7 @@
 # its OVERLAP_PV was the first form, the K-stage release after a reduction of the row sums):
 #   bash docs/results/overlap-2026-12-05/sass.sh > docs/results/overlap-2026-12-05/sass.log
 PY=${PY:-python}
-count() { $PY -m flashtune.experiments.evaluation.sass_count --ops FADD,FMUL,FFMA,FMNMX,MUFU,HGMMA,QGMMA,BAR "$@"; }
+count() { $PY docs/lab/tools/sass_count.py --ops FADD,FMUL,FFMA,FMNMX,MUFU,HGMMA,QGMMA,BAR "$@"; }
 PP='{"loads": "gluon_pingpong", "BLOCK_M": 128, "BLOCK_N": 128, "num_warps": 4, "num_stages": 2}'
 PPZ='{"loads": "gluon_pingpong", "BLOCK_M": 128, "BLOCK_N": 128, "num_warps": 4, "num_stages": 2, "grid": "persistent_zigzag", "tile_order": "longest_first"}'
 F8='{"loads": "gluon_pingpong_poly", "BLOCK_M": 128, "BLOCK_N": 128, "num_warps": 4, "num_stages": 2, "use_fp8": true}'

@@ -3,10 +3,11 @@ what they read from the recorded tables and how they turn timings and counters i
 
 import json
 
+import bench_fp8
+import bench_knee
+import ncu_metrics
 import pytest
-
-from flashtune.experiments.benchmarks import bench_fp8, bench_knee, ncu_metrics
-from flashtune.experiments.evaluation.best_configs import best_configs, table_files
+from best_configs import best_configs, table_files
 
 
 def test_best_configs_merge_pointer_and_variant_tables():

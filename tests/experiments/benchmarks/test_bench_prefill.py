@@ -1,13 +1,12 @@
-"""CPU smoke test of the prefill exploration script (experiments/benchmarks/bench_prefill.py):
+"""CPU smoke test of the prefill exploration script (docs/lab/tools/bench_prefill.py):
 its whole flow (plan, check, time, JSONL log, final table) under Triton's interpreter, on a
 tiny workload, with the timer and SDPA peers replaced (no CUDA here)."""
 
 import json
 import math
 
+import bench_prefill
 import pytest
-
-from flashtune.experiments.benchmarks import bench_prefill
 
 
 def test_plan_lists_every_workload(capsys):

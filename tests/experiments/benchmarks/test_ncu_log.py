@@ -8,10 +8,10 @@ import io
 import json
 from pathlib import Path
 
+import ncu_metrics
 from mlflow import MlflowClient
 from study_support import WORKLOAD, tune_args
 
-from flashtune.experiments.benchmarks import ncu_metrics
 from flashtune.experiments.cli.main import main
 from flashtune.experiments.evaluation.prior_mlflow import RUN_ID_KEY, trial_measurements_of_experiment
 

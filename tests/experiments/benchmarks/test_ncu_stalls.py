@@ -7,9 +7,8 @@ import gzip
 import json
 from pathlib import Path
 
+import ncu_metrics
 import pytest
-
-from flashtune.experiments.benchmarks import ncu_metrics
 
 SOURCE = Path(__file__).resolve().parents[3] / "docs" / "results" / "ncu-source-2026-12-05" / "source.csv.gz"
 

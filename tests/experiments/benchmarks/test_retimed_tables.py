@@ -1,13 +1,13 @@
-"""bench_peers' re-timed configs written as replay tables (experiments/benchmarks/retimed_tables.py),
+"""bench_peers' re-timed configs written as replay tables (docs/gpu/retimed_tables.py),
 on a real recorded table: replayed after it, a re-timed config reads its re-timed time."""
 
 import dataclasses
 import json
 
 import pytest
+import retimed_tables
 
 from flashtune.experiments import DATA_DIR
-from flashtune.experiments.benchmarks import retimed_tables
 from flashtune.experiments.study import measurers
 from flashtune.kernels.space import validate_config
 from flashtune.objectives.hardware import load_spec

@@ -8,9 +8,9 @@ import json
 from pathlib import Path
 
 import pytest
+import sanitize_tables as st
 import sanitizer_fake
 
-from flashtune.experiments.benchmarks import sanitize_tables as st
 from flashtune.objectives import sanitize as sz
 from flashtune.objectives.hardware import load_spec
 

@@ -14,7 +14,7 @@ TABLE = ROOT / "experiments" / "data" / "h200_lean" / "b4_h32_n4096_d128_full_bf
 
 def test_a_lean_table_sample_compiles_to_the_h200s_figures(tmp_path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}  # real compiles, not the interpreter
-    done = subprocess.run([sys.executable, "-m", "flashtune.experiments.evaluation.compile_agreement",
+    done = subprocess.run([sys.executable, str(ROOT / "docs" / "lab" / "tools" / "compile_agreement.py"),
                            "--tables", str(TABLE), "--sample", "2", "--json", str(tmp_path / "a.json")],
                           capture_output=True, text=True, env=env, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]

@@ -1,9 +1,9 @@
-"""The SASS opcode counter (experiments/evaluation/sass_count.py) on a listing as cuobjdump
+"""The SASS opcode counter (docs/lab/tools/sass_count.py) on a listing as cuobjdump
 prints it: predicated instructions count, modifiers and operands do not split an opcode,
 headers and encodings are not instructions. (Compiling a config to count it is the slow
 sm90 path: BENCHMARKS.md, part F's second step.)"""
 
-from flashtune.experiments.evaluation.sass_count import opcode_counts
+from sass_count import opcode_counts
 
 LISTING = """
         Function : gluon_attention_kernel
@@ -26,8 +26,7 @@ def test_extra_constexprs_parse_as_name_and_value_and_a_bad_one_is_named():
     import argparse
 
     import pytest
-
-    from flashtune.experiments.evaluation.sass_count import _constexpr
+    from sass_count import _constexpr
 
     assert _constexpr("LAZY_RESCALE=true") == ("LAZY_RESCALE", True)
     assert _constexpr("EXP2_POLY=3") == ("EXP2_POLY", 3)
@@ -51,7 +50,7 @@ LOOP = """
 
 
 def test_the_block_loop_schedule_places_the_waits_against_the_exponentials():
-    from flashtune.experiments.evaluation.sass_count import block_loop_schedule, pv_wait_follows_the_exponentials
+    from sass_count import block_loop_schedule, pv_wait_follows_the_exponentials
 
     events = block_loop_schedule(LOOP)
     assert [what.split()[0] for _, what in events] == [

@@ -1,13 +1,13 @@
-"""The tuner-target measurement (experiments/evaluation/tuner_target.py) on a real recorded
+"""The tuner-target measurement (docs/lab/tools/tuner_target.py) on a real recorded
 table: what it reports is what the replayed runs did."""
 
 import dataclasses
 import json
 
 import pytest
+import tuner_target
 
 from flashtune.experiments import DATA_DIR
-from flashtune.experiments.evaluation import tuner_target
 from flashtune.experiments.evaluation.landscape import build_landscape
 from flashtune.objectives.hardware import load_spec
 

@@ -17,7 +17,7 @@ and reports ``runtime_op - bare_launch`` (the target: at most 5 µs). Shapes are
 small so the GPU stays ahead of the host; variants are interleaved and the median of
 ``--repeats`` rounds is reported. Usage::
 
-    python -m flashtune.experiments.benchmarks.bench_dispatch --json dispatch.json
+    python docs/lab/tools/bench_dispatch.py --json dispatch.json
 """
 
 from __future__ import annotations

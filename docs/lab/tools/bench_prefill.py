@@ -14,7 +14,7 @@ pool (it is nearly all of the cost). Each result is appended to ``$OUT/bench_pre
 as it comes; at the end the best few of each workload are re-timed interleaved with the
 peers and a short table is printed.
 
-    python -m flashtune.experiments.benchmarks.bench_prefill [--budget-s 480] [--only NAME]
+    python docs/lab/tools/bench_prefill.py [--budget-s 480] [--only NAME]
 
 GPU only; imports nothing beyond torch, triton and flashtune's kernel/objective modules.
 """

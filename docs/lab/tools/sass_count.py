@@ -6,7 +6,7 @@ config is compiled as ``objectives.aot`` compiles it, its cubin disassembled wit
 ``cuobjdump`` Triton's wheel carries, and the opcodes (``FMUL``, ``SHFL``, ``PRMT``,
 ``MUFU``, ...; modifiers dropped) counted over the whole kernel.
 
-    python -m flashtune.experiments.evaluation.sass_count --workload 2,32,8192,128 \
+    python docs/lab/tools/sass_count.py --workload 2,32,8192,128 \
         --config '{"loads": "gluon_pingpong", "BLOCK_M": 128, "BLOCK_N": 128, "num_warps": 4,
                    "num_stages": 2, "use_fp8": true}' --fp8-p multiply --json counts.json
 

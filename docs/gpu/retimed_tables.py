@@ -9,7 +9,7 @@ each row the config's sweep row (GPU, fingerprint, versions, resources) with the
 time, so that a folder of them listed after the sweep folders (``--replay-dir``, or
 ``RECORDED_SPACE``) makes replay, and the tuner target's optimum, read what the H200 repeats::
 
-    python -m flashtune.experiments.benchmarks.retimed_tables retime.json --out experiments/data/h200_retimed \\
+    python docs/gpu/retimed_tables.py retime.json --out experiments/data/h200_retimed \\
         --tables experiments/data/h200_grown experiments/data/h200_lean experiments/data/h200_lean_order \\
         experiments/data/h200_gluon
 

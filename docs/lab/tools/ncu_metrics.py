@@ -18,13 +18,13 @@ the issue slots, or occupancy (registers, shared memory). Three parts:
   and the idle warps') and in the whole kernel (CPU).
 
     ncu --clock-control none -k regex:attention_forward --section SpeedOfLight ... \\
-        --metrics $(python -m flashtune.experiments.benchmarks.ncu_metrics metrics q.txt) -o rep \\
-        python -m flashtune.experiments.benchmarks.ncu_metrics target NAME...
+        --metrics $(python docs/lab/tools/ncu_metrics.py metrics q.txt) -o rep \\
+        python docs/lab/tools/ncu_metrics.py target NAME...
     ncu --import rep.ncu-rep --csv --page raw > raw.csv
-    python -m flashtune.experiments.benchmarks.ncu_metrics parse raw.csv --json ncu.json NAME...
-    python -m flashtune.experiments.benchmarks.ncu_metrics log ncu.json --experiment h200 [--tracking-uri URI]
+    python docs/lab/tools/ncu_metrics.py parse raw.csv --json ncu.json NAME...
+    python docs/lab/tools/ncu_metrics.py log ncu.json --experiment h200 [--tracking-uri URI]
     ncu --import rep.ncu-rep --csv --page source --print-source sass > source.csv
-    python -m flashtune.experiments.benchmarks.ncu_metrics stalls source.csv[.gz]
+    python docs/lab/tools/ncu_metrics.py stalls source.csv[.gz]
 """
 
 from __future__ import annotations
@@ -39,9 +39,10 @@ import re
 import sys
 from pathlib import Path
 
-from flashtune.experiments.evaluation.best_configs import best_configs
+from best_configs import best_configs
+from sass_count import block_loops
+
 from flashtune.experiments.evaluation.prior_mlflow import RUN_ID_KEY, trial_measurements_of_experiment
-from flashtune.experiments.evaluation.sass_count import block_loops
 from flashtune.experiments.tracking.tracker import DEFAULT_TRACKING_URI
 from flashtune.kernels.attention import launch
 from flashtune.kernels.space import validate_config

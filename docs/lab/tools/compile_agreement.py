@@ -5,7 +5,7 @@ the table's GPU model on this machine and the figures are compared with the ones
 reported when it ran the config (a table's kernel source may be older than today's: a
 register or two of difference then says the source moved, not that compiling here is off).
 
-    python -m flashtune.experiments.evaluation.compile_agreement --tables experiments/data/h200_decode \
+    python docs/lab/tools/compile_agreement.py --tables experiments/data/h200_decode \
         --tables experiments/data/h200_lean --sample 20 --json agreement.json
 
 Run without ``TRITON_INTERPRET`` (the interpreter's kernels do not compile).

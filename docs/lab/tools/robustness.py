@@ -1,6 +1,6 @@
 """Cut each file a study writes at many offsets, fill the disk mid-study: is anything lost?
 
-    python -m flashtune.experiments.benchmarks.robustness --offsets 20 --out robustness.json
+    python docs/lab/tools/robustness.py --offsets 20 --out robustness.json
 
 CPU only (the CLI replaying the shipped H200 tables). For each file (the journal, the
 SQLite Optuna database, the MLflow database, the tuned-config store), a study of

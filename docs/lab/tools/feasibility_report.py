@@ -1,6 +1,6 @@
 """Grade the static feasibility model against sweeps recorded with ``--no-static-check``.
 
-    python -m flashtune.experiments.evaluation.feasibility_report --tables experiments/data/h200 --hardware h200
+    python docs/lab/tools/feasibility_report.py --tables experiments/data/h200 --hardware h200
 """
 
 from __future__ import annotations

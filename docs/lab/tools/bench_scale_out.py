@@ -1,6 +1,6 @@
 """Trials per minute of one study run by 1 and by N workers (replay; PostgreSQL storage).
 
-    python -m flashtune.experiments.benchmarks.bench_scale_out --trials 100 --workers 1 4 \\
+    python docs/lab/tools/bench_scale_out.py --trials 100 --workers 1 4 \\
         --postgres postgresql://flashtune:flashtune@127.0.0.1:5432/flashtune_test
 
 Each run gets fresh Optuna and MLflow databases on the server (dropped afterwards) and

@@ -1,6 +1,6 @@
 """Sanitize the recorded best configs of every kernel variant, and the runtime's defaults.
 
-    python -m flashtune.experiments.benchmarks.sanitize_tables --tables experiments/data/h200_grown \\
+    python docs/gpu/sanitize_tables.py --tables experiments/data/h200_grown \\
         --tables experiments/data/h200_gluon --top 3 --out /tmp/sanitize
 
 The plan: the runtime's architecture defaults for this GPU (or ``--arch``'s spec) first, then

@@ -14,7 +14,7 @@ With ``--against REF`` the same pieces of the tree at git ``REF`` (its ``kernels
 loaded from ``git show``) are timed interleaved with this tree's: the box may be loaded, so
 only medians of interleaved rounds compare. Usage::
 
-    python -m flashtune.experiments.benchmarks.bench_host_pieces --against 1864018
+    python docs/lab/tools/bench_host_pieces.py --against 1864018
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ MODULES = (("kernels/decode.py", "flashtune.kernels.decode"),
            ("runtime/dispatching/prepared.py", "flashtune.runtime.dispatching.prepared"),
            ("runtime/dispatching/dispatch.py", "flashtune.runtime.dispatching.dispatch"),
            ("runtime/integrations/hf_attention.py", "flashtune.runtime.integrations.hf_attention"))
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]  # the repository (this file: docs/lab/tools/)
 
 
 def load_tree(ref: str | None) -> dict[str, types.ModuleType]:

@@ -15,7 +15,7 @@ table marks the fastest one inside it against the 1.0 PFLOP/s fp8 target.
 in-thread permute on V^T in FA3's key order), named ``fp8_kernel#i/FORM``, side by side.
 Usage on the GPU::
 
-    python -m flashtune.experiments.benchmarks.bench_fp8 --json fp8.json \
+    python docs/lab/tools/bench_fp8.py --json fp8.json \
         --also '{"BLOCK_M": 128, "BLOCK_N": 128, "num_warps": 4, "num_stages": 2, "loads": "lean_ws_oneloop"}'
 """
 
@@ -28,7 +28,8 @@ import statistics
 from collections.abc import Sequence
 from pathlib import Path
 
-from flashtune.experiments.evaluation.best_configs import best_configs
+from best_configs import best_configs
+
 from flashtune.kernels.attention import fp8_v_order, launch, launch_quantized, quantize_fp8
 from flashtune.kernels.config import Config
 from flashtune.kernels.gluon import FP8_P_FORMS, fp8_p_v_order

@@ -6,8 +6,8 @@ Why the programs an SM: the warp-specialized loop takes the whole register file 
 of 168 registers), one program an SM, which is what made its 64-row tiles slow
 (``kernels/_flash_fwd_oneloop.SPECIALIZED_MIN_BLOCK_M``). Run without ``TRITON_INTERPRET``::
 
-    python -m flashtune.experiments.benchmarks.aot_oneloop
-    python -m flashtune.experiments.benchmarks.aot_oneloop --case '16,16,1024,64|{"BLOCK_M": 64, "BLOCK_N": 128}'
+    python docs/lab/tools/aot_oneloop.py
+    python docs/lab/tools/aot_oneloop.py --case '16,16,1024,64|{"BLOCK_M": 64, "BLOCK_N": 128}'
 """
 
 from __future__ import annotations

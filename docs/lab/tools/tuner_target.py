@@ -17,7 +17,7 @@ What replay cannot say: configs no table records (``loads="lean_ws_oneloop"`` wa
 only by bench_peers, never swept) are outside the replayed space, so "the new best" here is
 the best recorded config. Usage::
 
-    python -m flashtune.experiments.evaluation.tuner_target --seeds 5 --json target.json
+    python docs/lab/tools/tuner_target.py --seeds 5 --json target.json
 """
 
 from __future__ import annotations

@@ -6,8 +6,8 @@ Why one config: the knee is a property of the kernel at its tuned config (the be
 non-causal row of the recorded tables), not of re-tuning per point. Each point times ours
 and cuDNN interleaved. ``plot`` needs only the JSON, so the PNG is drawn on any machine::
 
-    python -m flashtune.experiments.benchmarks.bench_knee run --json knee.json          # GPU
-    python -m flashtune.experiments.benchmarks.bench_knee plot knee.json --png knee.png  # anywhere
+    python docs/lab/tools/bench_knee.py run --json knee.json          # GPU
+    python docs/lab/tools/bench_knee.py plot knee.json --png knee.png  # anywhere
 """
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ import math
 import statistics
 from pathlib import Path
 
-from flashtune.experiments.evaluation.best_configs import best_configs
+from best_configs import best_configs
+
 from flashtune.kernels.attention import launch
 
 BATCHES = (1, 2, 4, 8, 16)

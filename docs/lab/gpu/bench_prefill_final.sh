@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 14's closing GPU run (one call, under 9 minutes on one H200), from the repo root:
-#   OUT=/some/dir bash experiments/benchmarks/bench_prefill_final.sh
+#   OUT=/some/dir bash docs/lab/gpu/bench_prefill_final.sh
 # 1. GPU tests of the lean path and tile_order (tests/gpu/test_lean_gpu.py: bf16 on every suite
 #    shape, odd lengths, strided inputs, fp8, CUDA-graph replay, refused known failures).
 # 2. A compact sweep of the new part of the space on the 7 suite workloads, as recorded
