@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 19, one call, about 8 minutes, on main after the padded dynamic-cache mask chain (7f08a91,
 # never run on the GPU) and the review mends since the last serving calls:
-#   bash docs/gpu/serving-2026-12-04.sh      (with the jsonschema wheels carried in .whl)
+#   bash docs/lab/gpu/serving-2026-12-04.sh      (with the jsonschema wheels carried in .whl)
 # 1. GPU tests: serving; decode's per-sequence lengths, CUDA graphs, fused-vs-launched combine;
 # 2. host us per decode call (one process);
 # 3. the eager dynamic-cache and padded-batch cells, B1/B8 x prompts 512, 2k, 8k, both
@@ -9,7 +9,7 @@
 # 4. the compiled static cache, B1/B8 x prompts 512, 2k, 8k, each implementation alone in its own
 #    process (sdpa, then op).
 # Back in $OUT: serving.log, *_tests.xml, host_time.json, eager_padded.json, alone_<impl>.json.
-source "$(dirname "$0")/setup.sh" ${LOG:-serving.log}
+source "$(dirname "$0")/../../gpu/setup.sh" ${LOG:-serving.log}
 export FLASHTUNE_STORE="$OUT/empty_store.json"
 quiet() { grep -v -e DEBUG -e USDT -e Warning -e warn; }
 if [ -z "${SKIP_TESTS:-}" ]; then  # SKIP_TESTS=1: parts 3 and 4 alone

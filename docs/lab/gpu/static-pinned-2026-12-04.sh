@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
-# Issues 19 and 20, one call, about 6 minutes, after docs/gpu/serving-2026-12-04.sh and
+# Issues 19 and 20, one call, about 6 minutes, after docs/lab/gpu/serving-2026-12-04.sh and
 # suite-2026-12-04.sh: the processes there ran at different host speeds (the op's compiled static
 # B1 process paid 1.4-1.6x SDPA's per CUDA launch, graph launch and dynamo cache lookup alike).
-#   bash docs/gpu/static-pinned-2026-12-04.sh      (with the jsonschema wheels carried in .whl)
+#   bash docs/lab/gpu/static-pinned-2026-12-04.sh      (with the jsonschema wheels carried in .whl)
 # 1. the compiled static cache, B1/B8 x prompts 512, 2k, 8k, each implementation alone in its own
 #    process pinned to one core (taskset), two turns (sdpa, op, sdpa, op);
 # 2. D64 full (b16 h16 n1024: a 167 us kernel) alone in a fresh process, unpinned then pinned:
 #    in both full-suite runs its Gluon rows read 25 % low, alone 414.
 # Back in $OUT: static-pinned.log, alone_<impl>_<turn>.json, d64_<how>.json.
-source "$(dirname "$0")/setup.sh" static-pinned.log
+source "$(dirname "$0")/../../gpu/setup.sh" static-pinned.log
 export FLASHTUNE_STORE="$OUT/empty_store.json"
 quiet() { grep -v -e DEBUG -e USDT -e Warning -e warn; }
 CORE=${CORE:-5}
