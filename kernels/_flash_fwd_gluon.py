@@ -30,7 +30,7 @@ finish this one's last PV products and store its output (FA3's persistent schedu
   block j's softmax in the source. But ptxas (sm90) keeps waits, barriers and mbarrier
   arrivals in program order and moves arithmetic across them: it places the PV wait after
   the row maxima, ahead of the exponentials, so a group's softmax runs after its own PV
-  product and only the other group's GEMMs run under it (``docs/lab/tools/sass_count.py
+  product and only the other group's GEMMs run under it (``experiments/evaluation/sass_count.py
   --schedule`` shows the order). Holding the wait below the exponentials (a flag that stored
   P's row sums to shared memory; docs/results/overlap-2026-12-05/overlap-pv.patch) measured
   0.97-1.00x of this schedule on an H100, so the kernel keeps ptxas's. P stays in registers

@@ -4,7 +4,7 @@ descriptors, nothing but the two dots and the softmax in the hot loop.
 Same contract as ``_flash_fwd`` (grouped-query heads, causal aligned bottom-right, ragged
 lengths, fp8 with per-tensor scales and V transposed, rows that see no key write zeros);
 written separately so that each suspected cost of the descriptor path can be switched on
-and off by a constexpr and measured side by side (docs/lab/tools/bench_prefill.py):
+and off by a constexpr and measured side by side (experiments/benchmarks/bench_prefill.py):
 
 - ``DESC``: how descriptors address the tensors. ``"head"``: one 2-D descriptor per
   (batch, head), made on the device per tile (the shape ends at the sequence length, so
