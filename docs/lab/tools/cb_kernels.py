@@ -3,6 +3,9 @@
 1. Packed prefill: the varlen kernel on equal-length sequences against the dense prefill kernel
    on the same tokens with the same tile (pointer loads, both), for a handful of tiles (does the
    packed kernel's best tile differ from the dense one's?), beside the dense op's own default.
+   The dense kernel runs twice: on contiguous (batch, heads, length, dim) tensors, and on the
+   packed buffers viewed as (batch, length, heads, dim), the layout a model's projections hand
+   it and the packed kernel reads, so the layout's cost and the packing's cost are told apart.
 2. Mixed lengths (log-uniform 64..8192): the varlen kernel's tiles against torch's varlen
    attention (``torch.nn.attention.varlen``, where the installed torch has it) on the same
    packed batch.
@@ -69,6 +72,7 @@ def packed_vs_dense(report: dict[str, Any]) -> None:
         k, v = (torch.randn(sequences, KV_HEADS, length, HEAD_DIM, device="cuda", dtype=torch.bfloat16) for _ in "kv")
         pq, pk, pv = (x.transpose(1, 2).reshape(-1, x.shape[1], HEAD_DIM).contiguous() for x in (q, k, v))
         cu = cumulative([length] * sequences)
+        vq, vk, vv = (x.view(sequences, length, x.shape[1], HEAD_DIM).transpose(1, 2) for x in (pq, pk, pv))
         row = {"sequences": sequences, "length": length, "dense_default_ms": timed(
             lambda: flash_attention(q, k, v, causal=True)), "tiles": {}}
         for tile in TILES:
@@ -76,7 +80,8 @@ def packed_vs_dense(report: dict[str, Any]) -> None:
             row["tiles"][str(tile)] = {
                 "varlen_ms": timed(lambda: flash_attention_varlen(pq, pk, pv, cu, cu, length, length, causal=True,
                                                                   config=config, check_lengths=False)),
-                "dense_ms": timed(lambda: flash_attention(q, k, v, causal=True, config=config))}
+                "dense_ms": timed(lambda: flash_attention(q, k, v, causal=True, config=config)),
+                "dense_packed_layout_ms": timed(lambda: flash_attention(vq, vk, vv, causal=True, config=config))}
             print(f"  packed {sequences}x{length} {tile}: {row['tiles'][str(tile)]}", flush=True)
         report["packed_vs_dense"].append(row)
 
