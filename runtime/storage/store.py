@@ -39,8 +39,8 @@ import jsonschema
 
 from flashtune.kernels.config import Config
 from flashtune.kernels.source_hash import kernel_source_hash
-from flashtune.kernels.space import validate_config
-from flashtune.runtime.storage.buckets import ANY_BATCH_HEADS, Bucket, distance
+from flashtune.kernels.space import validate_config, validate_paged_config, validate_varlen_config
+from flashtune.runtime.storage.buckets import ANY_BATCH_HEADS, NO_PAGES, Bucket, distance
 from flashtune.runtime.storage.file_lock import exclusive_lock
 from flashtune.runtime.storage.store_schema import (
     ENTRY_SCHEMA,
@@ -48,7 +48,7 @@ from flashtune.runtime.storage.store_schema import (
     FORMAT,
     MAX_ENTRIES,
     READABLE_VERSIONS,
-    VERSION,
+    version_for,
 )
 
 #: A store file larger than this is refused unread (a hostile file must not exhaust memory).
@@ -189,9 +189,10 @@ class Snapshot:
                 key = None
             try:
                 bucket = raw["bucket"]
-                # Format 1 wrote no kind and no batch x heads: a prefill bucket of any.
+                # Format 1 wrote no kind and no batch x heads: a prefill bucket of any;
+                # formats 1 and 2 no page size: no pages.
                 place = (*_BUCKET_FIELDS(bucket), bucket.get("kind", "prefill"),
-                         bucket.get("batch_kv_heads", ANY_BATCH_HEADS))
+                         bucket.get("batch_kv_heads", ANY_BATCH_HEADS), bucket.get("page_size", NO_PAGES))
                 hash(place)
                 if None in place:  # a null field
                     place = None
@@ -311,7 +312,7 @@ _KEY_FIELDS = operator.itemgetter("fingerprint", "kernel_hash", "triton")
 
 def _place_of(bucket: Bucket) -> _Place:
     return (bucket.dtype, bucket.causal, bucket.head_dim, bucket.gqa, bucket.q_len, bucket.kv_len,
-            bucket.kind, bucket.batch_kv_heads)
+            bucket.kind, bucket.batch_kv_heads, bucket.page_size)
 
 
 # --- warnings, once per file state -------------------------------------------------------
@@ -460,17 +461,24 @@ def _validate_entries(items: Iterable[tuple[int, Any]]) -> tuple[list[StoreEntry
     return entries, problems
 
 
+#: How each bucket class's configs are checked against their kernel's declared space (and
+#: completed with the knobs older configs imply).
+VALIDATORS = {"prefill": validate_config, "decode": validate_config, "varlen": validate_varlen_config,
+              "paged": validate_paged_config}
+
+
 def completed(entry: StoreEntry, current_kernel: str | None = None) -> StoreEntry:
-    """``entry`` as the store holds it: an entry of this kernel checked against its declared
-    space and completed with the knobs older configs imply, so that it equals the same
-    config from elsewhere (another kernel version may declare other tunables: left as is).
+    """``entry`` as the store holds it: an entry of this kernel checked against its bucket
+    class's declared space and completed with the knobs older configs imply, so that it
+    equals the same config from elsewhere (another kernel version may declare other
+    tunables: left as is).
 
     Raises:
         ValueError: a config of this kernel outside its space.
     """
     if entry.kernel_hash != (current_kernel or kernel_source_hash()):
         return entry
-    return dataclasses.replace(entry, config=validate_config(entry.config))
+    return dataclasses.replace(entry, config=VALIDATORS[entry.bucket.kind](entry.config))
 
 
 def _check_time(entry: StoreEntry, number: int) -> None:
@@ -623,7 +631,8 @@ def _suppress_oserror() -> Iterator[None]:
 def dump(entries: Iterable[StoreEntry]) -> str:
     """The file text for ``entries``, sorted so that equal stores are equal bytes."""
     ordered = sorted(entries, key=lambda e: (e.key, e.bucket))
-    doc = {"format": FORMAT, "version": VERSION, "entries": [e.to_dict() for e in ordered]}
+    version = version_for(e.bucket.kind for e in ordered)
+    doc = {"format": FORMAT, "version": version, "entries": [e.to_dict() for e in ordered]}
     return json.dumps(doc, indent=1, sort_keys=True, allow_nan=False) + "\n"
 
 
