@@ -23,6 +23,7 @@ from flashtune.objectives.types import Measurement, Status, Workload
 from flashtune.runtime.dispatching import packed
 from flashtune.runtime.storage.buckets import Bucket, distance
 from flashtune.runtime.storage.export import export_best
+from flashtune.runtime.storage.sanitized import screen_entries
 from flashtune.runtime.storage.store import Store, read_snapshot
 
 pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="CPU interpreter suite")
@@ -325,3 +326,28 @@ def test_a_paged_row_without_its_page_size_is_refused(h200):
                                      Workload(2, HQ, HKV, 1, 32, D, "float32", True), 0.1))
     with pytest.raises(ValueError, match="page_size"):
         export_best([row], "unused.json")
+
+
+def test_the_sanitizer_leaves_packed_entries_unchecked_and_says_so(h200):
+    entries = [entry(h200, VARLEN, TILE), entry(h200, _paged_bucket(), PAGED_TILE)]
+    screening = screen_entries(entries, gpu=h200.to_dict(), sanitizer="/nonexistent/compute-sanitizer")
+    assert screening.kept == entries and screening.checked == 0
+    assert any("varlen and paged" in line and "2 entries" in line for line in screening.lines)
+
+
+def test_a_paged_config_that_fails_to_launch_falls_back_to_the_exact_default(serving, h200, monkeypatch):
+    Store(serving).merge([entry(h200, _paged_bucket(), PAGED_TILE)])
+
+    def failing(*args, config=None, **kw):
+        if config is not None:
+            raise RuntimeError("out of resources")
+        return paged_kernel(*args, config=config, **kw)
+
+    monkeypatch.setattr(packed, "_paged_launcher", failing)
+    q, k_cache, v_cache, lengths, table = _paged_inputs()
+    with pytest.warns(RuntimeWarning, match="failed for"):
+        runtime.flash_attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=lengths, block_table=table)
+    why = runtime.explain_paged(q, k_cache, table)
+    assert why.origin == "default" and "failed here" in why.detail
+    assert why.config == default_paged_config(batch=2, q_heads=HQ, kv_heads=HKV, q_len=1, capacity=2 * PAGE,
+                                              head_dim=D, device=q.device)
