@@ -47,9 +47,12 @@ def varlen_key(q: torch.Tensor, k: torch.Tensor, cu_seqlens_q: torch.Tensor, max
     """The key of a varlen call: shapes and the longest sequence's lengths as the caller gives
     them (``cu_seqlens_q``'s length, never its values); raises (any error) on inputs that are
     not packed attention inputs."""
+    for length in (max_seqlen_q, max_seqlen_k):
+        if not isinstance(length, int) or isinstance(length, bool):  # a tensor's int() would synchronize
+            raise TypeError("max_seqlen_q and max_seqlen_k must be ints")
     kv_heads = k.shape[1]
     return (q.device, "varlen", q.dtype, causal, q.shape[1], kv_heads, q.shape[2],
-            pow2_bucket(max(int(max_seqlen_q), 1)), pow2_bucket(max(int(max_seqlen_k), 1)),
+            pow2_bucket(max(max_seqlen_q, 1)), pow2_bucket(max(max_seqlen_k, 1)),
             pow2_bucket(max((cu_seqlens_q.numel() - 1) * kv_heads, 1)), NO_PAGES)
 
 

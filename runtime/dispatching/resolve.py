@@ -184,10 +184,10 @@ def _varlen_default(hardware: HardwareSpec | None, workload: Workload) -> tuple[
 
 
 def _paged_default(hardware: HardwareSpec | None, workload: Workload) -> tuple[Config, str]:
-    dense, why = decode_default(hardware, workload)
+    dense, _ = decode_default(hardware, workload)  # the op computes it again for the call's exact shape
     return (Config({name: dense[name] for name in PAGED_TUNABLES}),
-            f"the paged kernel's default (the dense decode default's tile and split rule at the block "
-            f"table's capacity; for this bucket's representative, {why})")
+            "the paged kernel's default for the call's shape (the dense decode default's tile and split "
+            "rule at the block table's capacity)")
 
 
 #: The varlen and paged classes' fallback when the store has nothing for them: their kernel's

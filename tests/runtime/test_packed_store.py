@@ -217,6 +217,8 @@ def test_bad_varlen_inputs_still_name_the_argument(serving):
     q, k, v, cu_q, cu_k, max_q, max_k = _varlen_inputs()
     with pytest.raises(ValueError, match="max_seqlen_q"):
         runtime.flash_attention_varlen(q, k, v, cu_q, cu_k, 3, max_k)
+    with pytest.raises(ValueError, match="max_seqlen_k must be an int"):  # a tensor is never read for a bucket
+        runtime.flash_attention_varlen(q, k, v, cu_q, cu_k, max_q, torch.tensor(max_k))
 
 
 def test_no_gpu_spec_gets_the_default_without_reading_entries(store_path, h200):
