@@ -35,7 +35,14 @@ from flashtune.runtime.dispatching.prepared import PreparedCall
 from flashtune.runtime.dispatching.prepared import prepare as _prepare
 from flashtune.runtime.dispatching.resolve import Resolution, resolve, uses_fp8
 from flashtune.runtime.storage.buckets import Bucket, kind_of
-from flashtune.runtime.storage.store import ENV_STORE, Key, Store, default_store_path, triton_version  # noqa: F401 - re-exported
+from flashtune.runtime.storage.store import (  # noqa: F401 - ENV_STORE, default_store_path re-exported
+    ENV_STORE,
+    Key,
+    Store,
+    default_store_path,
+    source_hash_of,
+    triton_version,
+)
 
 #: Resolution origins whose config was measured for its bucket (kept as recorded).
 STORE_ORIGINS = ("exact", "nearest", "sibling")
@@ -280,8 +287,11 @@ class Dispatcher:
         found = self._packed.get(key)
         if found is not None:
             return found
+        bucket = bucket_of(key)
         spec, store_key = self.hardware_for(key[0])
-        resolution = resolve(bucket_of(key), self.store.snapshot(), spec, store_key, self.accepts)
+        if store_key is not None:  # the packed kernel's own source hash
+            store_key = (store_key[0], source_hash_of(bucket.kind), store_key[2])
+        resolution = resolve(bucket, self.store.snapshot(), spec, store_key, self.accepts)
         with self._lock:
             return self._packed.setdefault(key, resolution)
 

@@ -25,7 +25,7 @@ from flashtune.objectives.feasibility import Verdict, check
 from flashtune.objectives.hardware import HardwareSpec, known_specs
 from flashtune.objectives.types import Workload
 from flashtune.runtime.dispatching.baselines import arch_of, decode_default, fallback_config
-from flashtune.runtime.storage.buckets import DECODE_MAX_Q_LEN, Bucket, distance
+from flashtune.runtime.storage.buckets import DECODE_MAX_Q_LEN, Bucket, distance, hash_kinds
 from flashtune.runtime.storage.store import Key, Snapshot, StoreEntry, warn_once
 
 
@@ -69,7 +69,8 @@ def resolve(
         snapshot: the store's content, or None for no store.
         hardware: the live GPU's spec; None on a CPU (interpreter), which gets the
             kernel's safe default.
-        key: (fingerprint, kernel hash, Triton version) of the live GPU and software.
+        key: (fingerprint, kernel hash, Triton version) of the live GPU and software (the
+            hash of the bucket's class's kernel: ``store.source_hash_of``).
         accept: a store config is served only if this returns True (the dispatcher
             refuses fp8 configs unless the user opted in); None accepts all.
 
@@ -105,7 +106,7 @@ def resolve(
                 d = distance(bucket, entry.bucket)
                 return Resolution(entry.config, "nearest",
                                   f"{where}: nearest store bucket {entry.bucket.name} at distance {d:g}", bucket)
-        stale = snapshot.stale_count(key)
+        stale = snapshot.stale_count(key, hash_kinds(bucket.kind))
         if stale:
             warn_once(
                 snapshot.path, snapshot.state,

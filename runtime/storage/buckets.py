@@ -59,6 +59,13 @@ _DTYPE_WEIGHT = 0.25
 _BATCH_HEADS_WEIGHT = 0.5
 
 
+def hash_kinds(kind: str) -> tuple[str, ...]:
+    """The classes whose entries carry the same kernel source hash as ``kind``'s: the dense
+    op's two share one (``kernel_source_hash``), each packed class has its own
+    (``packed_source_hash``)."""
+    return DENSE_KINDS if kind in DENSE_KINDS else (kind,)
+
+
 def kind_of(q_len: int) -> str:
     """The class of a call with ``q_len`` queries: ``decode`` or ``prefill``."""
     return "decode" if uses_decode_kernel(q_len) else "prefill"

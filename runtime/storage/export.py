@@ -8,7 +8,8 @@ A row's bucket class is its config's ``kernel``, as decode rows say ``kernel="de
 sequences and q_len / kv_len = the longest sequence's (``max_seqlen_q`` / ``max_seqlen_k``);
 ``paged`` rows record it as a decode row (kv_len the block table's capacity) and carry the
 cache's page size in the config as ``page_size`` (a workload has no field for it; the store
-keeps it in the bucket, not in the config).
+keeps it in the bucket, not in the config). A row without a kernel hash in its ``versions``
+gets the installed source hash of its class's kernel (``store.source_hash_of``).
 """
 
 from __future__ import annotations
@@ -18,12 +19,11 @@ import os
 from collections.abc import Iterable
 
 from flashtune.kernels.config import Config
-from flashtune.kernels.source_hash import kernel_source_hash
 from flashtune.kernels.space import PAGED_KERNEL, kernel_of
 from flashtune.objectives.types import Measurement
 from flashtune.runtime.dispatching.resolve import uses_fp8
 from flashtune.runtime.storage.buckets import NO_PAGES, Bucket
-from flashtune.runtime.storage.store import Store, StoreEntry, better, triton_version
+from flashtune.runtime.storage.store import Store, StoreEntry, better, source_hash_of, triton_version
 
 #: Keys of ``Measurement.versions`` read for the kernel hash and the Triton version; a
 #: measurement without them is taken to come from the kernel and Triton installed here.
@@ -47,8 +47,8 @@ def entry_of(measurement: Measurement, *, include_fp8: bool = False) -> StoreEnt
     if uses_fp8(m.config) and not include_fp8:
         return None
     versions = m.versions or {}
-    kernel_hash = next((versions[k] for k in KERNEL_HASH_KEYS if versions.get(k)), None) or kernel_source_hash()
     kind = kernel_of(m.config)
+    kernel_hash = next((versions[k] for k in KERNEL_HASH_KEYS if versions.get(k)), None) or source_hash_of(kind)
     config, page_size = (_paged_row(m.config) if kind == PAGED_KERNEL else (m.config, NO_PAGES))
     return StoreEntry(
         fingerprint=m.fingerprint,

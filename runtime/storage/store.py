@@ -38,9 +38,9 @@ from typing import Any, Literal
 import jsonschema
 
 from flashtune.kernels.config import Config
-from flashtune.kernels.source_hash import kernel_source_hash
+from flashtune.kernels.source_hash import kernel_source_hash, packed_source_hash
 from flashtune.kernels.space import validate_config, validate_paged_config, validate_varlen_config
-from flashtune.runtime.storage.buckets import ANY_BATCH_HEADS, NO_PAGES, Bucket, distance
+from flashtune.runtime.storage.buckets import ANY_BATCH_HEADS, NO_PAGES, PACKED_KINDS, Bucket, distance
 from flashtune.runtime.storage.file_lock import exclusive_lock
 from flashtune.runtime.storage.store_schema import (
     ENTRY_SCHEMA,
@@ -93,7 +93,8 @@ class StoreEntry:
 
     Attributes:
         fingerprint: ``HardwareSpec.fingerprint`` of the GPU it was measured on.
-        kernel_hash: ``kernel_source_hash()`` of the kernel it was measured with.
+        kernel_hash: the source hash of the kernel it was measured with (:func:`source_hash_of`
+            its bucket's class).
         triton: Triton version it was compiled with.
         bucket: the workload bucket.
         config: the tunables.
@@ -298,10 +299,12 @@ class Snapshot:
         Triton version (another fingerprint: another GPU model, driver or torch)."""
         return sorted(k for k in self._places if k is not None and k[0] != key[0] and k[1:] == key[1:])
 
-    def stale_count(self, key: Key) -> int:
-        """Entries for this GPU measured with another kernel source or Triton version."""
+    def stale_count(self, key: Key, kinds: tuple[str, ...] | None = None) -> int:
+        """Entries for this GPU measured with another kernel source or Triton version (of
+        ``kinds``' classes only, when given: each packed class has a kernel hash of its own)."""
         return sum(len(items) for k, group in self._places.items() if k is not None and k[0] == key[0] and k != key
-                   for items in group.values())
+                   for place, items in group.items()
+                   if kinds is None or (place[6] if place is not None else "prefill") in kinds)
 
 
 #: An entry's bucket as written: its fields' raw values in :class:`Bucket`'s order.
@@ -443,7 +446,6 @@ def _parse(data: bytes) -> dict[str, Any]:
 
 def _validate_entries(items: Iterable[tuple[int, Any]]) -> tuple[list[StoreEntry], list[str]]:
     """Usable entries among (position, raw entry) pairs, and the problems of the others."""
-    current_kernel = kernel_source_hash()
     entries, problems = [], []
     for number, raw in items:
         error = next(_ENTRY_VALIDATOR.iter_errors(raw), None)
@@ -453,7 +455,7 @@ def _validate_entries(items: Iterable[tuple[int, Any]]) -> tuple[list[StoreEntry
             problems.append(f"entries/{number}{'/' + where if where else ''}: {said}")
             continue
         try:
-            entry = completed(StoreEntry.from_dict(raw), current_kernel)
+            entry = completed(StoreEntry.from_dict(raw))
         except (ValueError, TypeError) as exc:
             problems.append(f"entries/{number}: {str(exc)[:200]}")
             continue
@@ -467,6 +469,11 @@ VALIDATORS = {"prefill": validate_config, "decode": validate_config, "varlen": v
               "paged": validate_paged_config}
 
 
+def source_hash_of(kind: str) -> str:
+    """The kernel source hash the entries of bucket class ``kind`` are measured with here."""
+    return packed_source_hash(kind) if kind in PACKED_KINDS else kernel_source_hash()
+
+
 def completed(entry: StoreEntry, current_kernel: str | None = None) -> StoreEntry:
     """``entry`` as the store holds it: an entry of this kernel checked against its bucket
     class's declared space and completed with the knobs older configs imply, so that it
@@ -476,7 +483,7 @@ def completed(entry: StoreEntry, current_kernel: str | None = None) -> StoreEntr
     Raises:
         ValueError: a config of this kernel outside its space.
     """
-    if entry.kernel_hash != (current_kernel or kernel_source_hash()):
+    if entry.kernel_hash != (current_kernel or source_hash_of(entry.bucket.kind)):
         return entry
     return dataclasses.replace(entry, config=VALIDATORS[entry.bucket.kind](entry.config))
 

@@ -17,6 +17,7 @@ from flashtune.experiments.cli.main import main
 from flashtune.kernels.config import Config
 from flashtune.kernels.paged import default_paged_config
 from flashtune.kernels.paged import flash_attention_with_kvcache as paged_kernel
+from flashtune.kernels.source_hash import kernel_source_hash, packed_source_hash
 from flashtune.kernels.space import VARLEN_DEFAULT, validate_config
 from flashtune.kernels.varlen import flash_attention_varlen as varlen_kernel
 from flashtune.objectives.types import Measurement, Status, Workload
@@ -24,7 +25,7 @@ from flashtune.runtime.dispatching import packed
 from flashtune.runtime.storage.buckets import Bucket, distance
 from flashtune.runtime.storage.export import export_best
 from flashtune.runtime.storage.sanitized import screen_entries
-from flashtune.runtime.storage.store import Store, read_snapshot
+from flashtune.runtime.storage.store import Store, read_snapshot, source_hash_of
 
 pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="CPU interpreter suite")
 
@@ -101,9 +102,10 @@ def _raw_store(path, entries, version=3):
     path.write_text(json.dumps({"format": "flashtune.configs", "version": version, "entries": entries}))
 
 
-def _raw_entry(h200, bucket: dict, config: dict, median_ms=1.0):
+def _raw_entry(h200, bucket: dict, config: dict, median_ms=1.0, **fields):
     e = entry(h200, Bucket("float32", True, D, 2, 32, 32), cfg(64, 32, 4, 2)).to_dict()
-    return {**e, "bucket": bucket, "config": config, "median_ms": median_ms}
+    kernel_hash = source_hash_of(bucket.get("kind", "prefill"))
+    return {**e, "bucket": bucket, "config": config, "median_ms": median_ms, "kernel_hash": kernel_hash, **fields}
 
 
 # --- buckets -------------------------------------------------------------------------------
@@ -353,3 +355,26 @@ def test_a_paged_config_that_fails_to_launch_falls_back_to_the_exact_default(ser
     assert why.origin == "default" and "failed here" in why.detail
     assert why.config == default_paged_config(batch=2, q_heads=HQ, kv_heads=HKV, q_len=1, capacity=2 * PAGE,
                                               head_dim=D, device=q.device)
+
+
+def test_each_packed_class_has_its_own_kernel_hash(serving, h200):
+    assert len({kernel_source_hash(), packed_source_hash("varlen"), packed_source_hash("paged")}) == 3
+    # A varlen entry of an older varlen kernel: stale (one warning), not served; the dense op's
+    # calls never count the packed entries as stale, nor the reverse.
+    dense = Bucket("float32", True, D, 2, 128, 128, "prefill", 4)
+    _raw_store(serving, [
+        _raw_entry(h200, VARLEN.to_dict(), TILE.to_dict(), kernel_hash="0123456789abcdef"),
+        _raw_entry(h200, _paged_bucket().to_dict(), PAGED_TILE.to_dict()),
+        _raw_entry(h200, dense.to_dict(), cfg(32, 64, 4, 1).to_dict()),
+    ])
+    q4, k4 = torch.zeros(2, HQ, 100, D), torch.zeros(2, HKV, 100, D)
+    q, k_cache, v_cache, lengths, table = _paged_inputs()
+    with store_warnings() as caught:
+        assert runtime.explain(q4, k4, causal=True).origin == "exact"
+        assert runtime.explain_paged(q, k_cache, table).origin == "exact"
+    assert not caught
+    q, k, v, cu_q, cu_k, max_q, max_k = _varlen_inputs()
+    with store_warnings() as caught:
+        assert runtime.explain_varlen(q, k, cu_q, max_q, max_k, causal=True).origin == "default"
+    assert len(caught) == 1 and "another kernel source" in str(caught[0].message)
+    assert "1 entry" in str(caught[0].message)
