@@ -21,26 +21,11 @@ from flashtune.kernels.attention import SUPPORTED_HEAD_DIMS, resolve_scale
 from flashtune.kernels.config import Config, Value
 from flashtune.kernels.decode import INTERPRETER_SMS, combine_options, decode_default_for
 from flashtune.kernels.dtypes import interpreting
-from flashtune.kernels.knobs import CompileOption, Constexpr, HostArg, Knob, space_of
 from flashtune.kernels.launch_support import LOG2_E, capturing, device_sm_count
-from flashtune.kernels.space import decode_block_h
-from flashtune.kernels.varlen import check_head_tensor, config_in_space
-
-#: The paged kernel's knobs, declared as the dense decode kernel's are (kernels/knobs.py),
-#: in enumeration order. BLOCK_N may be below the page size (a tile inside one page: one
-#: block-table load a tile) or above it (a tile over several pages, each key its own
-#: lookup), so one space serves every page size. ``num_splits`` is a runtime argument:
-#: trying another costs no compile. No TMA: a tile's rows are not one box of the cache.
-PAGED_KNOBS: tuple[Knob, ...] = (
-    Knob("BLOCK_N", (16, 32, 64, 128), launch=Constexpr("BLOCK_N")),
-    Knob("num_splits", (1, 2, 4, 8, 16, 32, 64, 128), launch=HostArg("num_splits")),
-    Knob("num_warps", (1, 2, 4, 8), launch=CompileOption("num_warps")),
-    Knob("num_stages", (1, 2, 3, 4), launch=CompileOption("num_stages")),
-)
-#: The paged kernel's space: each knob's values by name (read-only).
-PAGED_TUNABLES: Mapping[str, tuple[Value, ...]] = space_of(PAGED_KNOBS)
-#: The name a config may give its kernel (the op also takes configs that omit it).
-PAGED_KERNEL = "paged"
+from flashtune.kernels.space import PAGED_KERNEL as PAGED_KERNEL
+from flashtune.kernels.space import PAGED_KNOBS as PAGED_KNOBS
+from flashtune.kernels.space import PAGED_TUNABLES, decode_block_h, validate_paged_config
+from flashtune.kernels.varlen import check_head_tensor
 
 #: Page sizes must be whole multiples of this, the space's smallest tile (tl.dot takes 16
 #: keys at least), so that some tile always fits a page whole and the one-lookup-a-tile path
@@ -48,17 +33,6 @@ PAGED_KERNEL = "paged"
 PAGE_SIZE_MULTIPLE = 16
 #: New keys written per program of the append kernel.
 APPEND_BLOCK_M = 16
-
-
-def validate_paged_config(config: Mapping[str, Value]) -> Config:
-    """``config`` as a :class:`Config` of ``PAGED_TUNABLES``, or raise ValueError naming the
-    knob (unknown, missing, or not one of its values). ``kernel`` may be given as "paged"."""
-    extra = sorted(set(config) - set(PAGED_TUNABLES) - {"kernel"})
-    if extra:
-        raise ValueError(f"config: unknown key(s) {extra} for the paged kernel; it tunes {list(PAGED_TUNABLES)}")
-    if config.get("kernel", PAGED_KERNEL) != PAGED_KERNEL:
-        raise ValueError(f"config: kernel={config['kernel']!r} is not the paged kernel ({PAGED_KERNEL!r})")
-    return config_in_space(config, PAGED_TUNABLES, PAGED_KERNEL)
 
 
 def default_paged_config(*, batch: int, q_heads: int, kv_heads: int, q_len: int, capacity: int, head_dim: int,

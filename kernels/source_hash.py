@@ -33,3 +33,28 @@ def kernel_source_hash() -> str:
     for path in KERNEL_SOURCES:
         digest.update(path.read_bytes())
     return digest.hexdigest()[:16]
+
+
+#: The packed ops' kernels and launchers, by store class: the hash their store entries carry,
+#: apart from the dense kernels' (a change to the varlen kernel makes the varlen entries stale,
+#: and leaves the dense entries served; a change to a dense kernel leaves these served). The
+#: paged op launches the dense decode kernel's combine and reads its default's rules.
+PACKED_SOURCES = {
+    "varlen": tuple(Path(__file__).with_name(name) for name in ("_flash_fwd_varlen.py", "varlen.py")),
+    "paged": tuple(Path(__file__).with_name(name)
+                   for name in ("_flash_decode_paged.py", "paged.py", "_flash_decode.py", "decode.py")),
+}
+
+
+@functools.lru_cache(maxsize=None)
+def packed_source_hash(kernel: str) -> str:
+    """First 16 hex digits of the SHA-256 of a packed kernel's (``varlen``, ``paged``) and
+    its launcher's source bytes, with the kernel's name (cached as :func:`kernel_source_hash`).
+
+    Raises:
+        KeyError: not a packed kernel.
+    """
+    digest = hashlib.sha256(kernel.encode())
+    for path in PACKED_SOURCES[kernel]:
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]

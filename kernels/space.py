@@ -1,11 +1,14 @@
 """The tunable spaces the FlashAttention kernels declare, as data, and their validation.
 
-Two kernels, each with its own table: ``prefill`` (``TUNABLES``: one program per block of
+Two kernels of the dense op, each with its own table: ``prefill`` (``TUNABLES``: one program per block of
 queries) and ``decode`` (``DECODE_TUNABLES``: few query rows against a long KV cache, the
 keys split across programs). A config names its kernel with the ``kernel`` knob; configs
 recorded before the decode kernel existed omit it and mean ``prefill`` (``IMPLIED``).
 The search space, the feasibility model, the sweep and the op all read these tables;
-``tunables_for`` picks the one a workload is tuned in. The tables are read-only views
+``tunables_for`` picks the one a workload is tuned in. The packed variable-length kernel
+(``VARLEN_TUNABLES``, kernels/varlen.py) and the paged decode kernel (``PAGED_TUNABLES``,
+kernels/paged.py) declare theirs here too, so that the store validates their entries
+without torch. The dense tables are read-only views
 built from the knobs' declarations in kernels/knobs.py: a knob's values, its kernel and
 its implied value are declared there, once.
 
@@ -22,7 +25,7 @@ from collections.abc import Iterator, Mapping
 from types import MappingProxyType
 
 from flashtune.kernels.config import Config, Value
-from flashtune.kernels.knobs import KERNEL_KNOBS, implied_of, space_of
+from flashtune.kernels.knobs import KERNEL_KNOBS, CompileOption, Constexpr, HostArg, Knob, implied_of, space_of
 
 # Re-exported: the head dims the kernel compiles for are declared in the bottom layer
 # (values/inputs.py), where the CLI's workload parser checks them too.
@@ -153,3 +156,77 @@ def all_configs(tunables: Mapping[str, tuple[Value, ...]] = TUNABLES) -> Iterato
     names = list(tunables)
     for values in itertools.product(*(tunables[n] for n in names)):
         yield Config(dict(zip(names, values)))
+
+
+#: The knobs the varlen kernel (kernels/varlen.py) tunes, with the prefill kernel's values:
+#: its tile is the prefill kernel's pointer-load tile.
+VARLEN_TUNABLES: Mapping[str, tuple[Value, ...]] = MappingProxyType(
+    {name: TUNABLES[name] for name in ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages")})
+#: The prefill knobs a config may also carry, at the one value this kernel implements, so
+#: that a prefill config of pointer loads (``SAFE_DEFAULT``, a tuned one) runs here unchanged.
+VARLEN_FIXED: Mapping[str, Value] = MappingProxyType({"loads": "pointer", "use_fp8": False, "grid": "tiles",
+                                                      "tile_order": "head_major", "kernel": "prefill"})
+#: The name a varlen config may give its kernel (a table's row says ``kernel="varlen"``).
+VARLEN_KERNEL = "varlen"
+#: The prefill kernel's safe default tile: it compiles and fits every GPU flashtune knows.
+VARLEN_DEFAULT = Config({name: SAFE_DEFAULT[name] for name in VARLEN_TUNABLES})
+
+
+def config_in_space(config: Mapping[str, Value], tunables: Mapping[str, tuple[Value, ...]], kernel: str) -> Config:
+    """``config``'s values of ``tunables`` as a :class:`Config`, or raise ValueError naming a
+    knob that is missing or not one of its values (the varlen and paged kernels' spaces)."""
+    missing = [name for name in tunables if name not in config]
+    if missing:
+        raise ValueError(f"config: missing key(s) {missing} for the {kernel} kernel")
+    for name, allowed in tunables.items():
+        if type(config[name]) is not type(allowed[0]) or config[name] not in allowed:
+            raise ValueError(f"config: {name}={config[name]!r} is not one of {list(allowed)}")
+    return Config({name: config[name] for name in tunables})
+
+
+def validate_varlen_config(config: Mapping[str, Value]) -> Config:
+    """``config``'s tile as a :class:`Config` of ``VARLEN_TUNABLES``, or raise naming the knob.
+    ``kernel`` may be given as "varlen" (or "prefill", with the other ``VARLEN_FIXED`` knobs).
+
+    Raises:
+        ValueError: a knob is unknown, missing, not among its values, or (one of the
+            prefill kernel's other knobs) at a value this kernel does not implement.
+    """
+    for name, value in config.items():
+        if name == "kernel" and value == VARLEN_KERNEL:
+            continue
+        if name in VARLEN_FIXED and value != VARLEN_FIXED[name]:
+            raise ValueError(f"config: {name}={value!r} is not implemented by the varlen kernel "
+                             f"(it runs {name}={VARLEN_FIXED[name]!r})")
+        if name not in VARLEN_FIXED and name not in VARLEN_TUNABLES:
+            raise ValueError(f"config: unknown key {name!r} for the varlen kernel; it tunes {list(VARLEN_TUNABLES)}")
+    return config_in_space(config, VARLEN_TUNABLES, VARLEN_KERNEL)
+
+
+#: The paged kernel's knobs (kernels/_flash_decode_paged.py), declared as the dense decode
+#: kernel's are (kernels/knobs.py), in enumeration order. BLOCK_N may be below the page size
+#: (a tile inside one page: one block-table load a tile) or above it (a tile over several
+#: pages, each key its own lookup), so one space serves every page size. ``num_splits`` is a
+#: runtime argument: trying another costs no compile. No TMA: a tile's rows are not one box
+#: of the cache.
+PAGED_KNOBS: tuple[Knob, ...] = (
+    Knob("BLOCK_N", (16, 32, 64, 128), launch=Constexpr("BLOCK_N")),
+    Knob("num_splits", (1, 2, 4, 8, 16, 32, 64, 128), launch=HostArg("num_splits")),
+    Knob("num_warps", (1, 2, 4, 8), launch=CompileOption("num_warps")),
+    Knob("num_stages", (1, 2, 3, 4), launch=CompileOption("num_stages")),
+)
+#: The paged kernel's space: each knob's values by name (read-only).
+PAGED_TUNABLES: Mapping[str, tuple[Value, ...]] = space_of(PAGED_KNOBS)
+#: The name a config may give its kernel (the op also takes configs that omit it).
+PAGED_KERNEL = "paged"
+
+
+def validate_paged_config(config: Mapping[str, Value]) -> Config:
+    """``config`` as a :class:`Config` of ``PAGED_TUNABLES``, or raise ValueError naming the
+    knob (unknown, missing, or not one of its values). ``kernel`` may be given as "paged"."""
+    extra = sorted(set(config) - set(PAGED_TUNABLES) - {"kernel"})
+    if extra:
+        raise ValueError(f"config: unknown key(s) {extra} for the paged kernel; it tunes {list(PAGED_TUNABLES)}")
+    if config.get("kernel", PAGED_KERNEL) != PAGED_KERNEL:
+        raise ValueError(f"config: kernel={config['kernel']!r} is not the paged kernel ({PAGED_KERNEL!r})")
+    return config_in_space(config, PAGED_TUNABLES, PAGED_KERNEL)

@@ -8,7 +8,6 @@ would need them padded to one length, which is the work and the memory this op s
 from __future__ import annotations
 
 from collections.abc import Mapping
-from types import MappingProxyType
 from typing import Any
 
 import torch
@@ -19,47 +18,14 @@ from flashtune.kernels.attention import SUPPORTED_DTYPES, check_qkv_agree, resol
 from flashtune.kernels.config import Config, Value
 from flashtune.kernels.dtypes import interpreting
 from flashtune.kernels.launch_support import LOG2_E, capturing
-from flashtune.kernels.space import SAFE_DEFAULT, SUPPORTED_HEAD_DIMS, TUNABLES
+from flashtune.kernels.space import SUPPORTED_HEAD_DIMS
 
-#: The knobs the varlen kernel tunes, with the prefill kernel's values: its tile is the
-#: prefill kernel's pointer-load tile. (A space of its own, where the best tile for short
-#: packed sequences differs, comes with its store bucket.)
-VARLEN_TUNABLES: Mapping[str, tuple[Value, ...]] = MappingProxyType(
-    {name: TUNABLES[name] for name in ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages")})
-#: The prefill knobs a config may also carry, at the one value this kernel implements, so
-#: that a prefill config of pointer loads (``SAFE_DEFAULT``, a tuned one) runs here unchanged.
-VARLEN_FIXED: Mapping[str, Value] = MappingProxyType({"loads": "pointer", "use_fp8": False, "grid": "tiles",
-                                                      "tile_order": "head_major", "kernel": "prefill"})
-#: The prefill kernel's safe default tile: it compiles and fits every GPU flashtune knows.
-VARLEN_DEFAULT = Config({name: SAFE_DEFAULT[name] for name in VARLEN_TUNABLES})
-
-
-def validate_varlen_config(config: Mapping[str, Value]) -> Config:
-    """``config``'s tile as a :class:`Config` of ``VARLEN_TUNABLES``, or raise naming the knob.
-
-    Raises:
-        ValueError: a knob is unknown, missing, not among its values, or (one of the
-            prefill kernel's other knobs) at a value this kernel does not implement.
-    """
-    for name, value in config.items():
-        if name in VARLEN_FIXED and value != VARLEN_FIXED[name]:
-            raise ValueError(f"config: {name}={value!r} is not implemented by the varlen kernel "
-                             f"(it runs {name}={VARLEN_FIXED[name]!r})")
-        if name not in VARLEN_FIXED and name not in VARLEN_TUNABLES:
-            raise ValueError(f"config: unknown key {name!r} for the varlen kernel; it tunes {list(VARLEN_TUNABLES)}")
-    return config_in_space(config, VARLEN_TUNABLES, "varlen")
-
-
-def config_in_space(config: Mapping[str, Value], tunables: Mapping[str, tuple[Value, ...]], kernel: str) -> Config:
-    """``config``'s values of ``tunables`` as a :class:`Config`, or raise ValueError naming a
-    knob that is missing or not one of its values (the varlen and paged kernels' spaces)."""
-    missing = [name for name in tunables if name not in config]
-    if missing:
-        raise ValueError(f"config: missing key(s) {missing} for the {kernel} kernel")
-    for name, allowed in tunables.items():
-        if type(config[name]) is not type(allowed[0]) or config[name] not in allowed:
-            raise ValueError(f"config: {name}={config[name]!r} is not one of {list(allowed)}")
-    return Config({name: config[name] for name in tunables})
+# The kernel's space, declared in space.py (torch-free: the store validates varlen entries).
+from flashtune.kernels.space import VARLEN_DEFAULT as VARLEN_DEFAULT
+from flashtune.kernels.space import VARLEN_FIXED as VARLEN_FIXED
+from flashtune.kernels.space import VARLEN_TUNABLES as VARLEN_TUNABLES
+from flashtune.kernels.space import config_in_space as config_in_space
+from flashtune.kernels.space import validate_varlen_config as validate_varlen_config
 
 
 def check_head_tensor(name: str, t: Any, layout: str, rank: int = 3) -> None:

@@ -7,7 +7,7 @@ the buckets and the baselines import without torch.
 Rooms, one job each: ``storage`` (``store``, the JSON file, its ``store_schema``, the
 ``buckets`` it keys on, ``export`` (``export_best``)); ``dispatching`` (``dispatch``, the op,
 ``resolve``: exact -> nearest -> baseline, ``baselines``: the hardware feature library,
-``prepared`` calls); ``retuning`` (``online`` with ``online_options``, ``monitor``,
+``prepared`` calls, ``packed``: the varlen and paged ops with their classes' store entries); ``retuning`` (``online`` with ``online_options``, ``monitor``,
 ``timing``, ``candidates``, ``worker`` and ``mlflow_callback``: opt-in re-tuning);
 ``integrations`` (``torch_op``: ``torch.ops.flashtune.flash_attention``, ``hf_attention``:
 transformers). The rooms are named apart from the modules they hold, so no package shadows
@@ -34,7 +34,8 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = [
-    "flash_attention", "explain", "set_store", "set_hardware", "reload_store", "get_dispatcher",
+    "flash_attention", "explain", "flash_attention_varlen", "flash_attention_with_kvcache", "explain_varlen",
+    "explain_paged", "set_store", "set_hardware", "reload_store", "get_dispatcher",
     "export_best", "Store", "StoreWarning", "baseline_priors", "fallback_config",
     "enable_online", "OnlineTuner", "OnlineOptions",
 ]
@@ -42,6 +43,10 @@ __all__ = [
 _LAZY = {
     "flash_attention": "flashtune.runtime.dispatching.dispatch",
     "explain": "flashtune.runtime.dispatching.dispatch",
+    "flash_attention_varlen": "flashtune.runtime.dispatching.packed",
+    "flash_attention_with_kvcache": "flashtune.runtime.dispatching.packed",
+    "explain_varlen": "flashtune.runtime.dispatching.packed",
+    "explain_paged": "flashtune.runtime.dispatching.packed",
     "set_store": "flashtune.runtime.dispatching.dispatch",
     "set_hardware": "flashtune.runtime.dispatching.dispatch",
     "reload_store": "flashtune.runtime.dispatching.dispatch",

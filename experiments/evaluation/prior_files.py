@@ -15,6 +15,7 @@ from pathlib import Path
 
 from flashtune.objectives.replay import load_table
 from flashtune.objectives.types import Measurement, Status
+from flashtune.runtime.storage.buckets import DENSE_KINDS
 from flashtune.runtime.storage.store import read_snapshot
 
 #: Key of ``Measurement.versions`` naming the source a prior came from (``table:PATH`` ...).
@@ -56,7 +57,8 @@ def read_store(path: str | Path, label: str) -> list[Measurement]:
     successful measurement of its bucket's representative workload (batch 1: a bucket
     names shapes, not a batch). The kernel hash and Triton version of the entry are kept
     in ``versions``: a config tuned for another kernel source is a weaker hint, not
-    a wrong one.
+    a wrong one. Entries of the varlen and paged classes are left out: their configs are
+    other kernels' (a study tunes the dense op's).
 
     Raises:
         FileNotFoundError: ``path`` does not exist.
@@ -70,9 +72,11 @@ def read_store(path: str | Path, label: str) -> list[Measurement]:
     # The store warns (and reads as empty) on a corrupt file; for a prior that is an error.
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        entries = list(read_snapshot(path).entries())
+        read = list(read_snapshot(path).entries())
+    entries = [entry for entry in read if entry.bucket.kind in DENSE_KINDS]
     if not entries:
-        why = "; ".join(str(w.message) for w in caught) or "no entries"
+        packed = f"only {len(read)} varlen/paged entries, which no study tunes" if read else "no entries"
+        why = "; ".join(str(w.message) for w in caught) or packed
         raise ValueError(f"prior store {path}: nothing usable ({why})")
     priors = []
     for entry in entries:

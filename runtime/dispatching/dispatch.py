@@ -35,7 +35,14 @@ from flashtune.runtime.dispatching.prepared import PreparedCall
 from flashtune.runtime.dispatching.prepared import prepare as _prepare
 from flashtune.runtime.dispatching.resolve import Resolution, resolve, uses_fp8
 from flashtune.runtime.storage.buckets import Bucket, kind_of
-from flashtune.runtime.storage.store import ENV_STORE, Key, Store, default_store_path, triton_version  # noqa: F401 - re-exported
+from flashtune.runtime.storage.store import (  # noqa: F401 - ENV_STORE, default_store_path re-exported
+    ENV_STORE,
+    Key,
+    Store,
+    default_store_path,
+    source_hash_of,
+    triton_version,
+)
 
 #: Resolution origins whose config was measured for its bucket (kept as recorded).
 STORE_ORIGINS = ("exact", "nearest", "sibling")
@@ -158,6 +165,8 @@ class Dispatcher:
         self._hardware = hardware or live_hardware
         self._specs: dict[torch.device, tuple[HardwareSpec | None, Key | None]] = {}
         self._keys: dict[CacheKey, _KeyState] = {}
+        # The packed ops' resolutions (runtime/dispatching/packed.py), per their own keys.
+        self._packed: dict[tuple[Any, ...], Resolution] = {}
         # Per call key, one of two forms: prepared calls while no tuner is attached (the hot
         # path reads them with one lookup), routed ones while one is (:meth:`attach` drops both).
         self._calls: dict[CallKey, PreparedCall] = {}
@@ -178,6 +187,7 @@ class Dispatcher:
     def _forget(self) -> None:
         """Drop every cached config and prepared call (under the lock)."""
         self._keys.clear()
+        self._packed.clear()
         self._calls.clear()
         self._routed.clear()
 
@@ -269,6 +279,32 @@ class Dispatcher:
             else:  # served by a swap before the store was read: the store's answer replaces it
                 state.config, state.resolution = resolution.config, resolution
         return state
+
+    def packed_resolution(self, key: tuple[Any, ...], bucket_of: Callable[[tuple[Any, ...]], Bucket]) -> Resolution:
+        """The resolution of a packed op's call key (its device first), resolved through the
+        fallback chain on its first call and kept, as a dense key's (``bucket_of`` builds
+        the key's bucket: packed.py's key functions)."""
+        found = self._packed.get(key)
+        if found is not None:
+            return found
+        bucket = bucket_of(key)
+        spec, store_key = self.hardware_for(key[0])
+        if store_key is not None:  # the packed kernel's own source hash
+            store_key = (store_key[0], source_hash_of(bucket.kind), store_key[2])
+        resolution = resolve(bucket, self.store.snapshot(), spec, store_key, self.accepts)
+        with self._lock:
+            return self._packed.setdefault(key, resolution)
+
+    def packed_failed(self, key: tuple[Any, ...], failed: Resolution, default: Config, exc: Exception) -> None:
+        """A packed op's served config failed to launch where its default ran: serve the
+        default for the key from now on (``explain`` says why), with one warning."""
+        detail = (f"{failed.detail}; its config {failed.config.key()} failed here ({type(exc).__name__}: "
+                  f"{str(exc)[:200]}): the kernel's default instead")
+        with self._lock:
+            self._packed[key] = Resolution(default, "default", detail, failed.bucket)
+        name = failed.bucket.name if failed.bucket is not None else key
+        warnings.warn(f"flashtune: config {failed.config.key()} failed for {name} ({type(exc).__name__}: "
+                      f"{str(exc)[:200]}); serving the kernel's default instead", RuntimeWarning, stacklevel=4)
 
     def accepts(self, config: Config) -> bool:
         """Whether this dispatcher may serve ``config`` (fp8 only when allowed)."""

@@ -4,9 +4,12 @@ exact bucket in the store -> nearest bucket in the store -> another GPU's entry 
 architecture (its exact bucket, else its nearest) -> the architecture's baseline (-> the kernel's
 safe default without a GPU spec). Decode buckets (q_len <=
 ``DECODE_MAX_Q_LEN``) only ever get decode configs: the store never shares across classes
-and the baseline is the decode default, so q_len 1 never runs a prefill tile. Every step re-checks feasibility on
-the live GPU's spec, so a store written on another card of the same fingerprint family,
-or edited by hand, can never launch a config that does not fit.
+and the baseline is the decode default, so q_len 1 never runs a prefill tile. The packed
+variable-length (``varlen``) and paged (``paged``) classes walk the same chain among their
+own class's entries, and end at their kernel's default. Every step re-checks feasibility on
+the live GPU's spec (a varlen tile as the prefill kernel's pointer-load tile, a paged config
+as the dense decode kernel's), so a store written on another card of the same fingerprint
+family, or edited by hand, can never launch a config that does not fit.
 
 Pure Python: no torch.
 """
@@ -17,11 +20,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from flashtune.kernels.config import Config
-from flashtune.kernels.space import SAFE_DEFAULT
-from flashtune.objectives.feasibility import check
+from flashtune.kernels.space import PAGED_TUNABLES, SAFE_DEFAULT, VARLEN_DEFAULT, VARLEN_FIXED
+from flashtune.objectives.feasibility import Verdict, check
 from flashtune.objectives.hardware import HardwareSpec, known_specs
+from flashtune.objectives.types import Workload
 from flashtune.runtime.dispatching.baselines import arch_of, decode_default, fallback_config
-from flashtune.runtime.storage.buckets import DECODE_MAX_Q_LEN, Bucket, distance
+from flashtune.runtime.storage.buckets import DECODE_MAX_Q_LEN, Bucket, distance, hash_kinds
 from flashtune.runtime.storage.store import Key, Snapshot, StoreEntry, warn_once
 
 
@@ -32,7 +36,8 @@ class Resolution:
     Attributes:
         config: the config to launch.
         origin: ``exact``, ``nearest``, ``sibling`` (another GPU of the same architecture),
-            ``baseline`` or ``default`` (no GPU spec).
+            ``baseline`` or ``default`` (no GPU spec; for the varlen and paged classes, their
+            kernel's default, with a spec or without).
         detail: a sentence for people: the bucket and its class, and why this config
             (exact store hit, nearest bucket at distance d, arch default and its
             reasons, safe default), with what was skipped.
@@ -64,7 +69,8 @@ def resolve(
         snapshot: the store's content, or None for no store.
         hardware: the live GPU's spec; None on a CPU (interpreter), which gets the
             kernel's safe default.
-        key: (fingerprint, kernel hash, Triton version) of the live GPU and software.
+        key: (fingerprint, kernel hash, Triton version) of the live GPU and software (the
+            hash of the bucket's class's kernel: ``store.source_hash_of``).
         accept: a store config is served only if this returns True (the dispatcher
             refuses fp8 configs unless the user opted in); None accepts all.
 
@@ -73,6 +79,9 @@ def resolve(
     """
     workload = bucket.representative()
     where = f"bucket {bucket.name} ({_class_reason(bucket)})"
+    if hardware is None and bucket.kind in PACKED_DEFAULTS:
+        config, why = PACKED_DEFAULTS[bucket.kind](None, workload)
+        return Resolution(config, "default", f"{where}: no GPU spec (CPU or interpreter): {why}", bucket)
     if hardware is None:
         if bucket.kind == "decode":
             config, why = decode_default(None, workload)
@@ -82,7 +91,7 @@ def resolve(
     if snapshot is not None and key is not None:
         entry = snapshot.exact(key, bucket)
         if entry is not None:
-            verdict = check(entry.config, workload, hardware)
+            verdict = fits(bucket, entry.config, workload, hardware)
             if accept is not None and not accept(entry.config):
                 skipped.append("exact entry not accepted (fp8 needs an opt-in)")
             elif verdict.feasible:
@@ -93,11 +102,11 @@ def resolve(
         for entry in snapshot.nearest(key, bucket):
             if accept is not None and not accept(entry.config):
                 continue
-            if check(entry.config, workload, hardware).feasible:
+            if fits(bucket, entry.config, workload, hardware).feasible:
                 d = distance(bucket, entry.bucket)
                 return Resolution(entry.config, "nearest",
                                   f"{where}: nearest store bucket {entry.bucket.name} at distance {d:g}", bucket)
-        stale = snapshot.stale_count(key)
+        stale = snapshot.stale_count(key, hash_kinds(bucket.kind))
         if stale:
             warn_once(
                 snapshot.path, snapshot.state,
@@ -114,6 +123,9 @@ def resolve(
             warn_once(snapshot.path, f"{snapshot.state}:sibling:{hardware.name}",
                       f"no entries for {hardware.name}: serving {sibling.hardware}'s ({SIBLING_EVIDENCE})")
             return Resolution(sibling.config, "sibling", "; ".join([detail, *skipped]), bucket)
+    if bucket.kind in PACKED_DEFAULTS:
+        config, why = PACKED_DEFAULTS[bucket.kind](hardware, workload)
+        return Resolution(config, "default", "; ".join([f"{where}: no store entry: {why}", *skipped]), bucket)
     arch = arch_of(hardware)
     if bucket.kind == "decode":
         config, why = decode_default(hardware, workload)
@@ -150,13 +162,46 @@ def _sibling_entry(snapshot: Snapshot, key: Key, bucket: Bucket, hardware: Hardw
         for entry in ([exact] if exact is not None else []) + list(snapshot.nearest(other, bucket)):
             if arch_by_name.get(entry.hardware) != hardware.arch:
                 break  # one group is one GPU: none of its entries is of this architecture
-            if (accept is None or accept(entry.config)) and check(entry.config, workload, hardware).feasible:
+            if (accept is None or accept(entry.config)) and fits(bucket, entry.config, workload, hardware).feasible:
                 found.append((distance(bucket, entry.bucket) or 0.0, entry.hardware, entry))
                 break
     return min(found, key=lambda item: item[:2])[2] if found else None
 
 
+def fits(bucket: Bucket, config: Config, workload: Workload, hardware: HardwareSpec) -> Verdict:
+    """Whether a store config of ``bucket``'s class fits ``hardware``: the dense kernels' by
+    the feasibility model; a varlen tile as the prefill kernel's pointer-load tile (the
+    varlen kernel's loop is that kernel's), a paged config as the dense decode kernel's
+    (the same split kernel, reading its keys through the block table)."""
+    if bucket.kind == "varlen":
+        config = Config({**VARLEN_FIXED, **config})
+    elif bucket.kind == "paged":
+        config = Config({**config, "kernel": "decode"})
+    return check(config, workload, hardware)
+
+
+def _varlen_default(hardware: HardwareSpec | None, workload: Workload) -> tuple[Config, str]:
+    return VARLEN_DEFAULT, "the varlen kernel's default tile (the prefill kernel's safe default)"
+
+
+def _paged_default(hardware: HardwareSpec | None, workload: Workload) -> tuple[Config, str]:
+    dense, _ = decode_default(hardware, workload)  # the op computes it again for the call's exact shape
+    return (Config({name: dense[name] for name in PAGED_TUNABLES}),
+            "the paged kernel's default for the call's shape (the dense decode default's tile and split "
+            "rule at the block table's capacity)")
+
+
+#: The varlen and paged classes' fallback when the store has nothing for them: their kernel's
+#: own default (the op computes the paged one from the call's exact shape).
+PACKED_DEFAULTS: dict[str, Callable[[HardwareSpec | None, Workload], tuple[Config, str]]] = {
+    "varlen": _varlen_default, "paged": _paged_default}
+
+
 def _class_reason(bucket: Bucket) -> str:
+    if bucket.kind == "varlen":
+        return "varlen: packed sequences, lengths the longest sequence's"
+    if bucket.kind == "paged":
+        return f"paged: a block table over pages of {bucket.page_size}, kv_len its capacity"
     if bucket.kind == "decode":
         return f"decode: q_len {bucket.q_len} <= {DECODE_MAX_Q_LEN}"
     if bucket.q_len <= DECODE_MAX_Q_LEN:

@@ -21,7 +21,10 @@ What the kernels cannot express (sliding windows, soft-capping, attention sinks,
 unsupported dtype or head dim) runs in PyTorch request by request, which is exact if slower;
 each reason is one log line at its first call. The decision reads only shapes, dtypes and
 kwargs, never tensor values, so it is the same in a captured step. Dropout while training and
-returned weights raise: these functions serve inference.
+returned weights raise: these functions serve inference. The kernels run with the tuned
+config of their store class (``varlen``, ``paged``) for the GPU, else their default
+(:mod:`flashtune.runtime.dispatching.packed`: keyed on shapes and the step's longest lengths,
+no host read).
 
 transformers is imported only inside :func:`register`.
 """
@@ -36,8 +39,7 @@ import torch.nn.functional as F
 
 from flashtune.kernels.attention import SUPPORTED_DTYPES, SUPPORTED_HEAD_DIMS
 from flashtune.kernels.dtypes import interpreting
-from flashtune.kernels.paged import flash_attention_with_kvcache
-from flashtune.kernels.varlen import flash_attention_varlen
+from flashtune.runtime.dispatching.packed import flash_attention_varlen, flash_attention_with_kvcache
 
 #: The implementation name: "flash" for transformers' continuous batching to route packed
 #: batches to it, no version digit after it (see the module's docstring).

@@ -7,9 +7,14 @@ head dim, grouped-query ratio) exactly and rounds the lengths up to powers of tw
 
 Query and key lengths are bucketed separately: decoding (one query, long cache) and
 prefill (square) want different tiles even at the same key length. Beyond that, a bucket
-has a class: ``decode`` when q_len <= ``kernels.space.DECODE_MAX_Q_LEN`` (served by the
-split-KV decode kernel), ``prefill`` otherwise. The classes run different kernels with
-different tunables, so they never share a config (:func:`distance` is None).
+has a class, the kernel that serves it (:data:`KINDS`): the dense op's ``decode`` when
+q_len <= ``kernels.space.DECODE_MAX_Q_LEN`` (the split-KV decode kernel), ``prefill``
+otherwise; the packed variable-length op's ``varlen`` (its lengths are the longest
+sequence's, ``max_seqlen_q`` / ``max_seqlen_k``, and batch x KV heads counts sequences);
+the paged op's ``paged`` (as ``decode``, kv_len being the block table's capacity, plus the
+cache's ``page_size``, exact). The classes run different kernels with different tunables,
+so they never share a config (:func:`distance` is None), nor do paged buckets of
+different page sizes.
 
 ``batch_kv_heads`` is batch x *KV* heads, rounded up to a power of two: the number of
 independent K/V streams. The decode kernel packs the query heads of one KV head into one
@@ -32,10 +37,16 @@ from flashtune.kernels.dtypes import DTYPE_BYTES, DTYPES
 from flashtune.kernels.space import DECODE_MAX_Q_LEN, uses_decode_kernel
 from flashtune.objectives.types import Workload
 
-#: The two bucket classes: which kernel (and which tunables) serves the bucket.
-KINDS = ("prefill", "decode")
+#: The dense op's bucket classes (store format 2 holds these only).
+DENSE_KINDS = ("prefill", "decode")
+#: The packed variable-length op's and the paged op's (store format 3).
+PACKED_KINDS = ("varlen", "paged")
+#: The bucket classes: which kernel (and which tunables) serves the bucket.
+KINDS = DENSE_KINDS + PACKED_KINDS
 #: ``batch_kv_heads`` of a bucket recorded before the field existed: any batch x heads.
 ANY_BATCH_HEADS = 0
+#: ``page_size`` of a bucket of any class but ``paged`` (no pages).
+NO_PAGES = 0
 
 
 # Weights of the nearest-bucket distance, in units of "one power of two of length".
@@ -46,6 +57,13 @@ _GQA_WEIGHT = 0.5
 _DTYPE_WEIGHT = 0.25
 # Batch x heads changes how many programs fill the GPU, less than a length doubling does.
 _BATCH_HEADS_WEIGHT = 0.5
+
+
+def hash_kinds(kind: str) -> tuple[str, ...]:
+    """The classes whose entries carry the same kernel source hash as ``kind``'s: the dense
+    op's two share one (``kernel_source_hash``), each packed class has its own
+    (``packed_source_hash``)."""
+    return DENSE_KINDS if kind in DENSE_KINDS else (kind,)
 
 
 def kind_of(q_len: int) -> str:
@@ -60,18 +78,21 @@ def pow2_bucket(n: int) -> int:
 
 @dataclass(frozen=True, order=True)
 class Bucket:
-    """One cell of the store: exact dtype, mask, head dim, GQA ratio and class; sizes rounded up.
+    """One cell of the store: exact dtype, mask, head dim, GQA ratio, class and page size; sizes
+    rounded up.
 
     Attributes:
         dtype: ``float16``, ``bfloat16`` or ``float32``.
         causal: whether the mask is causal.
         head_dim: the head dimension, exact.
         gqa: query heads per key/value head.
-        q_len: query length rounded up to a power of two.
-        kv_len: key/value length rounded up to a power of two.
-        kind: ``prefill`` or ``decode`` (the kernel that serves it).
-        batch_kv_heads: batch x KV heads rounded up to a power of two; 0 for "any"
-            (entries recorded before the field existed).
+        q_len: query length rounded up to a power of two (``varlen``: the longest sequence's).
+        kv_len: key/value length rounded up to a power of two (``varlen``: the longest
+            sequence's; ``paged``: the block table's capacity, pages x page size).
+        kind: one of :data:`KINDS` (the kernel that serves it).
+        batch_kv_heads: batch (``varlen``: sequences) x KV heads rounded up to a power of
+            two; 0 for "any" (entries recorded before the field existed).
+        page_size: the paged cache's page size, exact (``paged`` only; 0 otherwise).
     """
 
     dtype: str
@@ -82,6 +103,7 @@ class Bucket:
     kv_len: int
     kind: str = "prefill"
     batch_kv_heads: int = ANY_BATCH_HEADS
+    page_size: int = NO_PAGES
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPES:
@@ -103,26 +125,39 @@ class Bucket:
         bkh = self.batch_kv_heads
         if not isinstance(bkh, int) or isinstance(bkh, bool) or bkh < 0 or bkh & (bkh - 1):
             raise ValueError(f"Bucket.batch_kv_heads must be 0 (any) or a power of two, got {bkh!r}")
+        page = self.page_size
+        if not isinstance(page, int) or isinstance(page, bool) or page < 0 or (page > 0) != (self.kind == "paged"):
+            raise ValueError(f"Bucket.page_size must be a positive int for kind 'paged' and 0 for the others, "
+                             f"got {page!r} for kind {self.kind!r}")
 
     @classmethod
-    def of(cls, workload: Workload, kind: str | None = None) -> Bucket:
+    def of(cls, workload: Workload, kind: str | None = None, page_size: int = NO_PAGES) -> Bucket:
         """The bucket a workload falls in.
 
         Args:
-            workload: the shapes.
-            kind: the class; None derives it from the query length (what the runtime
+            workload: the shapes (``varlen``: batch is the sequences, q_len and kv_len the
+                longest sequence's; ``paged``: kv_len is the block table's capacity).
+            kind: the class; None derives it from the query length (what the dense op
                 serves). A prefill config measured at a short q_len passes ``prefill``:
                 it is recorded, and never served to decode calls.
+            page_size: the paged cache's page size (``paged`` only).
         """
+        return cls.of_shape(
+            kind=kind_of(workload.q_len) if kind is None else kind, dtype=workload.dtype, causal=workload.causal,
+            head_dim=workload.head_dim, q_heads=workload.q_heads, kv_heads=workload.kv_heads,
+            q_len=workload.q_len, kv_len=workload.kv_len, batch=workload.batch, page_size=page_size,
+        )
+
+    @classmethod
+    def of_shape(cls, *, kind: str, dtype: str, causal: bool, head_dim: int, q_heads: int, kv_heads: int,
+                 q_len: int, kv_len: int, batch: int, page_size: int = NO_PAGES) -> Bucket:
+        """The bucket of a call's shape: what decides a config (dtype, mask, head dim, GQA ratio,
+        class, page size) exact, the lengths and batch x KV heads rounded up to powers of two
+        (a length of 0, an empty packed batch, counts as 1)."""
         return cls(
-            dtype=workload.dtype,
-            causal=workload.causal,
-            head_dim=workload.head_dim,
-            gqa=workload.q_heads // workload.kv_heads,
-            q_len=pow2_bucket(workload.q_len),
-            kv_len=pow2_bucket(workload.kv_len),
-            kind=kind_of(workload.q_len) if kind is None else kind,
-            batch_kv_heads=pow2_bucket(workload.batch * workload.kv_heads),
+            dtype=dtype, causal=causal, head_dim=head_dim, gqa=q_heads // kv_heads,
+            q_len=pow2_bucket(max(q_len, 1)), kv_len=pow2_bucket(max(kv_len, 1)), kind=kind,
+            batch_kv_heads=pow2_bucket(max(batch * kv_heads, 1)), page_size=page_size,
         )
 
     def any_batch_heads(self) -> Bucket:
@@ -136,7 +171,9 @@ class Bucket:
         name = f"{self.dtype}_{mask}_d{self.head_dim}_g{self.gqa}_q{self.q_len}_k{self.kv_len}"
         if self.batch_kv_heads != ANY_BATCH_HEADS:
             name += f"_bh{self.batch_kv_heads}"
-        return name + ("_decode" if self.kind == "decode" else "")
+        if self.kind == "paged":
+            return name + f"_paged_p{self.page_size}"
+        return name + ("" if self.kind == "prefill" else f"_{self.kind}")
 
     def representative(self) -> Workload:
         """A workload of this bucket (one KV head per batch entry, batch = batch x KV heads,
@@ -155,6 +192,8 @@ class Bucket:
         }
         if self.batch_kv_heads != ANY_BATCH_HEADS:
             data["batch_kv_heads"] = self.batch_kv_heads
+        if self.page_size != NO_PAGES:
+            data["page_size"] = self.page_size
         return data
 
     @classmethod
@@ -170,9 +209,11 @@ def distance(a: Bucket, b: Bucket) -> float | None:
     Buckets of different head dims, or of dtypes of different sizes, never share: their
     shared memory differs and the compiled kernel is another one. Decode and prefill
     buckets never share either: another kernel, other tunables. A bucket of any batch x
-    heads (format 1) is at no batch x heads distance from any other.
+    heads (format 1) is at no batch x heads distance from any other. Paged buckets of
+    different page sizes never share (the page decides the tile's block-table lookups).
     """
-    if a.head_dim != b.head_dim or DTYPE_BYTES[a.dtype] != DTYPE_BYTES[b.dtype] or a.kind != b.kind:
+    if (a.head_dim != b.head_dim or DTYPE_BYTES[a.dtype] != DTYPE_BYTES[b.dtype] or a.kind != b.kind
+            or a.page_size != b.page_size):
         return None
     d = abs(math.log2(a.q_len) - math.log2(b.q_len)) + abs(math.log2(a.kv_len) - math.log2(b.kv_len))
     d += _CAUSAL_WEIGHT * (a.causal != b.causal)

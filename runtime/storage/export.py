@@ -2,6 +2,14 @@
 
 The study's ``flashtune export`` reads Measurements from MLflow or Optuna and calls
 :func:`export_best`; this module knows nothing of either.
+
+A row's bucket class is its config's ``kernel``, as decode rows say ``kernel="decode"``:
+``varlen`` rows (the packed variable-length kernel's tile) record the workload with batch =
+sequences and q_len / kv_len = the longest sequence's (``max_seqlen_q`` / ``max_seqlen_k``);
+``paged`` rows record it as a decode row (kv_len the block table's capacity) and carry the
+cache's page size in the config as ``page_size`` (a workload has no field for it; the store
+keeps it in the bucket, not in the config). A row without a kernel hash in its ``versions``
+gets the installed source hash of its class's kernel (``store.source_hash_of``).
 """
 
 from __future__ import annotations
@@ -10,17 +18,19 @@ import math
 import os
 from collections.abc import Iterable
 
-from flashtune.kernels.source_hash import kernel_source_hash
-from flashtune.kernels.space import kernel_of
+from flashtune.kernels.config import Config
+from flashtune.kernels.space import PAGED_KERNEL, kernel_of
 from flashtune.objectives.types import Measurement
 from flashtune.runtime.dispatching.resolve import uses_fp8
-from flashtune.runtime.storage.buckets import Bucket
-from flashtune.runtime.storage.store import Store, StoreEntry, better, triton_version
+from flashtune.runtime.storage.buckets import NO_PAGES, Bucket
+from flashtune.runtime.storage.store import Store, StoreEntry, better, source_hash_of, triton_version
 
 #: Keys of ``Measurement.versions`` read for the kernel hash and the Triton version; a
 #: measurement without them is taken to come from the kernel and Triton installed here.
 KERNEL_HASH_KEYS = ("kernel_hash", "kernel_source", "kernel")
 TRITON_KEY = "triton"
+#: The key of a paged row's config that names the cache's page size.
+PAGE_SIZE_KEY = "page_size"
 
 
 def entry_of(measurement: Measurement, *, include_fp8: bool = False) -> StoreEntry | None:
@@ -37,18 +47,33 @@ def entry_of(measurement: Measurement, *, include_fp8: bool = False) -> StoreEnt
     if uses_fp8(m.config) and not include_fp8:
         return None
     versions = m.versions or {}
-    kernel_hash = next((versions[k] for k in KERNEL_HASH_KEYS if versions.get(k)), None) or kernel_source_hash()
+    kind = kernel_of(m.config)
+    kernel_hash = next((versions[k] for k in KERNEL_HASH_KEYS if versions.get(k)), None) or source_hash_of(kind)
+    config, page_size = (_paged_row(m.config) if kind == PAGED_KERNEL else (m.config, NO_PAGES))
     return StoreEntry(
         fingerprint=m.fingerprint,
         kernel_hash=kernel_hash,
         triton=versions.get(TRITON_KEY) or triton_version(),
-        bucket=Bucket.of(m.workload, kind=kernel_of(m.config)),
-        config=m.config,
+        bucket=Bucket.of(m.workload, kind=kind, page_size=page_size),
+        config=config,
         hardware=m.hardware,
         median_ms=m.median_ms,
         tflops=m.tflops if math.isfinite(m.tflops) and m.tflops > 0 else None,
         source=m.source,
     )
+
+
+def _paged_row(config: Config) -> tuple[Config, int]:
+    """A paged row's config without its page size, and the page size.
+
+    Raises:
+        ValueError: the row names no page size (a positive int).
+    """
+    page_size = config.get(PAGE_SIZE_KEY)
+    if not isinstance(page_size, int) or isinstance(page_size, bool) or page_size < 1:
+        raise ValueError(f"a paged row's config must give the cache's {PAGE_SIZE_KEY} (a positive int), "
+                         f"got {page_size!r} in {config.to_dict()}")
+    return Config({k: v for k, v in config.items() if k != PAGE_SIZE_KEY}), page_size
 
 
 def best_entries(measurements: Iterable[Measurement], *, include_fp8: bool = False) -> list[StoreEntry]:

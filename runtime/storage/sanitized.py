@@ -38,6 +38,7 @@ from flashtune.objectives.sanitize import (
     probe_gpu,
     sanitize,
 )
+from flashtune.runtime.storage.buckets import DENSE_KINDS
 from flashtune.runtime.storage.file_lock import exclusive_lock
 from flashtune.runtime.storage.store import StoreEntry, _atomic_write, triton_version
 
@@ -189,10 +190,15 @@ def screen_entries(entries: Sequence[StoreEntry], *, alternatives: Mapping[Any, 
     hardware = HardwareSpec.from_dict(dict(spec))
     screening = Screening([])
     others = 0
+    packed = 0
     for entry in entries:
         if entry.hardware != hardware.name:
             screening.kept.append(entry)
             others += 1
+            continue
+        if entry.bucket.kind not in DENSE_KINDS:
+            screening.kept.append(entry)
+            packed += 1
             continue
         candidates = [entry, *(e for e in (alternatives or {}).get((entry.key, entry.bucket), ())
                                if e.config != entry.config)]
@@ -213,4 +219,7 @@ def screen_entries(entries: Sequence[StoreEntry], *, alternatives: Mapping[Any, 
                                        f"fastest: not exported (the runtime serves its fallback there)")
     if others:
         screening.lines.append(not_sanitized_line(f"measured on another GPU than this {hardware.name}", others))
+    if packed:
+        screening.lines.append(not_sanitized_line("varlen and paged configs: the sanitizer's shapes run the dense "
+                                                  "kernels", packed))
     return screening

@@ -38,9 +38,9 @@ from typing import Any, Literal
 import jsonschema
 
 from flashtune.kernels.config import Config
-from flashtune.kernels.source_hash import kernel_source_hash
-from flashtune.kernels.space import validate_config
-from flashtune.runtime.storage.buckets import ANY_BATCH_HEADS, Bucket, distance
+from flashtune.kernels.source_hash import kernel_source_hash, packed_source_hash
+from flashtune.kernels.space import validate_config, validate_paged_config, validate_varlen_config
+from flashtune.runtime.storage.buckets import ANY_BATCH_HEADS, NO_PAGES, PACKED_KINDS, Bucket, distance
 from flashtune.runtime.storage.file_lock import exclusive_lock
 from flashtune.runtime.storage.store_schema import (
     ENTRY_SCHEMA,
@@ -48,7 +48,7 @@ from flashtune.runtime.storage.store_schema import (
     FORMAT,
     MAX_ENTRIES,
     READABLE_VERSIONS,
-    VERSION,
+    version_for,
 )
 
 #: A store file larger than this is refused unread (a hostile file must not exhaust memory).
@@ -93,7 +93,8 @@ class StoreEntry:
 
     Attributes:
         fingerprint: ``HardwareSpec.fingerprint`` of the GPU it was measured on.
-        kernel_hash: ``kernel_source_hash()`` of the kernel it was measured with.
+        kernel_hash: the source hash of the kernel it was measured with (:func:`source_hash_of`
+            its bucket's class).
         triton: Triton version it was compiled with.
         bucket: the workload bucket.
         config: the tunables.
@@ -189,9 +190,10 @@ class Snapshot:
                 key = None
             try:
                 bucket = raw["bucket"]
-                # Format 1 wrote no kind and no batch x heads: a prefill bucket of any.
+                # Format 1 wrote no kind and no batch x heads: a prefill bucket of any;
+                # formats 1 and 2 no page size: no pages.
                 place = (*_BUCKET_FIELDS(bucket), bucket.get("kind", "prefill"),
-                         bucket.get("batch_kv_heads", ANY_BATCH_HEADS))
+                         bucket.get("batch_kv_heads", ANY_BATCH_HEADS), bucket.get("page_size", NO_PAGES))
                 hash(place)
                 if None in place:  # a null field
                     place = None
@@ -297,10 +299,12 @@ class Snapshot:
         Triton version (another fingerprint: another GPU model, driver or torch)."""
         return sorted(k for k in self._places if k is not None and k[0] != key[0] and k[1:] == key[1:])
 
-    def stale_count(self, key: Key) -> int:
-        """Entries for this GPU measured with another kernel source or Triton version."""
+    def stale_count(self, key: Key, kinds: tuple[str, ...] | None = None) -> int:
+        """Entries for this GPU measured with another kernel source or Triton version (of
+        ``kinds``' classes only, when given: each packed class has a kernel hash of its own)."""
         return sum(len(items) for k, group in self._places.items() if k is not None and k[0] == key[0] and k != key
-                   for items in group.values())
+                   for place, items in group.items()
+                   if kinds is None or (place[6] if place is not None else "prefill") in kinds)
 
 
 #: An entry's bucket as written: its fields' raw values in :class:`Bucket`'s order.
@@ -311,7 +315,7 @@ _KEY_FIELDS = operator.itemgetter("fingerprint", "kernel_hash", "triton")
 
 def _place_of(bucket: Bucket) -> _Place:
     return (bucket.dtype, bucket.causal, bucket.head_dim, bucket.gqa, bucket.q_len, bucket.kv_len,
-            bucket.kind, bucket.batch_kv_heads)
+            bucket.kind, bucket.batch_kv_heads, bucket.page_size)
 
 
 # --- warnings, once per file state -------------------------------------------------------
@@ -442,7 +446,6 @@ def _parse(data: bytes) -> dict[str, Any]:
 
 def _validate_entries(items: Iterable[tuple[int, Any]]) -> tuple[list[StoreEntry], list[str]]:
     """Usable entries among (position, raw entry) pairs, and the problems of the others."""
-    current_kernel = kernel_source_hash()
     entries, problems = [], []
     for number, raw in items:
         error = next(_ENTRY_VALIDATOR.iter_errors(raw), None)
@@ -452,7 +455,7 @@ def _validate_entries(items: Iterable[tuple[int, Any]]) -> tuple[list[StoreEntry
             problems.append(f"entries/{number}{'/' + where if where else ''}: {said}")
             continue
         try:
-            entry = completed(StoreEntry.from_dict(raw), current_kernel)
+            entry = completed(StoreEntry.from_dict(raw))
         except (ValueError, TypeError) as exc:
             problems.append(f"entries/{number}: {str(exc)[:200]}")
             continue
@@ -460,17 +463,29 @@ def _validate_entries(items: Iterable[tuple[int, Any]]) -> tuple[list[StoreEntry
     return entries, problems
 
 
+#: How each bucket class's configs are checked against their kernel's declared space (and
+#: completed with the knobs older configs imply).
+VALIDATORS = {"prefill": validate_config, "decode": validate_config, "varlen": validate_varlen_config,
+              "paged": validate_paged_config}
+
+
+def source_hash_of(kind: str) -> str:
+    """The kernel source hash the entries of bucket class ``kind`` are measured with here."""
+    return packed_source_hash(kind) if kind in PACKED_KINDS else kernel_source_hash()
+
+
 def completed(entry: StoreEntry, current_kernel: str | None = None) -> StoreEntry:
-    """``entry`` as the store holds it: an entry of this kernel checked against its declared
-    space and completed with the knobs older configs imply, so that it equals the same
-    config from elsewhere (another kernel version may declare other tunables: left as is).
+    """``entry`` as the store holds it: an entry of this kernel checked against its bucket
+    class's declared space and completed with the knobs older configs imply, so that it
+    equals the same config from elsewhere (another kernel version may declare other
+    tunables: left as is).
 
     Raises:
         ValueError: a config of this kernel outside its space.
     """
-    if entry.kernel_hash != (current_kernel or kernel_source_hash()):
+    if entry.kernel_hash != (current_kernel or source_hash_of(entry.bucket.kind)):
         return entry
-    return dataclasses.replace(entry, config=validate_config(entry.config))
+    return dataclasses.replace(entry, config=VALIDATORS[entry.bucket.kind](entry.config))
 
 
 def _check_time(entry: StoreEntry, number: int) -> None:
@@ -623,7 +638,8 @@ def _suppress_oserror() -> Iterator[None]:
 def dump(entries: Iterable[StoreEntry]) -> str:
     """The file text for ``entries``, sorted so that equal stores are equal bytes."""
     ordered = sorted(entries, key=lambda e: (e.key, e.bucket))
-    doc = {"format": FORMAT, "version": VERSION, "entries": [e.to_dict() for e in ordered]}
+    version = version_for(e.bucket.kind for e in ordered)
+    doc = {"format": FORMAT, "version": version, "entries": [e.to_dict() for e in ordered]}
     return json.dumps(doc, indent=1, sort_keys=True, allow_nan=False) + "\n"
 
 

@@ -1,4 +1,4 @@
-"""The JSON schema of the tuned-config store file (format version 2; reads 1 and 2).
+"""The JSON schema of the tuned-config store file (format version 3; reads 1, 2 and 3).
 
 Strict on structure and types, bounded in size (a hostile file must not make validation
 slow), loose on the config's keys: a config is checked against the kernel's declared
@@ -8,19 +8,30 @@ version reads as stale, not as corrupt.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from flashtune.objectives.types import DTYPES
+from flashtune.runtime.storage.buckets import KINDS, PACKED_KINDS
 
 FORMAT = "flashtune.configs"
-#: The version written. Version 2 added the bucket's ``kind`` (``prefill``/``decode``) and
-#: ``batch_kv_heads`` (batch x KV heads, a power of two).
-VERSION = 2
+#: The newest version. Version 2 added the bucket's ``kind`` (``prefill``/``decode``) and
+#: ``batch_kv_heads`` (batch x KV heads, a power of two); version 3 the kinds ``varlen`` and
+#: ``paged`` and the bucket's ``page_size`` (paged buckets only).
+VERSION = 3
 #: Versions read. Compatibility rule: a bucket without ``kind`` is a prefill bucket, and
 #: one without ``batch_kv_heads`` serves any batch x heads (an exact hit for its bucket
-#: when no entry of the very batch x heads exists). Every version-1 entry is therefore
-#: still served, to prefill calls only; a write rewrites the file as version 2.
-READABLE_VERSIONS = (1, 2)
+#: when no entry of the very batch x heads exists); one without ``page_size`` has no pages.
+#: Every version-1 entry is therefore still served, to prefill calls only, and every
+#: version-2 entry as it was.
+READABLE_VERSIONS = (1, 2, 3)
+
+
+def version_for(kinds: Iterable[str]) -> int:
+    """The version a file of buckets of ``kinds`` is written in: the oldest that holds them
+    (2 while it holds only prefill and decode buckets, so that a flashtune of format 2 still
+    reads it; 3 once it holds a varlen or paged one)."""
+    return VERSION if any(kind in PACKED_KINDS for kind in kinds) else 2
 
 #: Entries one file may hold; a store of every bucket of a few GPUs holds thousands.
 MAX_ENTRIES = 100_000
@@ -43,8 +54,9 @@ BUCKET_SCHEMA: dict[str, Any] = {
         "gqa": _POSITIVE_INT,
         "q_len": _POSITIVE_INT,
         "kv_len": _POSITIVE_INT,
-        "kind": {"enum": ["prefill", "decode"]},
+        "kind": {"enum": list(KINDS)},
         "batch_kv_heads": _POSITIVE_INT,
+        "page_size": _POSITIVE_INT,
     },
 }
 

@@ -9,11 +9,10 @@ from contextlib import contextmanager
 import torch
 
 from flashtune.kernels.config import Config
-from flashtune.kernels.source_hash import kernel_source_hash
 from flashtune.kernels.space import validate_config
 from flashtune.objectives.hardware import HardwareSpec
 from flashtune.runtime.storage.buckets import Bucket
-from flashtune.runtime.storage.store import StoreEntry, StoreWarning, triton_version
+from flashtune.runtime.storage.store import StoreEntry, StoreWarning, source_hash_of, triton_version
 
 
 def cfg(block_m: int, block_n: int, warps: int, stages: int) -> Config:
@@ -22,9 +21,10 @@ def cfg(block_m: int, block_n: int, warps: int, stages: int) -> Config:
 
 
 def entry(spec: HardwareSpec, bucket: Bucket, config: Config, median_ms: float | None = 1.0, **kw) -> StoreEntry:
-    """A store entry for ``spec`` with the current kernel and Triton unless overridden."""
+    """A store entry for ``spec`` with the current kernel (of the bucket's class) and Triton
+    unless overridden."""
     values = {
-        "fingerprint": spec.fingerprint, "kernel_hash": kernel_source_hash(), "triton": triton_version(),
+        "fingerprint": spec.fingerprint, "kernel_hash": source_hash_of(bucket.kind), "triton": triton_version(),
         "bucket": bucket, "config": config, "hardware": spec.name, "median_ms": median_ms,
     }
     values.update(kw)

@@ -48,8 +48,8 @@ def test_writer_moves_a_corrupt_file_aside_and_refuses_a_newer_format(store_path
     assert len(caught) == 1
     assert len(read_snapshot(store_path)) == 1
     assert any(p.name.startswith("configs.json.corrupt.") for p in store_path.parent.iterdir())
-    store_path.write_text(json.dumps({"format": "flashtune.configs", "version": 3, "entries": []}))
-    with pytest.raises(ValueError, match="format version 3"):
+    store_path.write_text(json.dumps({"format": "flashtune.configs", "version": 4, "entries": []}))
+    with pytest.raises(ValueError, match="format version 4"):
         Store(store_path).merge([entry(h200, B1, cfg(128, 64, 8, 3))])
 
 

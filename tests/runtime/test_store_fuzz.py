@@ -98,7 +98,7 @@ def _set(doc: dict, path: tuple, value) -> dict:
 WRONG = [
     (("format",), "pickle"),
     (("version",), "1"),
-    (("version",), 3),  # stale: a newer format
+    (("version",), 4),  # stale: a newer format
     (("entries",), {"a": 1}),
     (("entries", 0), "entry"),
     (("entries", 0, "fingerprint"), 123),
@@ -111,6 +111,8 @@ WRONG = [
     (("entries", 0, "bucket", "dtype"), "int4"),
     (("entries", 0, "bucket", "q_len"), 1000),  # not a power of two
     (("entries", 0, "bucket", "gqa"), 2**40),
+    (("entries", 0, "bucket", "kind"), "sparse"),
+    (("entries", 0, "bucket", "page_size"), 16),  # pages on a prefill bucket
     (("entries", 0, "config"), [64, 32]),
     (("entries", 0, "config", "BLOCK_M"), 64.5),
     (("entries", 0, "config", "BLOCK_M"), "64"),

@@ -21,7 +21,9 @@ from flashtune.objectives.hardware import HardwareSpec
 from flashtune.objectives.replay import load_table
 from flashtune.objectives.types import Workload
 from flashtune.runtime.dispatching.baselines import baseline_priors
+from flashtune.runtime.storage.buckets import Bucket
 from flashtune.runtime.storage.export import export_best
+from flashtune.runtime.storage.store import Store, read_snapshot
 
 #: A GPU like the H200 with the 99 KB of shared memory per block of sm86/sm89.
 SMALL_SHARED_BYTES = 101376
@@ -88,6 +90,17 @@ def test_priors_from_a_store_file(replay_dir, h200, tmp_path) -> None:
     assert prior.source == "prior" and prior.fingerprint == h200.fingerprint and prior.ok
     assert prior.workload.head_dim == GQA_WORKLOAD.head_dim and prior.versions["kernel_hash"]
     assert prior.versions["prior_source"] == f"store:{store}"
+
+    # Entries of the varlen and paged classes are other kernels' configs: never priors.
+    varlen = Bucket.of_shape(kind="varlen", dtype="bfloat16", causal=True, head_dim=GQA_WORKLOAD.head_dim,
+                             q_heads=4, kv_heads=2, q_len=100, kv_len=100, batch=2)
+    tile = Config(BLOCK_M=32, BLOCK_N=64, num_warps=4, num_stages=1)
+    Store(store).merge([dataclasses.replace(next(read_snapshot(store).entries()), bucket=varlen, config=tile)])
+    assert [p.config for p in priors.read(priors.PriorSpec("store", str(store)))] == [best.config]
+    only_packed = tmp_path / "packed.json"
+    Store(only_packed).merge([dataclasses.replace(next(read_snapshot(store).entries()), bucket=varlen, config=tile)])
+    with pytest.raises(ValueError, match="varlen/paged entries"):
+        priors.read(priors.PriorSpec("store", str(only_packed)))
 
 
 def test_missing_and_corrupt_files_are_errors(tmp_path) -> None:
