@@ -56,6 +56,17 @@ _FA2 = "FlashAttention-2 forward tile"
 _MEASURED = "measured here: H200 sweep winner (docs/reference.md)"
 
 
+#: The varlen kernel's tile per architecture when the store has none for a varlen bucket (other
+#: architectures: the safe ``VARLEN_DEFAULT``). Hopper's, 64x64 with 4 warps and 3 stages, was chosen
+#: on the H100's packed prefill (8 tiles on 3 equal-length packs and one of mixed lengths, D128:
+#: the best or within 7 % of it on each, 0.94-1.21x the safe tile's speed;
+#: docs/results/cb-2026-12-06/cb_kernels.json) and checked held out on the H200's dense prefill
+#: tables, whose loop the varlen kernel shares (the same 8 tiles on the 7 suite workloads, head
+#: dims 64, 128 and 256: within 10.5 % of their best on each, 1.10-1.33x the safe tile's speed;
+#: experiments/data/h200_grown; docs/lab/2026-12-06.md, "A Hopper default for packed prefill").
+VARLEN_ARCH_TILES: dict[str, Config] = {"sm90": Config(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=3)}
+
+
 @dataclass(frozen=True)
 class Baseline:
     """One baseline config and where it comes from.

@@ -87,9 +87,9 @@ def flash_attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu
         resolution = get_dispatcher().packed_resolution(key, bucket_of)
     except Exception:  # not varlen inputs: the launcher raises the error naming the argument
         return _varlen_launcher(*args, config=None, **options)
-    if resolution.origin not in STORE_ORIGINS:
+    if resolution.config == VARLEN_DEFAULT:
         return _varlen_launcher(*args, config=resolution.config, **options)
-    try:
+    try:  # a store entry or the architecture's tile: the safe default if it cannot launch here
         return _varlen_launcher(*args, config=resolution.config, **options)
     except Exception as exc:
         out = _varlen_launcher(*args, config=None, **options)  # bad inputs raise here, naming the argument

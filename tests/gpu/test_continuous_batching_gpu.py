@@ -9,6 +9,7 @@ from hf_packed import packed_forward  # tests/ is on sys.path (its conftest's fo
 
 from flashtune.kernels import flash_attention_varlen
 from flashtune.kernels.reference import relative_error
+from flashtune.runtime.dispatching.baselines import VARLEN_ARCH_TILES
 
 pytestmark = [
     pytest.mark.gpu,
@@ -37,15 +38,22 @@ def _reference(q, k, v, cu_q, cu_k):
     return out
 
 
+@pytest.mark.parametrize("tile", ["default", "sm90"])
 @pytest.mark.parametrize("head_dim", [64, 128])
-def test_varlen_bf16_mixed_lengths_chunked_prefill_gqa(head_dim):
+def test_varlen_bf16_mixed_lengths_chunked_prefill_gqa(head_dim, tile):
+    """The kernel's default tile, and Hopper's varlen tile (what the runtime serves there
+    without a store entry) where the GPU is a Hopper."""
+    if tile == "sm90" and torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("Hopper's varlen tile is served on sm90 only")
+    config = VARLEN_ARCH_TILES["sm90"] if tile == "sm90" else None
     lengths_q = [0, 1, 77, 1, 513, 4, 1000]
     lengths_k = [0, 300, 77, 1, 513, 1000, 1000]  # decode rows and chunks with a cached prefix
     g = torch.Generator(device="cuda").manual_seed(0)
     q = torch.randn(sum(lengths_q) + 16, 32, head_dim, generator=g, device="cuda").to(torch.bfloat16)  # + padding
     k, v = (torch.randn(sum(lengths_k), 8, head_dim, generator=g, device="cuda").to(torch.bfloat16) for _ in "kv")
     cu_q, cu_k = _cumulative(lengths_q), _cumulative(lengths_k)
-    out = flash_attention_varlen(q, k, v, cu_q, cu_k, max(lengths_q) + 16, max(lengths_k), causal=True)
+    out = flash_attention_varlen(q, k, v, cu_q, cu_k, max(lengths_q) + 16, max(lengths_k), causal=True,
+                                 config=config)
     real = sum(lengths_q)
     assert relative_error(out[:real], _reference(q, k, v, cu_q, cu_k)[:real]) < BF16_TOL
 

@@ -20,8 +20,10 @@ from flashtune.kernels.paged import flash_attention_with_kvcache as paged_kernel
 from flashtune.kernels.source_hash import kernel_source_hash, packed_source_hash
 from flashtune.kernels.space import VARLEN_DEFAULT, validate_config
 from flashtune.kernels.varlen import flash_attention_varlen as varlen_kernel
+from flashtune.objectives.hardware import known_specs
 from flashtune.objectives.types import Measurement, Status, Workload
 from flashtune.runtime.dispatching import packed
+from flashtune.runtime.dispatching.baselines import VARLEN_ARCH_TILES
 from flashtune.runtime.storage.buckets import Bucket, distance
 from flashtune.runtime.storage.export import export_best
 from flashtune.runtime.storage.sanitized import screen_entries
@@ -33,6 +35,8 @@ HQ, HKV, D = 4, 2, 32
 Q_LENS, K_LENS = [5, 17], [9, 17]  # longest 17 / 17: bucket q32 k32; 2 sequences x 2 KV heads: bh4
 VARLEN = Bucket.of_shape(kind="varlen", dtype="float32", causal=True, head_dim=D, q_heads=HQ, kv_heads=HKV,
                          q_len=17, kv_len=17, batch=2)
+#: What the varlen op runs on Hopper without a store entry.
+HOPPER_TILE = VARLEN_ARCH_TILES["sm90"]
 TILE = Config(BLOCK_M=32, BLOCK_N=64, num_warps=4, num_stages=1)  # not VARLEN_DEFAULT
 PAGE = 16
 PAGED_TILE = Config(BLOCK_N=32, num_splits=2, num_warps=2, num_stages=1)
@@ -160,9 +164,9 @@ def test_a_dense_prefill_entry_never_serves_varlen_nor_a_varlen_entry_dense(serv
     Store(serving).merge([entry(h200, dense, cfg(32, 64, 4, 1))])
     q, k, v, cu_q, cu_k, max_q, max_k = _varlen_inputs()
     runtime.flash_attention_varlen(q, k, v, cu_q, cu_k, max_q, max_k, causal=True)
-    assert launched == [VARLEN_DEFAULT]
+    assert launched == [HOPPER_TILE]
     why = runtime.explain_varlen(q, k, cu_q, max_q, max_k, causal=True)
-    assert why.origin == "default" and why.config == VARLEN_DEFAULT and "no store entry" in why.detail
+    assert why.origin == "default" and why.config == HOPPER_TILE and "no store entry" in why.detail
 
     Store(serving).merge([entry(h200, VARLEN, TILE)])
     runtime.reload_store()
@@ -170,6 +174,38 @@ def test_a_dense_prefill_entry_never_serves_varlen_nor_a_varlen_entry_dense(serv
     dense_hit = runtime.explain(q4, k4, causal=True)
     assert dense_hit.origin == "nearest" and dense_hit.config == cfg(32, 64, 4, 1)  # the dense entry, at q128
     assert dense.name in dense_hit.detail and VARLEN.name not in dense_hit.detail
+
+
+def test_without_an_entry_hopper_runs_its_measured_tile_and_other_gpus_the_safe_one(serving, h200, launched):
+    q, k, v, cu_q, cu_k, max_q, max_k = _varlen_inputs()
+    out = runtime.flash_attention_varlen(q, k, v, cu_q, cu_k, max_q, max_k, causal=True)
+    why = runtime.explain_varlen(q, k, cu_q, max_q, max_k, causal=True)
+    assert launched == [HOPPER_TILE] and HOPPER_TILE != VARLEN_DEFAULT
+    assert why.origin == "default" and "sm90 varlen tile" in why.detail
+    expected = varlen_kernel(q, k, v, cu_q, cu_k, max_q, max_k, causal=True, config=VARLEN_DEFAULT)
+    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)  # another tile, the same attention
+
+    runtime.set_hardware(known_specs()["a100"])  # an architecture without a measured tile
+    runtime.flash_attention_varlen(q, k, v, cu_q, cu_k, max_q, max_k, causal=True)
+    assert launched[-1] == VARLEN_DEFAULT
+    assert "safe default" in runtime.explain_varlen(q, k, cu_q, max_q, max_k, causal=True).detail
+
+
+def test_hoppers_tile_that_fails_to_launch_falls_back_to_the_safe_one(serving, h200, monkeypatch):
+    tried = []
+
+    def failing(*args, config=None, **kw):
+        tried.append(config)
+        if config == HOPPER_TILE:
+            raise RuntimeError("out of resources")
+        return varlen_kernel(*args, config=config, **kw)
+
+    monkeypatch.setattr(packed, "_varlen_launcher", failing)
+    q, k, v, cu_q, cu_k, max_q, max_k = _varlen_inputs()
+    with pytest.warns(RuntimeWarning, match="failed for"):
+        runtime.flash_attention_varlen(q, k, v, cu_q, cu_k, max_q, max_k, causal=True)
+    runtime.flash_attention_varlen(q, k, v, cu_q, cu_k, max_q, max_k, causal=True)
+    assert tried == [HOPPER_TILE, None, VARLEN_DEFAULT]
 
 
 def test_an_explicit_config_is_the_callers(serving, h200, launched):
