@@ -8,10 +8,12 @@ convolution_milo A4000 on 4 %, all towards the large end). This model learns tha
 from the failures a study has seen, as *failure cones*: a config at or above a failed one
 in every tunable (equal in every unordered one) is predicted to fail too.
 
-Why cones and not a classifier: on the development set, trained on 15-50 random configs,
-a k-nearest-neighbour vote and an L2 logistic regression ruled out successful configs at
-30-50 % of their calls (precision 0.5-0.7); the cones were right 0.9-1.0 of the time, and
-learned per-tunable directions did worse than "larger fails" (docs/lab/2026-12-06.md).
+Why cones and not a classifier: on the development set's spaces with failures, from 15-50
+random measured configs (``docs/lab/tools/failure_rules.py``), a "k nearest all failed" vote
+was right 0.36-0.88 of the time it ruled a config out (k = 3), an L2 logistic regression at
+p >= 0.95 ruled out almost nothing (recall <= 0.001), and cones needing two failures were right
+0.95-1.00 of the time; learning each tunable's direction instead of "larger fails" did worse
+(0.30-0.94).
 
 It rules a config out only with evidence, and its own record decides how far to trust it:
 
