@@ -56,6 +56,11 @@ CANDIDATES: dict[str, tuple[str, dict[str, Any]]] = {
     "portfolio failure_model=true": ("portfolio", {"failure_model": True}),
     "gp failure_model=true failure_confidence=0.75 failure_evidence=1":
         ("gp", {"failure_model": True, "failure_confidence": 0.75, "failure_evidence": 1}),
+    # The cones alone: no record of the rule required, one live cone enough.
+    "gp failure_model=true failure_confidence=0.01 failure_evidence=1":
+        ("gp", {"failure_model": True, "failure_confidence": 0.01, "failure_evidence": 1}),
+    # TPE does not keep to the best's neighbours as GP does, and measures more failures.
+    "tpe failure_model=true": ("tpe", {"failure_model": True}),
 }
 
 #: Left out unless named in --candidates.
