@@ -117,10 +117,10 @@ class PooledStrategy(Strategy):
         self.failure_model: FailureModel | None = None
         if self.options["failure_model"]:
             self.failure_model = FailureModel(space, confidence=float(self.options["failure_confidence"]),
-                                         evidence=int(self.options["failure_evidence"]))
-        # Its own generator, drawn from only once something is ruled out: until then the
-        # study asks, seed for seed, what it asks without the model.
-        self._failure_rng = np.random.default_rng([seed, 45])
+                                              evidence=int(self.options["failure_evidence"]))
+        # Its own generator (a child of the seed's), drawn from only once something is ruled
+        # out: until then the study asks, seed for seed, what it asks without the model.
+        self._failure_rng = np.random.default_rng(np.random.SeedSequence(seed).spawn(1)[0])
         self._ruled_out: np.ndarray | None = None  # over pool.configs; None: to be recomputed
         #: Asks that followed the model's set-aside (a config it ruled out was not offered).
         self.asks_with_aside = 0
