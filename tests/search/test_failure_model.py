@@ -8,6 +8,7 @@ import pytest
 from flashtune.kernels.config import Config
 from flashtune.objectives.types import Measurement, Status
 from flashtune.search import SearchSpace, make_strategy, run
+from flashtune.search._candidates import CandidatePool
 from flashtune.search.failure_model import FailureModel
 
 # 8 x 8 x 2 = 128 configs; the large corner (a + b >= 9) fails at run time, as a kernel
@@ -147,3 +148,15 @@ def test_bad_options_are_named() -> None:
         make_strategy("gp", space, failure_model=True, failure_explore=2.0)
     with pytest.raises(ValueError, match="confidence"):
         make_strategy("gp", space, failure_model=True, failure_confidence=1.0)
+
+
+def test_the_pool_sets_aside_but_never_all_that_is_open() -> None:
+    pool = CandidatePool(SearchSpace({"a": [0, 1, 2]}))
+    pool.set_aside(np.array([False, True, True]))
+    assert pool.open_configs() == [Config(a=0)]
+    pool.close(Config(a=0))  # the only config left open is asked: the set-aside ones come back
+    assert pool.open_configs() == [Config(a=1), Config(a=2)]
+    pool.set_aside(np.array([True, True, True]))  # a mask over everything open is ignored
+    assert pool.n_open == 2
+    pool.set_aside(None)
+    assert not pool.is_open(Config(a=0))  # what was closed stays closed
