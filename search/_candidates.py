@@ -37,6 +37,12 @@ class CandidatePool:
         #: Each feasible config's value indices (``SearchSpace.to_indices``), one row each.
         self.indices: np.ndarray = space.feasible_indices()
         self.points: np.ndarray = self.indices / spans
+        #: Asked or told: never offered again.
+        self.closed: np.ndarray = np.zeros(len(self.configs), dtype=bool)
+        #: Set aside for now (``set_aside``: predicted to fail), not closed: offered again
+        #: once the prediction is withdrawn.
+        self.aside: np.ndarray = np.zeros(len(self.configs), dtype=bool)
+        #: What may be asked now: neither closed nor set aside.
         self.open: np.ndarray = np.ones(len(self.configs), dtype=bool)
 
     def __len__(self) -> int:
@@ -59,7 +65,23 @@ class CandidatePool:
         """Never offer ``config`` again (asked, or told by someone else)."""
         i = self._position.get(config)
         if i is not None:
+            self.closed[i] = True
             self.open[i] = False
+            if not self.open.any():
+                self._release()
+
+    def set_aside(self, mask: np.ndarray | None) -> None:
+        """Offer none of the configs of ``mask`` (over ``configs``) until the next call; None
+        offers them all again. Never every config still open: a prediction that would leave
+        nothing to ask is ignored, so a space that is all failures is still searched out."""
+        self.aside = np.zeros(len(self.configs), dtype=bool) if mask is None else np.asarray(mask, dtype=bool)
+        self.open = ~self.closed & ~self.aside
+        if not self.open.any():
+            self._release()
+
+    def _release(self) -> None:
+        self.aside = np.zeros(len(self.configs), dtype=bool)
+        self.open = ~self.closed
 
     def complete(self, config: Config) -> Config | None:
         """``config`` with any tunable it lacks that has a single value filled in, or None.

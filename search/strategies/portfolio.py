@@ -61,11 +61,14 @@ class Portfolio(Strategy):
             priors from several workloads disagree (head dim 64 wins with pointer loads,
             128 with TMA), and on the recorded H200 tables three left D64 causal's winner
             to the model (median 38 evaluations to 2 % held out, 20 seeds; six: 27, 8 seeds).
+        failure_model: passed to every member that has the option: set aside the configs
+            the study's failures predict to fail (``flashtune.search.failure_model``).
     """
 
     name = "portfolio"
     options_defaults: ClassVar[dict[str, Any]] = {
         "members": "gp,tpe", "policy": "fallback", "patience": 6, "floor": 0.5, "prior_trials": 6,
+        "failure_model": False,
     }
 
     def __init__(self, space: SearchSpace, *, seed: int = 0, **options: Any) -> None:
@@ -92,10 +95,10 @@ class Portfolio(Strategy):
         # GP, and ten seeds a file could not tell the policy's effect from the draw); the
         # others get seeds drawn from the portfolio's: one seed drives everything.
         seeds = [seed, *(int(self.rng.integers(2**31 - 1)) for _ in names[1:])]
+        passed = ("prior_trials", "failure_model")
         self.members: list[Strategy] = [
             make_strategy(n, space, seed=member_seed,
-                          **({"prior_trials": self.options["prior_trials"]}
-                             if "prior_trials" in option_defaults(n) else {}))
+                          **{o: self.options[o] for o in passed if o in option_defaults(n)})
             for n, member_seed in zip(names, seeds)]
         self.turns = np.zeros(len(names), dtype=int)  # asks answered by each member
         # What the policy judges: asks it handed out (the shared start design is nobody's

@@ -52,6 +52,15 @@ CANDIDATES: dict[str, tuple[str, dict[str, Any]]] = {
     "gp restart_steps=0": ("gp", {"restart_steps": 0}),
     "gp trust_repaired=false": ("gp", {"trust_repaired": False}),
     "gp trust_widen_after=0": ("gp", {"trust_widen_after": 0}),
+    # The learned failure model (search/failure_model.py), off by default, and a looser rule.
+    "portfolio failure_model=true": ("portfolio", {"failure_model": True}),
+    "gp failure_model=true failure_confidence=0.75 failure_evidence=1":
+        ("gp", {"failure_model": True, "failure_confidence": 0.75, "failure_evidence": 1}),
+    # The cones alone: no record of the rule required, one live cone enough.
+    "gp failure_model=true failure_confidence=0.01 failure_evidence=1":
+        ("gp", {"failure_model": True, "failure_confidence": 0.01, "failure_evidence": 1}),
+    # TPE does not keep to the best's neighbours as GP does, and measures more failures.
+    "tpe failure_model=true": ("tpe", {"failure_model": True}),
 }
 
 #: Left out unless named in --candidates.
@@ -96,6 +105,9 @@ def main() -> int:
     run_all(runs, run_one, jobs=job_count(args.jobs), initializer=init_worker,
             initargs=([[str(p) for p in ls.paths] for ls in landscapes], "h200", False), record=record)
     evals = {s: {ls.name: sorted(evals_to(ls, results[(s, ls.name)], 0.02)) for ls in landscapes} for s in labels}
+    # Evaluations spent on configs that failed (compile, run time): what a failure model saves.
+    failed = {s: {ls.name: sorted(sum(not np.isfinite(c) for c in r.costs) for r in results[(s, ls.name)])
+                  for ls in landscapes} for s in labels}
     seeds = list(range(args.first_seed, args.first_seed + args.seeds))
     if args.add is not None:
         earlier = json.loads(args.add.read_text())
@@ -104,12 +116,17 @@ def main() -> int:
             parser.error(f"--add {args.add}: budget {earlier['budget']} / seeds {earlier['seed_list']} "
                          f"do not go with budget {args.budget} / seeds {seeds}")
         evals = {s: {w: sorted(c + earlier["evals_to_2pct"][s][w]) for w, c in per.items()} for s, per in evals.items()}
+        if "failed_evaluations" in earlier:
+            failed = {s: {w: sorted(c + earlier["failed_evaluations"][s][w]) for w, c in per.items()}
+                      for s, per in failed.items()}
         seeds = sorted(seeds + earlier["seed_list"])
     table = {s: {w: float(np.mean([c <= args.budget for c in counts])) for w, counts in per.items()}
              for s, per in evals.items()}
     report = loko(table, DEFAULT_STRATEGY if DEFAULT_STRATEGY in table else None)
     command = "nice -n 10 python docs/lab/tools/loko_candidates.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     print(format_loko(report, title=f"LEAVE ONE KERNEL OUT (cold, budget {args.budget}, {len(seeds)} seeds)"))
+    print("failed evaluations a run (mean over seeds): " + "; ".join(
+        f"{s}: " + ", ".join(f"{w} {np.mean(c):.1f}" for w, c in per.items() if any(c)) for s, per in failed.items()))
     if args.json is not None:
         write_report(args.json, {
             "date": datetime.date.today().isoformat(), "command": command, "seeds": len(seeds), "seed_list": seeds,
@@ -117,7 +134,7 @@ def main() -> int:
             "candidates": {s: {"strategy": CANDIDATES[s][0], "options": CANDIDATES[s][1]} for s in labels},
             "spaces": {ls.name: {"kernel": kernel_of(ls.name), "feasible": len(ls.feasible),
                                  "within_2pct": ls.within(0.02)} for ls in landscapes},
-            "hit_rates": table, "evals_to_2pct": evals,
+            "hit_rates": table, "evals_to_2pct": evals, "failed_evaluations": failed,
             "seconds": time.perf_counter() - started, "loko": report})
     return 0
 
