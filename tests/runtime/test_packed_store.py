@@ -191,23 +191,6 @@ def test_without_an_entry_hopper_runs_its_measured_tile_and_other_gpus_the_safe_
     assert "safe default" in runtime.explain_varlen(q, k, cu_q, max_q, max_k, causal=True).detail
 
 
-def test_hoppers_tile_that_fails_to_launch_falls_back_to_the_safe_one(serving, h200, monkeypatch):
-    tried = []
-
-    def failing(*args, config=None, **kw):
-        tried.append(config)
-        if config == HOPPER_TILE:
-            raise RuntimeError("out of resources")
-        return varlen_kernel(*args, config=config, **kw)
-
-    monkeypatch.setattr(packed, "_varlen_launcher", failing)
-    q, k, v, cu_q, cu_k, max_q, max_k = _varlen_inputs()
-    with pytest.warns(RuntimeWarning, match="failed for"):
-        runtime.flash_attention_varlen(q, k, v, cu_q, cu_k, max_q, max_k, causal=True)
-    runtime.flash_attention_varlen(q, k, v, cu_q, cu_k, max_q, max_k, causal=True)
-    assert tried == [HOPPER_TILE, None, VARLEN_DEFAULT]
-
-
 def test_an_explicit_config_is_the_callers(serving, h200, launched):
     Store(serving).merge([entry(h200, VARLEN, TILE)])
     q, k, v, cu_q, cu_k, max_q, max_k = _varlen_inputs()
@@ -231,13 +214,17 @@ def test_an_invalid_varlen_entry_is_skipped_with_one_warning(serving, h200):
     assert "unusable entries skipped" in str(caught[0].message) and "(and 1 more)" in str(caught[0].message)
 
 
-def test_a_varlen_config_that_fails_to_launch_falls_back_once(serving, h200, monkeypatch):
-    Store(serving).merge([entry(h200, VARLEN, TILE)])
+@pytest.mark.parametrize("served", ["store entry", "Hopper tile"])
+def test_a_varlen_config_that_fails_to_launch_falls_back_once(serving, h200, monkeypatch, served):
+    """A store entry, or Hopper's tile without one, that cannot launch: the safe tile, one warning."""
+    bad = TILE if served == "store entry" else HOPPER_TILE
+    if served == "store entry":
+        Store(serving).merge([entry(h200, VARLEN, TILE)])
     tried = []
 
     def failing(*args, config=None, **kw):
         tried.append(config)
-        if config == TILE:
+        if config == bad:
             raise RuntimeError("out of resources")
         return varlen_kernel(*args, config=config, **kw)
 
@@ -246,7 +233,7 @@ def test_a_varlen_config_that_fails_to_launch_falls_back_once(serving, h200, mon
     with pytest.warns(RuntimeWarning, match="failed for"):
         runtime.flash_attention_varlen(q, k, v, cu_q, cu_k, max_q, max_k, causal=True)
     runtime.flash_attention_varlen(q, k, v, cu_q, cu_k, max_q, max_k, causal=True)
-    assert tried == [TILE, None, VARLEN_DEFAULT]
+    assert tried == [bad, None, VARLEN_DEFAULT]
     why = runtime.explain_varlen(q, k, cu_q, max_q, max_k, causal=True)
     assert why.origin == "default" and "failed here" in why.detail
 
