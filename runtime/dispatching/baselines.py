@@ -65,6 +65,10 @@ _MEASURED = "measured here: H200 sweep winner (docs/reference.md)"
 #: dims 64, 128 and 256: within 10.5 % of their best on each, 1.10-1.33x the safe tile's speed;
 #: experiments/data/h200_grown; docs/lab/2026-12-06.md, "A Hopper default for packed prefill").
 VARLEN_ARCH_TILES: dict[str, Config] = {"sm90": Config(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=3)}
+#: Up to this head dim only: at 256 the varlen kernel compiled for sm90 at that tile holds 255
+#: registers and spills 26-28 words with 229,376 B of shared memory (the safe tile: 250, none), and
+#: its speed there was never timed (the H100's packed timings are D128's).
+VARLEN_ARCH_TILE_MAX_HEAD_DIM = 128
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,13 @@ from flashtune.kernels.space import PAGED_TUNABLES, SAFE_DEFAULT, VARLEN_DEFAULT
 from flashtune.objectives.feasibility import Verdict, check
 from flashtune.objectives.hardware import HardwareSpec, known_specs
 from flashtune.objectives.types import Workload
-from flashtune.runtime.dispatching.baselines import VARLEN_ARCH_TILES, arch_of, decode_default, fallback_config
+from flashtune.runtime.dispatching.baselines import (
+    VARLEN_ARCH_TILE_MAX_HEAD_DIM,
+    VARLEN_ARCH_TILES,
+    arch_of,
+    decode_default,
+    fallback_config,
+)
 from flashtune.runtime.storage.buckets import DECODE_MAX_Q_LEN, Bucket, distance, hash_kinds
 from flashtune.runtime.storage.store import Key, Snapshot, StoreEntry, warn_once
 
@@ -182,7 +188,7 @@ def fits(bucket: Bucket, config: Config, workload: Workload, hardware: HardwareS
 
 def _varlen_default(hardware: HardwareSpec | None, workload: Workload) -> tuple[Config, str]:
     """The architecture's varlen tile where one is measured and it fits, else the safe one."""
-    if hardware is not None:
+    if hardware is not None and workload.head_dim <= VARLEN_ARCH_TILE_MAX_HEAD_DIM:
         arch = arch_of(hardware)
         tile = VARLEN_ARCH_TILES.get(arch)
         if tile is not None and check(Config({**VARLEN_FIXED, **tile}), workload, hardware).feasible:

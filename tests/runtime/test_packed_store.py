@@ -185,6 +185,9 @@ def test_without_an_entry_hopper_runs_its_measured_tile_and_other_gpus_the_safe_
     expected = varlen_kernel(q, k, v, cu_q, cu_k, max_q, max_k, causal=True, config=VARLEN_DEFAULT)
     torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)  # another tile, the same attention
 
+    q256, k256 = torch.zeros(q.shape[0], HQ, 256), torch.zeros(k.shape[0], HKV, 256)  # past the tile's head dims
+    assert runtime.explain_varlen(q256, k256, cu_q, max_q, max_k, causal=True).config == VARLEN_DEFAULT
+
     runtime.set_hardware(known_specs()["a100"])  # an architecture without a measured tile
     runtime.flash_attention_varlen(q, k, v, cu_q, cu_k, max_q, max_k, causal=True)
     assert launched[-1] == VARLEN_DEFAULT
