@@ -14,7 +14,7 @@ Torch-free: the parent process (the objective, the sweep) reads it without loadi
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 
 from flashtune.kernels.config import Config, Value
 from flashtune.kernels.space import (
@@ -23,7 +23,6 @@ from flashtune.kernels.space import (
     PAGED_TUNABLES,
     VARLEN_KERNEL,
     VARLEN_TUNABLES,
-    all_configs,
     validate_config,
     validate_paged_config,
     validate_varlen_config,
@@ -52,14 +51,13 @@ def launcher_for(config: Mapping[str, Value]) -> str | None:
     return None if kernel is None else PACKED_LAUNCHERS[kernel]
 
 
-def packed_rows(kernel: str, *, page_size: int | None = None) -> Iterator[Config]:
-    """Every row of a packed kernel's space, in the space's order: each config with its
-    kernel's name (and a paged row with ``page_size``)."""
+def packed_row(tile: Config, kernel: str, *, page_size: int | None = None) -> Config:
+    """A tile of a packed kernel's space as its table row: with its kernel's name (and a
+    paged row with ``page_size``)."""
     extra: dict[str, Value] = {"kernel": kernel}
     if kernel == PAGED_KERNEL:
         extra[PAGE_SIZE_KEY] = check_page_size(page_size)
-    for config in all_configs(PACKED_TUNABLES[kernel]):
-        yield Config({**config, **extra})
+    return Config({**tile, **extra})
 
 
 def check_page_size(page_size: object) -> int:

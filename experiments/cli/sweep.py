@@ -45,7 +45,7 @@ from flashtune.kernels.space import (
 from flashtune.objectives.feasibility import check
 from flashtune.objectives.hardware import HardwareSpec, known_specs, load_spec
 from flashtune.objectives.objective import Objective
-from flashtune.objectives.packed import PACKED_TUNABLES, packed_rows, validate_row
+from flashtune.objectives.packed import PACKED_TUNABLES, packed_row, validate_row
 from flashtune.objectives.replay import load_table, write_table
 from flashtune.objectives.types import SUITE, Measurement, Status, Workload
 from flashtune.runtime.storage.buckets import pow2_bucket
@@ -68,14 +68,12 @@ class SweptKernel:
     name: str = DENSE
     page_size: int | None = None
 
-    def configs(self, workload: Workload) -> list[Config]:
-        """Every row of the space ``workload`` is swept in, in the space's order."""
+    def select(self, where: dict[str, set[str]], limit: int | None, workload: Workload) -> list[Config]:
+        """The rows of the space ``workload`` is swept in that ``where`` selects, the first ``limit``."""
         if self.name == DENSE:
-            return list(all_configs(tunables_for(workload)))
-        return list(packed_rows(self.name, page_size=self.page_size))
-
-    def tunables(self, workload: Workload):
-        return tunables_for(workload) if self.name == DENSE else PACKED_TUNABLES[self.name]
+            return _select(where, limit, tunables_for(workload))
+        return [packed_row(tile, self.name, page_size=self.page_size)
+                for tile in _select(where, limit, PACKED_TUNABLES[self.name])]
 
     def table(self, out_dir: Path, workload: Workload) -> Path:
         """The table's file (see the module: packed tables have a suffix of their own)."""
@@ -106,7 +104,7 @@ def sweep_workload(
     # what neither holds (a new knob's configs, a larger --limit), never the whole space.
     done = {**_read_measurements(table), **_read_measurements(partial)}
     if configs is None:
-        configs = _select(where or {}, limit, kernel, workload)
+        configs = kernel.select(where or {}, limit, workload)
     todo = [c for c in configs if c not in done]
     if not todo:
         print(f"flashtune sweep: {table} already holds all {len(configs)} configs; nothing to measure",
@@ -156,12 +154,11 @@ def _parse_where(items: list[str]) -> dict[str, set[str]]:
     return where
 
 
-def _select(where: dict[str, set[str]], limit: int | None, kernel: SweptKernel, workload: Workload) -> list[Config]:
-    """The configs of the space ``kernel`` sweeps ``workload`` in that ``where`` selects (knobs
-    the kernel lacks select nothing away: one --where serves a sweep of prefill and decode
-    workloads)."""
-    where = {k: vals for k, vals in where.items() if k in kernel.tunables(workload)}
-    configs = [c for c in kernel.configs(workload) if all(str(c[k]) in vals for k, vals in where.items())]
+def _select(where: dict[str, set[str]], limit: int | None, tunables) -> list[Config]:
+    """The configs of the workload's kernel's space that ``where`` selects (knobs the kernel
+    lacks select nothing away: one --where serves a sweep of prefill and decode workloads)."""
+    where = {k: vals for k, vals in where.items() if k in tunables}
+    configs = [c for c in all_configs(tunables) if all(str(c[k]) in vals for k, vals in where.items())]
     return configs[:limit]
 
 
@@ -244,7 +241,7 @@ def run_sweep(args: argparse.Namespace) -> int:
                                           kernel=kernel)
             lines.append(summarize(workload, measurements))
     elapsed = time.perf_counter() - started
-    total = sum(len(plans[w].configs) if plans else len(_select(where, args.limit, kernel, w))
+    total = sum(len(plans[w].configs) if plans else len(kernel.select(where, args.limit, w))
                 for w in workloads)
     print(f"\n{total} trials in {elapsed:.1f} s ({total / elapsed * 60:.1f} trials/min); tables in {args.out}/")
     if args.interpret:
@@ -297,7 +294,7 @@ def _like_plan(args: argparse.Namespace, workload: Workload, where: dict[str, se
     if not paths:
         raise ValueError(f"--like {args.like}: no recorded table of {workload.name} in "
                          f"{', '.join(map(str, folders))} (recorded there: {recorded_workloads(folders) or 'none'})")
-    space = _select(where, None, SweptKernel(), workload)
+    space = _select(where, None, tunables_for(workload))
     selected = set(space)
     rows = []
     for path in paths:

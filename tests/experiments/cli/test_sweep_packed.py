@@ -17,14 +17,15 @@ import flashtune.runtime.dispatching.dispatch as dispatch
 from flashtune.experiments.cli import sweep
 from flashtune.experiments.cli.main import main
 from flashtune.experiments.cli.sweep import SweptKernel, sweep_workload
+from flashtune.experiments.evaluation.prior_files import read_tables
 from flashtune.kernels import paged
 from flashtune.kernels.config import Config
 from flashtune.kernels.reference import reference_attention
-from flashtune.kernels.space import PAGE_SIZE_KEY, validate_paged_config, validate_varlen_config
+from flashtune.kernels.space import PAGE_SIZE_KEY, SAFE_DEFAULT, validate_paged_config, validate_varlen_config
 from flashtune.objectives.hardware import load_spec
 from flashtune.objectives.objective import Objective
-from flashtune.objectives.replay import load_table
-from flashtune.objectives.types import Status, Workload
+from flashtune.objectives.replay import load_table, write_table
+from flashtune.objectives.types import Measurement, Status, Workload
 
 pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="CPU interpreter suite")
 
@@ -61,7 +62,7 @@ def _objective() -> Objective:
     return Objective(hardware=load_spec("h200"), env={"TRITON_INTERPRET": "1"}, precompile=0, timeout_s=120)
 
 
-def test_varlen_sweep_writes_rows_of_the_varlen_kernel(tmp_path: Path) -> None:
+def test_varlen_sweep_writes_rows_of_the_varlen_kernel(tmp_path: Path, capsys) -> None:
     out = tmp_path / "sweeps"
     assert main(["sweep", "--kernel", "varlen", "--workload", VARLEN_ARG, "--out", str(out), *INTERPRET,
                  "--limit", "2", "--where", "BLOCK_M=32"]) == 0
@@ -72,6 +73,21 @@ def test_varlen_sweep_writes_rows_of_the_varlen_kernel(tmp_path: Path) -> None:
         assert m.config["kernel"] == "varlen" and m.config["BLOCK_M"] == 32 and m.rel_error < 1e-4
         validate_varlen_config(m.config)  # the store's check of a varlen entry
     assert not (out / f"{workload.name}.jsonl").exists()  # the dense table's name stays free
+    # Run again, the rows read back as the varlen kernel's: nothing is measured again.
+    assert main(["sweep", "--kernel", "varlen", "--workload", VARLEN_ARG, "--out", str(out), *INTERPRET,
+                 "--limit", "2", "--where", "BLOCK_M=32"]) == 0
+    assert "already holds all 2 configs" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="only 2 varlen/paged rows"):
+        read_tables(out, "table:sweeps")  # a study's priors are the dense op's
+
+
+def test_priors_from_a_folder_leave_the_packed_tables_out(tmp_path: Path) -> None:
+    workload = Workload.parse(VARLEN_ARG)
+    varlen = Config(BLOCK_M=32, BLOCK_N=32, num_warps=4, num_stages=1, kernel="varlen")
+    for config, name in ((SAFE_DEFAULT, f"{workload.name}.jsonl"), (varlen, f"{workload.name}.varlen.jsonl")):
+        write_table(tmp_path / name, [Measurement(config=config, workload=workload, status=Status.OK, median_ms=1.0)])
+    (prior,) = read_tables(tmp_path, "table:x")
+    assert prior.config == SAFE_DEFAULT and prior.source == "prior"
 
 
 @pytest.mark.parametrize("page_size", [16, 32])
