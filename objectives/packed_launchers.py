@@ -78,9 +78,14 @@ def launch_varlen_dense(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: 
     return handle
 
 
-def _paged_layout(k: torch.Tensor, v: torch.Tensor, page_size: int) -> tuple[torch.Tensor, ...]:
+def _rows(t: torch.Tensor) -> torch.Tensor:
+    """(batch, heads, len, head_dim) as the paged kernel's (batch, len, heads, head_dim), a view."""
+    return t.transpose(1, 2)
+
+
+def _paged_layout(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, page_size: int) -> tuple[torch.Tensor, ...]:
     """k and v in a pool of pages of ``page_size`` (batch x ceil(kv_len / page_size), shuffled),
-    each sequence's cached lengths and its block table."""
+    each sequence's cached lengths and its block table, checked against q as the op checks them."""
     batch, kv_heads, kv_len, head_dim = k.shape
     pages = triton.cdiv(kv_len, page_size)
     order = torch.randperm(batch * pages, generator=torch.Generator().manual_seed(PAGE_ORDER_SEED))
@@ -89,11 +94,12 @@ def _paged_layout(k: torch.Tensor, v: torch.Tensor, page_size: int) -> tuple[tor
     for t in (k, v):
         # (batch, pages x page_size, kv_heads, head_dim): slots past kv_len are NaN.
         slots = torch.full((batch, pages * page_size, kv_heads, head_dim), float("nan"), dtype=t.dtype, device=t.device)
-        slots[:, :kv_len] = t.transpose(1, 2)
+        slots[:, :kv_len] = _rows(t)
         cache = torch.empty((batch * pages, page_size, kv_heads, head_dim), dtype=t.dtype, device=t.device)
         cache[table.view(-1).long()] = slots.view(batch * pages, page_size, kv_heads, head_dim)
         caches.append(cache)
     seqlens = torch.full((batch,), kv_len, dtype=torch.int32, device=k.device)
+    check_paged_inputs(_rows(q), caches[0], caches[1], None, None, seqlens, table)
     return caches[0], caches[1], seqlens, table
 
 
@@ -102,9 +108,8 @@ def launch_paged_dense(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: t
     """The paged kernel on dense inputs (see the module); the row's config names the page size."""
     page_size = config[PAGE_SIZE_KEY]
     tile = validate_paged_config({name: value for name, value in config.items() if name != PAGE_SIZE_KEY})
-    k_cache, v_cache, seqlens, table = _layout_of((k, v), ("paged", page_size),
-                                                  lambda: _paged_layout(k, v, page_size))
-    q_rows, out_rows = q.transpose(1, 2), out.transpose(1, 2)  # (batch, q_len, heads, head_dim) views
-    check_paged_inputs(q_rows, k_cache, v_cache, None, None, seqlens, table)
-    launch_paged(q_rows, k_cache, v_cache, None, None, out_rows, seqlens, table, causal=causal, scale=scale,
+    k_cache, v_cache, seqlens, table = _layout_of((q, k, v), ("paged", page_size),
+                                                  lambda: _paged_layout(q, k, v, page_size))
+    # q and out through strides, in place: the kernel reads and writes any (batch, position, head) strides.
+    launch_paged(_rows(q), k_cache, v_cache, None, None, _rows(out), seqlens, table, causal=causal, scale=scale,
                  config=tile)
