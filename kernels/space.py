@@ -219,6 +219,9 @@ PAGED_KNOBS: tuple[Knob, ...] = (
 PAGED_TUNABLES: Mapping[str, tuple[Value, ...]] = space_of(PAGED_KNOBS)
 #: The name a config may give its kernel (the op also takes configs that omit it).
 PAGED_KERNEL = "paged"
+#: The key of a paged table row's config that names the cache's page size (a workload has
+#: no field for it; the store keeps it in the bucket, runtime/storage/export.py).
+PAGE_SIZE_KEY = "page_size"
 
 
 def validate_paged_config(config: Mapping[str, Value]) -> Config:

@@ -126,15 +126,17 @@ class BenchmarkWorker:
         seed: int = 0,
         tolerance: float | None = None,
         fp8_tolerance: float | None = None,
+        launcher: str | None = None,
     ) -> Measurement:
-        """Measure one config; never raises for anything the config does."""
+        """Measure one config (with ``launcher``, else the worker's own); never raises for
+        anything the config does."""
         if self._proc is None:
             self.start()
         elif self._proc.poll() is not None:
             self._restart()
         request = {
             "config": config.to_dict(), "workload": workload.to_dict(), "seed": seed,
-            "launcher": self.launcher, "tolerance": tolerance, "fp8_tolerance": fp8_tolerance,
+            "launcher": launcher or self.launcher, "tolerance": tolerance, "fp8_tolerance": fp8_tolerance,
         }
         try:
             self._proc.stdin.write(json.dumps(request) + "\n")  # type: ignore[union-attr]

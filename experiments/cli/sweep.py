@@ -3,6 +3,18 @@
 One JSON-lines table per workload (``<out>/<workload.name>.jsonl``), the raw material of
 the replay objective. Measurements are appended to ``<table>.partial`` as they come, so
 a killed sweep resumes where it stopped; the finished table is written atomically.
+
+``--kernel varlen`` and ``--kernel paged --page-size N`` sweep a packed kernel's space
+instead (objectives/packed.py): the same objective, worker and checks, each row's config
+naming its kernel (and page size), the convention ``flashtune export`` stores in the
+``varlen`` / ``paged`` classes. The workload is read in the packed kernel's terms: varlen,
+batch sequences of the workload's lengths packed end to end; paged, batch sequences of
+kv_len cached keys in pages of the page size (the block table's capacity, kv_len rounded up
+to whole pages, must fall in kv_len's bucket). Their tables lie beside the dense ones,
+named ``<workload.name>.varlen.jsonl`` and ``<workload.name>.paged-p<N>.jsonl``: a dense, a
+varlen and a paged sweep of one workload (of any page sizes) never share a table, and one
+``flashtune export table:<out>`` reads them all. (Replay and ``--like`` read the dense
+table of a workload by its exact name, never a packed one.)
 """
 
 from __future__ import annotations
@@ -22,12 +34,53 @@ from tqdm import tqdm
 from flashtune.experiments.evaluation.sweep_plan import SweepPlan, plan_sweep
 from flashtune.experiments.study.measurers import default_replay_dirs, gpu_names, recorded_workloads, table_path
 from flashtune.kernels.config import Config
-from flashtune.kernels.space import KERNEL_TUNABLES, all_configs, tunables_for, validate_config
+from flashtune.kernels.space import (
+    KERNEL_TUNABLES,
+    PAGED_KERNEL,
+    VARLEN_KERNEL,
+    all_configs,
+    tunables_for,
+    validate_config,
+)
 from flashtune.objectives.feasibility import check
 from flashtune.objectives.hardware import HardwareSpec, known_specs, load_spec
 from flashtune.objectives.objective import Objective
+from flashtune.objectives.packed import PACKED_TUNABLES, packed_row, validate_row
 from flashtune.objectives.replay import load_table, write_table
 from flashtune.objectives.types import SUITE, Measurement, Status, Workload
+from flashtune.runtime.storage.buckets import pow2_bucket
+
+#: ``--kernel``'s default: the dense op's kernels (prefill or decode, by the workload's q_len).
+DENSE = "dense"
+#: The kernels ``--kernel`` names.
+SWEPT_KERNELS = (DENSE, VARLEN_KERNEL, PAGED_KERNEL)
+#: Page sizes must be whole multiples of this (kernels/paged.py ``PAGE_SIZE_MULTIPLE``;
+#: tests/experiments/cli/test_sweep_packed.py checks the two agree, since the parent
+#: process keeps torch, which kernels/paged.py imports, unloaded).
+PAGE_SIZE_MULTIPLE = 16
+
+
+@dataclasses.dataclass(frozen=True)
+class SweptKernel:
+    """The kernel a sweep measures: ``dense`` (the op's prefill or decode kernel, by the
+    workload), ``varlen``, or ``paged`` at a page size."""
+
+    name: str = DENSE
+    page_size: int | None = None
+
+    def select(self, where: dict[str, set[str]], limit: int | None, workload: Workload) -> list[Config]:
+        """The rows of the space ``workload`` is swept in that ``where`` selects, the first ``limit``."""
+        if self.name == DENSE:
+            return _select(where, limit, tunables_for(workload))
+        return [packed_row(tile, self.name, page_size=self.page_size)
+                for tile in _select(where, limit, PACKED_TUNABLES[self.name])]
+
+    def table(self, out_dir: Path, workload: Workload) -> Path:
+        """The table's file (see the module: packed tables have a suffix of their own)."""
+        if self.name == DENSE:
+            return out_dir / f"{workload.name}.jsonl"
+        suffix = self.name if self.name == VARLEN_KERNEL else f"{self.name}-p{self.page_size}"
+        return out_dir / f"{workload.name}.{suffix}.jsonl"
 
 
 def sweep_workload(
@@ -39,18 +92,19 @@ def sweep_workload(
     limit: int | None = None,
     where: dict[str, set[str]] | None = None,
     configs: list[Config] | None = None,
+    kernel: SweptKernel = SweptKernel(),
 ) -> list[Measurement]:
-    """Measure every config of the space (or those ``where`` selects, the first ``limit``; or
-    the ``configs`` given) on ``workload``; resume from a partial or a finished table,
-    measuring only what they lack."""
+    """Measure every config of ``kernel``'s space (or those ``where`` selects, the first
+    ``limit``; or the ``configs`` given) on ``workload``; resume from a partial or a
+    finished table, measuring only what they lack."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    table = out_dir / f"{workload.name}.jsonl"
+    table = kernel.table(out_dir, workload)
     partial = table.with_suffix(".jsonl.partial")
     # A finished table and a partial one both count: a sweep run again measures only
     # what neither holds (a new knob's configs, a larger --limit), never the whole space.
     done = {**_read_measurements(table), **_read_measurements(partial)}
     if configs is None:
-        configs = _select(where or {}, limit, tunables_for(workload))
+        configs = kernel.select(where or {}, limit, workload)
     todo = [c for c in configs if c not in done]
     if not todo:
         print(f"flashtune sweep: {table} already holds all {len(configs)} configs; nothing to measure",
@@ -81,7 +135,7 @@ def _read_measurements(path: Path) -> dict[Config, Measurement]:
     for line in path.read_text().splitlines():
         try:
             m = Measurement.from_dict(json.loads(line))
-            m = dataclasses.replace(m, config=validate_config(m.config))  # knobs added since
+            m = dataclasses.replace(m, config=validate_row(m.config))  # knobs added since
         except (ValueError, KeyError, TypeError):
             continue  # a line cut short by a kill: measure that config again
         done[m.config] = m
@@ -92,7 +146,8 @@ def _parse_where(items: list[str]) -> dict[str, set[str]]:
     where = {}
     for item in items:
         knob, sep, values = item.partition("=")
-        knobs = sorted({name for tunables in KERNEL_TUNABLES.values() for name in tunables})
+        spaces = [*KERNEL_TUNABLES.values(), *PACKED_TUNABLES.values()]
+        knobs = sorted({name for tunables in spaces for name in tunables})
         if not sep or knob not in knobs:
             raise ValueError(f"--where {item!r}: expected KNOB=V1,V2 with KNOB one of {knobs}")
         where[knob] = set(values.split(","))
@@ -130,6 +185,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                    help="only configs whose KNOB is one of the values (repeatable), e.g. loads=tma,tma_ws")
     p.add_argument("--limit", type=int, default=None, help="only the first N configs of the space (throughput runs)")
     p.add_argument("--interpret", action="store_true", help="run the kernel in Triton's CPU interpreter")
+    p.add_argument("--kernel", choices=SWEPT_KERNELS, default=DENSE,
+                   help="the kernel whose space is swept: dense (the op's prefill or decode kernel, default), "
+                        "varlen (packed prefill: batch sequences end to end) or paged (decode against a paged "
+                        "KV cache; needs --page-size)")
+    p.add_argument("--page-size", type=int, default=None, metavar="N",
+                   help=f"with --kernel paged: the cache's page size (a multiple of {PAGE_SIZE_MULTIPLE})")
     like = p.add_argument_group("a new GPU recorded from a known one's space (instead of the whole space)")
     like.add_argument("--like", default=None, metavar="GPU",
                       help="measure configs of this GPU's recorded space (a shipped spec with tables, e.g. h200): "
@@ -157,6 +218,7 @@ def run_sweep(args: argparse.Namespace) -> int:
         raise ValueError(f"--out {str(args.out)!r} is a file, not a folder")
     hardware: HardwareSpec | None = load_spec(args.hardware) if args.hardware else None
     where = _parse_where(args.where)
+    kernel = _swept_kernel(args, workloads)
     if args.like and args.limit:
         raise ValueError("--like chooses the configs itself: drop --limit")
     plans = {w: _like_plan(args, w, where, hardware or _device_spec()) for w in workloads} if args.like else {}
@@ -175,10 +237,11 @@ def run_sweep(args: argparse.Namespace) -> int:
         objective = InterpretedObjective(live) if args.interpret else live
         for workload in workloads:
             plan = plans[workload].configs if plans else None
-            measurements = sweep_workload(objective, workload, args.out, limit=args.limit, where=where, configs=plan)
+            measurements = sweep_workload(objective, workload, args.out, limit=args.limit, where=where, configs=plan,
+                                          kernel=kernel)
             lines.append(summarize(workload, measurements))
     elapsed = time.perf_counter() - started
-    total = sum(len(plans[w].configs) if plans else len(_select(where, args.limit, tunables_for(w)))
+    total = sum(len(plans[w].configs) if plans else len(kernel.select(where, args.limit, w))
                 for w in workloads)
     print(f"\n{total} trials in {elapsed:.1f} s ({total / elapsed * 60:.1f} trials/min); tables in {args.out}/")
     if args.interpret:
@@ -186,6 +249,39 @@ def run_sweep(args: argparse.Namespace) -> int:
               "compute right; `flashtune export` skips them")
     print("\n".join(lines))
     return 0
+
+
+def _swept_kernel(args: argparse.Namespace, workloads: list[Workload]) -> SweptKernel:
+    """The kernel ``--kernel`` and ``--page-size`` name.
+
+    Raises:
+        ValueError: --page-size without --kernel paged or missing with it, or not a multiple
+            of ``PAGE_SIZE_MULTIPLE``; --like with a packed kernel (no GPU's packed space is
+            recorded); a paged workload whose block table's capacity leaves its bucket.
+    """
+    if args.kernel != PAGED_KERNEL:
+        if args.page_size is not None:
+            raise ValueError(f"--page-size is the paged kernel's: add --kernel paged (got --kernel {args.kernel})")
+    elif args.page_size is None or args.page_size < 1 or args.page_size % PAGE_SIZE_MULTIPLE:
+        raise ValueError(f"--kernel paged needs --page-size N, a positive multiple of {PAGE_SIZE_MULTIPLE} "
+                         f"(got {args.page_size})")
+    if args.kernel != DENSE and args.like:
+        raise ValueError(f"--like reads a GPU's recorded dense tables: it cannot plan a --kernel {args.kernel} sweep")
+    if args.kernel == PAGED_KERNEL:
+        for w in workloads:
+            _check_capacity(w, args.page_size)
+    return SweptKernel(args.kernel, args.page_size)
+
+
+def _check_capacity(workload: Workload, page_size: int) -> None:
+    """Raise ValueError unless the block table of ``workload``'s paged layout (kv_len rounded
+    up to whole pages) falls in kv_len's bucket: the runtime keys a paged call by that
+    capacity, the row's bucket by kv_len (runtime/storage/export.py)."""
+    capacity = -(-workload.kv_len // page_size) * page_size
+    if pow2_bucket(capacity) != pow2_bucket(workload.kv_len):
+        raise ValueError(f"{workload.name}: {workload.kv_len} keys take a block table of {capacity} keys at "
+                         f"--page-size {page_size}, another bucket than {workload.kv_len}'s; give kv_len "
+                         f"{capacity} or a smaller page size")
 
 
 def _like_plan(args: argparse.Namespace, workload: Workload, where: dict[str, set[str]],

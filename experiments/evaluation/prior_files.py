@@ -13,6 +13,7 @@ import dataclasses
 import warnings
 from pathlib import Path
 
+from flashtune.kernels.space import kernel_of
 from flashtune.objectives.replay import load_table
 from flashtune.objectives.types import Measurement, Status
 from flashtune.runtime.storage.buckets import DENSE_KINDS
@@ -46,8 +47,18 @@ def table_measurements(path: str | Path) -> list[Measurement]:
 
 
 def read_tables(path: str | Path, label: str) -> list[Measurement]:
-    """:func:`table_measurements` as priors of source ``label``."""
-    return [as_prior(m, label) for m in table_measurements(path)]
+    """:func:`table_measurements` as priors of source ``label``, less the rows of the varlen
+    and paged kernels (``flashtune sweep --kernel``): as in :func:`read_store`, their configs
+    are other kernels' (a study tunes the dense op's).
+
+    Raises:
+        ValueError: as :func:`table_measurements`, or every row is a packed kernel's.
+    """
+    read = table_measurements(path)
+    dense = [as_prior(m, label) for m in read if kernel_of(m.config) in DENSE_KINDS]
+    if read and not dense:
+        raise ValueError(f"tables {path}: only {len(read)} varlen/paged rows, which no study tunes")
+    return dense
 
 
 def read_store(path: str | Path, label: str) -> list[Measurement]:

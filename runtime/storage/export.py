@@ -19,6 +19,7 @@ import os
 from collections.abc import Iterable
 
 from flashtune.kernels.config import Config
+from flashtune.kernels.space import PAGE_SIZE_KEY as PAGE_SIZE_KEY  # a paged row's page size
 from flashtune.kernels.space import PAGED_KERNEL, kernel_of
 from flashtune.objectives.types import Measurement
 from flashtune.runtime.dispatching.resolve import uses_fp8
@@ -29,8 +30,6 @@ from flashtune.runtime.storage.store import Store, StoreEntry, better, source_ha
 #: measurement without them is taken to come from the kernel and Triton installed here.
 KERNEL_HASH_KEYS = ("kernel_hash", "kernel_source", "kernel")
 TRITON_KEY = "triton"
-#: The key of a paged row's config that names the cache's page size.
-PAGE_SIZE_KEY = "page_size"
 
 
 def entry_of(measurement: Measurement, *, include_fp8: bool = False) -> StoreEntry | None:
