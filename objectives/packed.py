@@ -15,6 +15,7 @@ Torch-free: the parent process (the objective, the sweep) reads it without loadi
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 
 from flashtune.kernels.config import Config, Value
 from flashtune.kernels.space import (
@@ -88,3 +89,16 @@ def validate_row(config: Mapping[str, Value]) -> Config:
         return Config({**tile, "kernel": kernel, PAGE_SIZE_KEY: page_size})
     return validate_config(config)
 
+
+
+def table_suffix(kernel: str, page_size: int | None = None) -> str:
+    """What a packed kernel's table adds to its workload's name (``<workload>.<suffix>.jsonl``),
+    so that a dense, a varlen and a paged table of one workload (at any page size) never
+    share a file, and a folder's dense tables stay ``<workload>.jsonl``."""
+    return kernel if kernel == VARLEN_KERNEL else f"{kernel}-p{check_page_size(page_size)}"
+
+
+def is_packed_table(path: str | Path) -> bool:
+    """Whether a table file is a packed kernel's (its name has a :func:`table_suffix`; a
+    workload's name has no dot): such tables are not the dense op's recordings of a workload."""
+    return "." in Path(path).name.removesuffix(".jsonl")

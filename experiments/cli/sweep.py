@@ -45,7 +45,7 @@ from flashtune.kernels.space import (
 from flashtune.objectives.feasibility import check
 from flashtune.objectives.hardware import HardwareSpec, known_specs, load_spec
 from flashtune.objectives.objective import Objective
-from flashtune.objectives.packed import PACKED_TUNABLES, packed_row, validate_row
+from flashtune.objectives.packed import PACKED_TUNABLES, packed_row, table_suffix, validate_row
 from flashtune.objectives.replay import load_table, write_table
 from flashtune.objectives.types import SUITE, Measurement, Status, Workload
 from flashtune.runtime.storage.buckets import pow2_bucket
@@ -79,8 +79,7 @@ class SweptKernel:
         """The table's file (see the module: packed tables have a suffix of their own)."""
         if self.name == DENSE:
             return out_dir / f"{workload.name}.jsonl"
-        suffix = self.name if self.name == VARLEN_KERNEL else f"{self.name}-p{self.page_size}"
-        return out_dir / f"{workload.name}.{suffix}.jsonl"
+        return out_dir / f"{workload.name}.{table_suffix(self.name, self.page_size)}.jsonl"
 
 
 def sweep_workload(

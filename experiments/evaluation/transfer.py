@@ -40,6 +40,7 @@ from flashtune.kernels.config import Config
 from flashtune.kernels.space import IMPLIED
 from flashtune.objectives.hardware import HardwareSpec, load_spec
 from flashtune.objectives.kernel_tuner_files import space_name
+from flashtune.objectives.packed import is_packed_table
 from flashtune.objectives.replay import ReplayObjective, load_table
 from flashtune.objectives.types import Measurement
 from flashtune.search import History, SearchSpace, make_strategy, run
@@ -116,7 +117,8 @@ def gpu_pairs(source_gpu: str, target_gpu: str, folders: dict[str, Sequence[Path
         found: dict[str, list[str]] = defaultdict(list)
         for folder in folders[gpu]:
             for path in sorted(Path(folder).glob("*.jsonl")):
-                found[path.name.removesuffix(".jsonl")].append(str(path))
+                if not is_packed_table(path):  # a packed kernel's table is not the workload's space
+                    found[path.name.removesuffix(".jsonl")].append(str(path))
         return {name: tuple(paths) for name, paths in found.items()}
 
     source, target = tables(source_gpu), tables(target_gpu)

@@ -22,6 +22,7 @@ from flashtune.kernels.config import Config
 from flashtune.kernels.space import tunables_for, validate_config
 from flashtune.objectives.hardware import HardwareSpec, known_specs
 from flashtune.objectives.objective import Objective
+from flashtune.objectives.packed import is_packed_table
 from flashtune.objectives.replay import ReplayObjective, load_table
 from flashtune.objectives.types import Measurement, Workload
 
@@ -90,9 +91,10 @@ def _folders(replay_dirs: ReplayDirs) -> list[Path]:
 
 
 def recorded_workloads(replay_dirs: ReplayDirs) -> list[str]:
-    """Names of the workloads with a table in any of ``replay_dirs`` (folders that do not exist hold none)."""
+    """Names of the workloads with a table in any of ``replay_dirs`` (folders that do not exist
+    hold none); a packed kernel's table beside them is not one (objectives/packed.py)."""
     return sorted({p.name[: -len(".jsonl")] for folder in _folders(replay_dirs) if folder.is_dir()
-                   for p in folder.glob("*.jsonl")})
+                   for p in folder.glob("*.jsonl") if not is_packed_table(p)})
 
 
 @dataclass

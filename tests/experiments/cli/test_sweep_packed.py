@@ -18,6 +18,8 @@ from flashtune.experiments.cli import sweep
 from flashtune.experiments.cli.main import main
 from flashtune.experiments.cli.sweep import SweptKernel, sweep_workload
 from flashtune.experiments.evaluation.prior_files import read_tables
+from flashtune.experiments.evaluation.transfer import gpu_pairs
+from flashtune.experiments.study.measurers import recorded_workloads
 from flashtune.kernels import paged
 from flashtune.kernels.config import Config
 from flashtune.kernels.reference import reference_attention
@@ -88,6 +90,19 @@ def test_priors_from_a_folder_leave_the_packed_tables_out(tmp_path: Path) -> Non
         write_table(tmp_path / name, [Measurement(config=config, workload=workload, status=Status.OK, median_ms=1.0)])
     (prior,) = read_tables(tmp_path, "table:x")
     assert prior.config == SAFE_DEFAULT and prior.source == "prior"
+
+
+def test_a_folders_workloads_and_gpu_pairs_leave_the_packed_tables_out(tmp_path: Path) -> None:
+    # Packed tables swept into a GPU's data folder are not that GPU's recordings of a workload.
+    workload = Workload.parse(VARLEN_ARG)
+    for gpu in ("h200", "h100"):
+        folder = tmp_path / gpu
+        folder.mkdir()
+        for kernel in (SweptKernel(), SweptKernel("varlen"), SweptKernel("paged", 16)):
+            write_table(kernel.table(folder, workload), [])
+    assert recorded_workloads([tmp_path / "h200"]) == [workload.name]
+    (pair,) = gpu_pairs("h200", "h100", {"h200": [tmp_path / "h200"], "h100": [tmp_path / "h100"]})
+    assert pair.source == workload.name and pair.source_files == (str(tmp_path / "h200" / f"{workload.name}.jsonl"),)
 
 
 @pytest.mark.parametrize("page_size", [16, 32])
