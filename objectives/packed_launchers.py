@@ -65,7 +65,10 @@ def _varlen_layout(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[t
     batch, q_len, kv_len = q.shape[0], q.shape[2], k.shape[2]
     pq, pk, pv = _packed(q), _packed(k), _packed(v)
     check_varlen_inputs(pq, pk, pv)
-    return pq, pk, pv, torch.empty_like(pq), _cu_seqlens(batch, q_len, q.device), _cu_seqlens(batch, kv_len, q.device)
+    # The packed output poisoned, as ``measure`` poisons ``out``: a row the kernel leaves unwritten
+    # is NaN in the check, never a value left in recycled memory.
+    pout = torch.full_like(pq, float("nan"))
+    return pq, pk, pv, pout, _cu_seqlens(batch, q_len, q.device), _cu_seqlens(batch, kv_len, q.device)
 
 
 def launch_varlen_dense(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, *, causal: bool,
