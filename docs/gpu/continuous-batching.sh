@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # transformers' continuous batching on the op, on the lent GPU, in one call of about 8 minutes:
 #   bash docs/gpu/continuous-batching.sh      (STEPS="tests kernels bench"; TESTS_S, KERNELS_S, BENCH_S cut
-#                                               each step; REQUESTS=64; IMPLS=sdpa,op,op-paged)
+#                                               each step; REQUESTS=64; IMPLS=sdpa,op,op-paged, and
+#                                               torch-varlen: torch's varlen attention on the same path)
 # 1. the GPU tests: the varlen kernel in bf16 against float32 (mixed lengths, chunked prefill,
 #    GQA, a padded step); the paged kernel against the contiguous cache; generate_batch on the op
 #    (varlen and paged) against transformers' sdpa, greedy tokens and teacher-forced packed logits

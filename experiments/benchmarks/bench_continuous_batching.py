@@ -29,6 +29,7 @@ from typing import Any
 
 import torch
 
+from flashtune.experiments.benchmarks import torch_varlen
 from flashtune.runtime.integrations.hf_continuous_batching import register
 
 #: Model shapes: Llama-3-8B's attention (32 query heads, 8 KV heads, head dim 128) with
@@ -42,9 +43,11 @@ SHAPES = {
 
 
 #: The attention implementations the benchmark can set, each made when asked for (the paged
-#: one needs CUDA): transformers' own sdpa, the op on packed varlen steps, the op reading the
-#: paged cache through its block table.
-IMPLEMENTATIONS = {"sdpa": lambda: "sdpa", "op": register, "op-paged": lambda: register(paged=True)}
+#: one and torch's varlen attention need CUDA): transformers' own sdpa, the op on packed varlen
+#: steps, the op reading the paged cache through its block table, torch's varlen attention on
+#: the packed steps through the op's path (the peer, experiments/benchmarks/torch_varlen.py).
+IMPLEMENTATIONS = {"sdpa": lambda: "sdpa", "op": register, "op-paged": lambda: register(paged=True),
+                   "torch-varlen": lambda: register(torch_varlen.NAME, varlen=torch_varlen.torch_varlen_attention)}
 
 
 def workload(requests: int, *, min_prompt: int, max_prompt: int, min_new: int, max_new: int, vocab: int,
@@ -124,6 +127,9 @@ def main(argv: list[str] | None = None) -> int:
     names = args.implementations.split(",")
     if names[0] != "sdpa" or not set(names) <= set(IMPLEMENTATIONS):
         parser.error(f"--implementations must start with sdpa and name only {', '.join(IMPLEMENTATIONS)}")
+    if "torch-varlen" in names and torch_varlen.available():
+        print(f"torch-varlen left out: {torch_varlen.available()}", flush=True)
+        names.remove("torch-varlen")
     implementations = {name: IMPLEMENTATIONS[name]() for name in names}
     report: dict[str, Any] = {"shape": args.shape, "requests": args.requests, "device": torch.cuda.get_device_name()
                               if cuda else "cpu", "prompt_tokens": sum(len(p) for p, _ in requests), "runs": []}

@@ -31,7 +31,9 @@ transformers is imported only inside :func:`register`.
 
 from __future__ import annotations
 
+import functools
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -204,6 +206,7 @@ def kvcache_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Ten
 
 def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                       attention_mask: torch.Tensor | None, scaling: float | None = None, dropout: float = 0.0,
+                      *, varlen_function: Callable[..., torch.Tensor] | None = None,
                       **kwargs: Any) -> tuple[torch.Tensor, None]:
     """transformers' attention function for :data:`NAME` and :data:`PAGED_NAME`: a continuous
     batch's step, handed to :func:`varlen_attention` (packed keys) or, with a block table, to
@@ -212,7 +215,8 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
     query (1, q_heads, total_q, D), key and value (1, kv_heads, total_k, D) as the paged cache
     gathered them (with a block table: the step's new tokens); ``cu_seq_lens_q``,
     ``cu_seq_lens_k``, ``max_length_q``, ``max_length_k`` in ``kwargs``. Returns
-    ((1, total_q, q_heads, D), None).
+    ((1, total_q, q_heads, D), None). ``varlen_function`` serves the packed steps in place of
+    :func:`varlen_attention` (``register(varlen=...)``).
 
     Raises:
         ValueError: called without the packed lengths (a plain ``generate``: use
@@ -234,8 +238,9 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
         return _block_table_step(query, key, value, kwargs, features), None
     q, k, v = (x[0].transpose(0, 1).contiguous() for x in (query, key, value))  # (tokens, heads, D)
     causal = bool(kwargs.get("is_causal", getattr(module, "is_causal", True)))
-    out = varlen_attention(q, k, v, kwargs["cu_seq_lens_q"], kwargs["cu_seq_lens_k"], kwargs["max_length_q"],
-                           kwargs["max_length_k"], causal=causal, **features)
+    out = (varlen_function or varlen_attention)(q, k, v, kwargs["cu_seq_lens_q"], kwargs["cu_seq_lens_k"],
+                                               kwargs["max_length_q"], kwargs["max_length_k"], causal=causal,
+                                               **features)
     return out.unsqueeze(0), None
 
 
@@ -256,20 +261,20 @@ def _block_table_step(query: torch.Tensor, key: torch.Tensor, value: torch.Tenso
     return out.reshape(1, n, *out.shape[-2:])
 
 
-#: The names transformers' FlashAttention loader is told to serve with our functions.
-_OUR_NAMES: set[str] = set()
+#: The names transformers' FlashAttention loader is told to serve, with the varlen function of each.
+_OUR_NAMES: dict[str, Callable[..., torch.Tensor]] = {}
 #: Of those, the names whose loader also answers the block-table function (:data:`PAGED_NAME`).
 _PAGED_NAMES: set[str] = set()
 
 
-def _serve_flash_loads(fa_utils: Any, name: str, *, paged: bool) -> None:
+def _serve_flash_loads(fa_utils: Any, name: str, *, paged: bool, varlen: Callable[..., torch.Tensor]) -> None:
     """Make transformers' FlashAttention loader (``_lazy_imports``, which
     ``lazy_import_flash_attention`` calls for a name it has not loaded last) answer ``name``
     and ``paged|name`` with our varlen function and no block-table function, and every other
     name as before. transformers asks for the plain name at ``set_attn_implementation`` and,
     where its continuous batching prefixes ``paged|`` (5.17), for the prefixed one at each step;
     its cache holds one name, so the answer must come from the loader, not a preset cache."""
-    _OUR_NAMES.update((name, f"paged|{name}"))
+    _OUR_NAMES.update({name: varlen, f"paged|{name}": varlen})
     (_PAGED_NAMES.update if paged else _PAGED_NAMES.difference_update)((name, f"paged|{name}"))
     if getattr(fa_utils._lazy_imports, "_flashtune", False):
         return
@@ -278,7 +283,7 @@ def _serve_flash_loads(fa_utils: Any, name: str, *, paged: bool) -> None:
     def lazy_imports(implementation: str | None, *args: Any, **kwargs: Any) -> tuple:
         if implementation in _OUR_NAMES:
             kvcache = kvcache_attention if implementation in _PAGED_NAMES else None
-            return None, varlen_attention, kvcache, fa_utils._pad_input, fa_utils._unpad_input
+            return None, _OUR_NAMES[implementation], kvcache, fa_utils._pad_input, fa_utils._unpad_input
         return load(implementation, *args, **kwargs)
 
     lazy_imports._flashtune = True
@@ -286,7 +291,8 @@ def _serve_flash_loads(fa_utils: Any, name: str, *, paged: bool) -> None:
     fa_utils._loaded_implementation = None  # a name loaded before is loaded again, through us
 
 
-def register(name: str | None = None, *, paged: bool = False) -> str:
+def register(name: str | None = None, *, paged: bool = False,
+             varlen: Callable[..., torch.Tensor] | None = None) -> str:
     """Register :func:`attention_forward` for transformers' continuous batching as ``name``.
 
     Makes transformers' FlashAttention loader answer ``name`` with our :func:`varlen_attention`,
@@ -299,10 +305,16 @@ def register(name: str | None = None, *, paged: bool = False) -> str:
         paged: also answer transformers' block-table function (:func:`kvcache_attention`), so on
             CUDA its decode-only steps read the paged cache in place; the name must then carry
             a 2 or 3 after "flash" (transformers' gate for that path), and without one it must not.
+        varlen: a function of ``flash_attn_varlen_func``'s signature (as :func:`varlen_attention`)
+            that serves the packed steps instead of ours: another kernel, or a peer a benchmark
+            runs through the same path (experiments/benchmarks/torch_varlen.py). Not with
+            ``paged`` (the block-table function stays ours).
 
     Returns:
         ``name``, for ``model.set_attn_implementation(name)`` before ``generate_batch``.
     """
+    if varlen is not None and paged:
+        raise ValueError("register(varlen=...) serves packed steps only: the block-table function (paged=True) is ours")
     name = name or (PAGED_NAME if paged else NAME)
     versioned = "flash" in name and any(d in name.split("flash", 1)[1] for d in "23")
     if "flash" not in name or versioned != paged:
@@ -316,12 +328,13 @@ def register(name: str | None = None, *, paged: bool = False) -> str:
     except ImportError as exc:
         raise ImportError(f"continuous batching needs transformers >= 5.0, an extra: pip install 'flashtune[hf]' "
                           f"({exc})") from exc
-    AttentionInterface.register(name, attention_forward)
+    forward = attention_forward if varlen is None else functools.partial(attention_forward, varlen_function=varlen)
+    AttentionInterface.register(name, forward)
     ALL_MASK_ATTENTION_FUNCTIONS.register(name, ALL_MASK_ATTENTION_FUNCTIONS["flash_attention_2"])
     try:
         from transformers.integrations.flash_paged import paged_attention_forward
         AttentionInterface.register(f"paged|{name}", paged_attention_forward)
     except ImportError:  # a transformers without the paged wrapper calls attention_forward itself
         pass
-    _serve_flash_loads(fa_utils, name, paged=paged)
+    _serve_flash_loads(fa_utils, name, paged=paged, varlen=varlen or varlen_attention)
     return name

@@ -58,6 +58,23 @@ def test_varlen_bf16_mixed_lengths_chunked_prefill_gqa(head_dim, tile):
     assert relative_error(out[:real], _reference(q, k, v, cu_q, cu_k)[:real]) < BF16_TOL
 
 
+def test_torch_varlen_peer_matches_float32_on_chunks_with_cached_prefixes():
+    """The benchmark's peer (torch's varlen attention by FlashAttention's signature, GQA by
+    repeated K/V where this torch lacks enable_gqa): causal aligned bottom-right per sequence,
+    as transformers' continuous batching needs it."""
+    from flashtune.experiments.benchmarks.torch_varlen import available, torch_varlen_attention
+
+    if available():
+        pytest.skip(available())
+    lengths_q, lengths_k = [1, 77, 1, 513, 4, 1000], [300, 77, 1, 513, 1000, 1000]
+    g = torch.Generator(device="cuda").manual_seed(0)
+    q = torch.randn(sum(lengths_q), 32, 128, generator=g, device="cuda").to(torch.bfloat16)
+    k, v = (torch.randn(sum(lengths_k), 8, 128, generator=g, device="cuda").to(torch.bfloat16) for _ in "kv")
+    cu_q, cu_k = _cumulative(lengths_q), _cumulative(lengths_k)
+    out = torch_varlen_attention(q, k, v, cu_q, cu_k, max(lengths_q), max(lengths_k), causal=True)
+    assert relative_error(out, _reference(q, k, v, cu_q, cu_k)) < BF16_TOL
+
+
 @pytest.mark.parametrize("paged", [False, True], ids=["varlen", "paged"])
 def test_generate_batch_on_the_op_matches_sdpa(paged):
     transformers = pytest.importorskip("transformers")

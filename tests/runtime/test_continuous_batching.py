@@ -81,6 +81,29 @@ def test_generate_batch_gives_sdpas_greedy_tokens_with_the_kernel_on_every_step(
     assert log_lines == []  # no fallback
 
 
+def test_a_varlen_function_of_ones_own_serves_every_packed_step(model) -> None:
+    # register(varlen=...): another flash_attn_varlen_func (a peer a benchmark runs, another
+    # kernel) through the same path, on both routes (the registered forward, the loader).
+    prompts = [[1, 5, 7, 9, 11], [1, 2], [1] + list(range(3, 30))]
+    expected = _generate(model, "sdpa", prompts, new_tokens=4)
+    calls = []
+
+    def peer(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale=None, causal=True, **_):
+        calls.append(int(max_seqlen_q))
+        return cb.packed_sdpa(q, k, v, cu_seqlens_q, cu_seqlens_k, scale=softmax_scale, causal=causal)
+
+    name = cb.register("flash_peer", varlen=peer)
+    from transformers import modeling_flash_attention_utils as fa_utils
+
+    assert inspect.unwrap(fa_utils.lazy_import_flash_attention(name)[0][1]) is peer
+    assert _generate(model, name, prompts, new_tokens=4) == expected
+    assert len(calls) >= 4 * model.config.num_hidden_layers and max(calls) == max(map(len, prompts))
+    # The op's own name still loads the op's function.
+    assert inspect.unwrap(fa_utils.lazy_import_flash_attention(cb.register())[0][1]) is cb.varlen_attention
+    with pytest.raises(ValueError, match="block-table function"):
+        cb.register(cb.PAGED_NAME, paged=True, varlen=peer)
+
+
 def test_a_packed_forward_gives_each_sequences_own_logits(model) -> None:
     # Teacher-forced, as a continuous-batching prefill runs: three sequences in one row.
     sequences = [[1, 5, 9, 2, 7], [3], [4, 8, 15, 16, 23, 42, 11, 12]]

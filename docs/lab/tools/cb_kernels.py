@@ -21,7 +21,6 @@ Times: median milliseconds (CUDA events, L2 flushed: ``objectives.bench.time_cal
 from __future__ import annotations
 
 import argparse
-import inspect
 import json
 import math
 import random
@@ -100,26 +99,12 @@ def mixed_lengths(report: dict[str, Any], sequences: int = 16) -> None:
         config = tile_config(tile)
         row["tiles"][str(tile)] = timed(lambda: flash_attention_varlen(
             q, k, v, cu, cu, longest, longest, causal=True, config=config, check_lengths=False))
-    try:
-        from torch.nn.attention.varlen import varlen_attn
-    except ImportError as exc:
-        row["torch_varlen_attn_ms"] = f"not in this torch: {exc}"
-    else:
-        row["torch_varlen_attn_ms"] = timed(lambda: torch_varlen(varlen_attn, q, k, v, cu, longest))
+    from flashtune.experiments.benchmarks.torch_varlen import available, torch_varlen_attention
+
+    row["torch_varlen_attn_ms"] = available() or timed(
+        lambda: torch_varlen_attention(q, k, v, cu, cu, longest, longest, causal=True))
     print(f"  mixed {sequences} sequences, {total} tokens: {row}", flush=True)
     report["mixed_lengths"] = row
-
-
-def torch_varlen(varlen_attn, q, k, v, cu, longest):
-    """torch's varlen attention, causal, as the installed torch spells it: 2.9-2.11 take
-    ``is_causal`` and as many K/V heads as query heads, later ones ``window_size`` and
-    ``enable_gqa``."""
-    parameters = inspect.signature(varlen_attn).parameters
-    if "enable_gqa" not in parameters:
-        k, v = (x.repeat_interleave(Q_HEADS // KV_HEADS, dim=1) for x in (k, v))
-    options = {"enable_gqa": True} if "enable_gqa" in parameters else {}
-    options.update({"is_causal": True} if "is_causal" in parameters else {"window_size": (-1, 0)})
-    return varlen_attn(q, k, v, cu, cu, longest, longest, **options)
 
 
 def paged_vs_contiguous(report: dict[str, Any], batch: int = 64) -> None:
