@@ -7,6 +7,7 @@ Prints registers, the kernel's instruction count, and each loop with 8 exponenti
 unmasked key loop, then the masked band) with its most frequent opcodes. Run without
 ``TRITON_INTERPRET``, with ``CUDA_VISIBLE_DEVICES=`` (objectives/aot.py's stand-in driver).
 """
+import argparse
 import collections
 import re
 import subprocess
@@ -25,29 +26,32 @@ from flashtune.objectives.aot import _triton_tool, compiling_for, resource_usage
 from flashtune.objectives.hardware import load_spec
 from flashtune.objectives.types import Workload
 
-hw = load_spec("h100")
-bm, bn, w, s = [int(x) for x in sys.argv[1].split(",")] if len(sys.argv) > 1 else (64, 64, 4, 3)
-causal = True
-D = 128
-cfg = {**SAFE_DEFAULT, "BLOCK_M": bm, "BLOCK_N": bn, "num_warps": w, "num_stages": s}
-dense_sass, dense_res = compiled_sass(cfg, Workload(16, 32, 8, 1024, 1024, D, "bfloat16", causal), hw)
+#: The packed batch compiled for: 16 sequences of 1,024 tokens, 32 query and 8 KV heads.
+SEQUENCES, LENGTH, Q_HEADS, KV_HEADS = 16, 1024, 32, 8
 
-q = torch.empty(16 * 1024, 32, D, dtype=torch.bfloat16)
-k = torch.empty(16 * 1024, 8, D, dtype=torch.bfloat16)
-cu = torch.zeros(17, dtype=torch.int32)
-with compiling_for(hw):
-    kern = varlen_forward_kernel.warmup(q, k, k, q, cu, cu, *q.stride()[:2], *k.stride()[:2], *k.stride()[:2],
-                                        *q.stride()[:2], 16, 32, 4, q.shape[0], k.shape[0], 1024, 0.1,
-                                        HEAD_DIM=D, BLOCK_M=bm, BLOCK_N=bn, IS_CAUSAL=causal,
-                                        num_warps=w, num_stages=s, grid=(1,))
-with tempfile.TemporaryDirectory() as folder:
-    path = Path(folder) / "k.cubin"
-    path.write_bytes(kern.asm["cubin"])
-    varlen_sass = subprocess.run([str(_triton_tool("cuobjdump")), "-sass", str(path)], capture_output=True,
-                                 text=True, check=True).stdout
-varlen_res = resource_usage(kern.asm["cubin"])
 
-def loops(sass):
+def varlen_sass(hw, tile: tuple[int, int, int, int], head_dim: int, causal: bool) -> tuple[str, dict]:
+    """(SASS listing, resource usage) of the varlen kernel at ``tile`` compiled for ``hw``."""
+    bm, bn, w, s = tile
+    q = torch.empty(SEQUENCES * LENGTH, Q_HEADS, head_dim, dtype=torch.bfloat16)
+    k = torch.empty(SEQUENCES * LENGTH, KV_HEADS, head_dim, dtype=torch.bfloat16)
+    cu = torch.zeros(SEQUENCES + 1, dtype=torch.int32)
+    with compiling_for(hw):
+        kern = varlen_forward_kernel.warmup(q, k, k, q, cu, cu, *q.stride()[:2], *k.stride()[:2], *k.stride()[:2],
+                                            *q.stride()[:2], SEQUENCES, Q_HEADS, Q_HEADS // KV_HEADS, q.shape[0],
+                                            k.shape[0], LENGTH, 0.1, HEAD_DIM=head_dim, BLOCK_M=bm, BLOCK_N=bn,
+                                            IS_CAUSAL=causal, num_warps=w, num_stages=s, grid=(1,))
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "k.cubin"
+        path.write_bytes(kern.asm["cubin"])
+        sass = subprocess.run([str(_triton_tool("cuobjdump")), "-sass", str(path)], capture_output=True,
+                              text=True, check=True).stdout
+    return sass, resource_usage(kern.asm["cubin"])
+
+
+def loops(sass: str) -> tuple[int, list[tuple[int, collections.Counter]]]:
+    """The listing's instruction count, and each loop closed by a backward branch with 8
+    exponentials or more: (instructions, opcode counts)."""
     lines = [(int(m.group(1), 16), m.group(2).strip()) for m in _ADDRESSED.finditer(sass)]
     at = {a: i for i, (a, _) in enumerate(lines)}
     out = []
@@ -61,8 +65,26 @@ def loops(sass):
                 out.append((i - first + 1, ops))
     return len(lines), out
 
-for name, sass, res in (("dense", dense_sass, dense_res), ("varlen", varlen_sass, varlen_res)):
-    total, ls = loops(sass)
-    print(name, "regs", res.get("REG"), "total instr", total)
-    for n, ops in ls:
-        print("  loop", n, "instr;", ", ".join(f"{k} {v}" for k, v in ops.most_common(14)))
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("tile", nargs="?", default="64,64,4,3", help="BLOCK_M,BLOCK_N,warps,stages (default 64,64,4,3)")
+    parser.add_argument("--head-dim", type=int, default=128)
+    parser.add_argument("--full", action="store_true", help="no causal mask")
+    args = parser.parse_args(argv)
+    tile = tuple(int(x) for x in args.tile.split(","))
+    hw, causal = load_spec("h100"), not args.full
+    bm, bn, w, s = tile
+    cfg = {**SAFE_DEFAULT, "BLOCK_M": bm, "BLOCK_N": bn, "num_warps": w, "num_stages": s}
+    dense = compiled_sass(cfg, Workload(SEQUENCES, Q_HEADS, KV_HEADS, LENGTH, LENGTH, args.head_dim, "bfloat16",
+                                        causal), hw)
+    for name, (sass, res) in (("dense", dense), ("varlen", varlen_sass(hw, tile, args.head_dim, causal))):
+        total, found = loops(sass)
+        print(name, "regs", res.get("REG"), "total instr", total)
+        for n, ops in found:
+            print("  loop", n, "instr;", ", ".join(f"{k} {v}" for k, v in ops.most_common(14)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
