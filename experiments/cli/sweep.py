@@ -48,6 +48,7 @@ from flashtune.objectives.objective import Objective
 from flashtune.objectives.packed import PACKED_TUNABLES, packed_row, table_suffix, validate_row
 from flashtune.objectives.replay import load_table, write_table
 from flashtune.objectives.types import SUITE, Measurement, Status, Workload
+from flashtune.runtime.dispatching.resolve import PACKED_DEFAULTS
 from flashtune.runtime.storage.buckets import pow2_bucket
 
 #: ``--kernel``'s default: the dense op's kernels (prefill or decode, by the workload's q_len).
@@ -67,13 +68,19 @@ class SweptKernel:
 
     name: str = DENSE
     page_size: int | None = None
+    #: The GPU swept (None: unknown), for the tile its op serves without a store entry.
+    hardware: HardwareSpec | None = None
 
     def select(self, where: dict[str, set[str]], limit: int | None, workload: Workload) -> list[Config]:
-        """The rows of the space ``workload`` is swept in that ``where`` selects, the first ``limit``."""
+        """The rows of the space ``workload`` is swept in that ``where`` selects, the first
+        ``limit``; a packed space starts with the tile the op serves without a store entry."""
         if self.name == DENSE:
             return _select(where, limit, tunables_for(workload))
-        return [packed_row(tile, self.name, page_size=self.page_size)
-                for tile in _select(where, limit, PACKED_TUNABLES[self.name])]
+        tiles = _select(where, None, PACKED_TUNABLES[self.name])
+        served, _ = PACKED_DEFAULTS[self.name](self.hardware, workload)
+        # First, so that a sweep cut short still says how much its best beats what is served today.
+        tiles.sort(key=lambda tile: tile != served)
+        return [packed_row(tile, self.name, page_size=self.page_size) for tile in tiles[:limit]]
 
     def table(self, out_dir: Path, workload: Workload) -> Path:
         """The table's file (see the module: packed tables have a suffix of their own)."""
@@ -218,6 +225,8 @@ def run_sweep(args: argparse.Namespace) -> int:
     hardware: HardwareSpec | None = load_spec(args.hardware) if args.hardware else None
     where = _parse_where(args.where)
     kernel = _swept_kernel(args, workloads)
+    if kernel.name != DENSE:
+        kernel = dataclasses.replace(kernel, hardware=hardware or _device_spec())
     if args.like and args.limit:
         raise ValueError("--like chooses the configs itself: drop --limit")
     plans = {w: _like_plan(args, w, where, hardware or _device_spec()) for w in workloads} if args.like else {}

@@ -28,6 +28,7 @@ from flashtune.objectives.hardware import load_spec
 from flashtune.objectives.objective import Objective
 from flashtune.objectives.replay import load_table, write_table
 from flashtune.objectives.types import Measurement, Status, Workload
+from flashtune.runtime.dispatching.resolve import PACKED_DEFAULTS
 
 pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="CPU interpreter suite")
 
@@ -197,3 +198,18 @@ def test_a_paged_sweep_exported_is_served_by_the_paged_op(tmp_path: Path, servin
         [80, 80], dtype=torch.int32), block_table=table, causal=True)
     expected = reference_attention(q, k, v, causal=True, scale=1 / math.sqrt(32)).transpose(1, 2)
     torch.testing.assert_close(result, expected, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("kernel", ["varlen", "paged"])
+def test_a_packed_sweep_measures_the_served_tile_first(kernel: str) -> None:
+    """A sweep cut short still compares its best with the tile the op serves without an entry."""
+    h100 = load_spec("h100")
+    workload = Workload.parse("16,32/8,1024,128,causal,bfloat16" if kernel == "varlen"
+                              else "64,32/8,1/4096,128,causal,bfloat16")
+    swept = SweptKernel(kernel, 256 if kernel == "paged" else None, h100)
+    served, _ = PACKED_DEFAULTS[kernel](h100, workload)
+    rows = swept.select({}, None, workload)
+    assert {k: rows[0][k] for k in served} == dict(served)
+    assert sum({k: row[k] for k in served} == dict(served) for row in rows) == 1  # moved, not repeated
+    assert len(rows) == len(SweptKernel(kernel, swept.page_size).select({}, None, workload))
+    assert swept.select({}, 3, workload)[0] == rows[0]
