@@ -1,4 +1,5 @@
-"""The process compute-sanitizer watches: one config's kernel on its edge cases, then exit.
+"""The process compute-sanitizer watches: one config's kernel (or a batch of configs') on
+its edge cases, then exit.
 
 ``python -m flashtune.objectives._sanitize_child REQUEST`` with REQUEST the JSON of
 ``objectives.sanitize.request`` (config, head_dim, dtype, cases, seed): every case is
@@ -6,6 +7,12 @@ launched through ``flashtune.kernels.flash_attention`` and synchronized; exit 0 
 ran. Inputs are drawn on the host and copied over, so the only kernels the sanitizer sees
 are the config's own (and the few torch ops its launcher runs: fp8 scales, a workspace's
 zeroing), with descriptor scratch zeroed (``zero_descriptor_scratch``). A failure is a traceback on stderr and exit code 3: the parent reads it as a crash.
+
+A batch, ``{"batch": [REQUEST, ...]}`` (``objectives.sanitize.batch_request``), runs each
+request's cases in turn in this one process, each request with its own seed as it would
+alone: Python, torch and the CUDA context under the tool start once for all of them. A
+failure ends the batch at once (exit code 3), its last line naming the request's index and
+the case: ``config I case N ...``.
 
 ``--probe`` prints the GPU's ``HardwareSpec`` as JSON (``null`` without one) and exits.
 
@@ -45,6 +52,33 @@ def run_case(case: dict[str, Any], *, config: dict[str, Any], head_dim: int, dty
         torch.cuda.synchronize()
 
 
+def run_request(request: dict[str, Any], *, device: torch.device, label: str = "") -> bool:
+    """Every case of one request, in turn; False (its traceback and a line naming ``label``
+    and the case printed on stderr) at the first that fails."""
+    # The interpreter computes in float32.
+    dtype = _DTYPES[request["dtype"]] if device.type == "cuda" else torch.float32
+    generator = torch.Generator().manual_seed(int(request.get("seed", 0)))
+    for number, case in enumerate(request["cases"]):
+        try:
+            run_case(case, config=request["config"], head_dim=int(request["head_dim"]), dtype=dtype, device=device,
+                     generator=generator)
+        except Exception as exc:
+            traceback.print_exc()
+            print(f"{label}case {number} {case}: {type(exc).__name__}: {str(exc).strip()[:300]}", file=sys.stderr)
+            return False
+    return True
+
+
+def run_batch(requests: list[dict[str, Any]], *, device: torch.device) -> int:
+    """Each request in turn (``config I`` in a failure's line); exit code 3 at the first failure."""
+    for index, request in enumerate(requests):
+        if not run_request(request, device=device, label=f"config {index} "):
+            return 3
+    cases = sum(len(r["cases"]) for r in requests)
+    print(f"sanitize child: {len(requests)} config(s), {cases} case(s) ran on {device}", file=sys.stderr)
+    return 0
+
+
 def main(argv: list[str]) -> int:
     if argv == ["--probe"]:
         spec = HardwareSpec.from_device().to_dict() if torch.cuda.is_available() else None
@@ -55,18 +89,11 @@ def main(argv: list[str]) -> int:
         return 2
     request = json.loads(argv[0])
     zero_descriptor_scratch()  # what initcheck cannot see Triton write (launch_support)
-    cuda = torch.cuda.is_available()
-    device = torch.device("cuda" if cuda else "cpu")
-    dtype = _DTYPES[request["dtype"]] if cuda else torch.float32  # the interpreter computes in float32
-    generator = torch.Generator().manual_seed(int(request.get("seed", 0)))
-    for number, case in enumerate(request["cases"]):
-        try:
-            run_case(case, config=request["config"], head_dim=int(request["head_dim"]), dtype=dtype, device=device,
-                     generator=generator)
-        except Exception as exc:
-            traceback.print_exc()
-            print(f"case {number} {case}: {type(exc).__name__}: {str(exc).strip()[:300]}", file=sys.stderr)
-            return 3
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if "batch" in request:
+        return run_batch(request["batch"], device=device)
+    if not run_request(request, device=device):
+        return 3
     print(f"sanitize child: {len(request['cases'])} case(s) ran on {device}", file=sys.stderr)
     return 0
 

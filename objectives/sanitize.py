@@ -11,6 +11,13 @@ child, which is a finding of its own kind and never an exception into the caller
 whose every error is a known blind spot of the tool (:data:`TOOL_BLIND_SPOTS`) is ``waived``:
 clean, with what was waived kept beside it.
 
+:func:`sanitize_many` checks many configs a batch at a time: one child runs a whole batch's
+configs (``{"batch": [REQUEST, ...]}``) under each tool, so the child's start (Python, torch,
+the CUDA context under the tool), most of a one-config run, is paid once a batch. A report
+cannot be pinned on one config of a batch reliably, so only a batch clean under every tool
+vouches for its configs; any other outcome has each of its configs checked alone by
+:func:`sanitize`, and a verdict keeps the meaning it has there.
+
 Pure Python: no torch, no triton (the child has them). The parent never touches CUDA.
 Keep shapes tiny: the sanitizer slows a kernel about 100x.
 """
@@ -30,7 +37,7 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from flashtune.kernels.config import Config
 from flashtune.kernels.launch_plan import launch_plan
@@ -51,6 +58,14 @@ CLASSIFIER_VERSION = 2
 CHILD_MODULE = "flashtune.objectives._sanitize_child"
 #: Seconds one tool's run may take (compile included) before it is a ``timeout`` finding.
 DEFAULT_TIMEOUT_S = 180.0
+#: Configs a batched run (:func:`sanitize_many`) gives one child by default.
+DEFAULT_BATCH_SIZE = 8
+#: A batch's time limit over one config's, per config beyond the first, as a share of one
+#: config's limit: the child's start (Python, torch, the CUDA context under the tool) is paid
+#: once, but each config compiles and runs its own cases. Half of one config's limit, not all
+#: of it: a batch that hangs costs its limit before its configs are checked alone, so it is
+#: kept near what the work needs; one that runs out falls back to those checks, never wrong.
+BATCH_SHARE_PER_CONFIG = 0.5
 #: A compute-sanitizer to use instead of the one found on PATH or in the CUDA install.
 ENV_BIN = "FLASHTUNE_COMPUTE_SANITIZER"
 #: Extra sanitizer arguments (shell words) put before the tool's: a GPU session's knob, e.g.
@@ -83,7 +98,10 @@ class ToolResult:
         finding: the first error the tool printed (with where, when it said), or why it
             timed out or crashed, or which blind spot was waived; "" when clean.
         errors: the count of the report's ``ERROR SUMMARY`` (0 when it printed none).
-        seconds: wall time of the run, compile included.
+        seconds: wall time of the run, compile included; for a config of a clean batch, the
+            batch's time divided by its configs.
+        batch: how many configs the run checked (1: this config alone; more: a clean batch
+            of :func:`sanitize_many` vouched for it).
     """
 
     tool: str
@@ -91,19 +109,23 @@ class ToolResult:
     finding: str = ""
     errors: int = 0
     seconds: float = 0.0
+    batch: int = 1
 
     @property
     def clean(self) -> bool:
         return self.outcome in (CLEAN, WAIVED)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"tool": self.tool, "outcome": self.outcome, "finding": self.finding, "errors": self.errors,
+        data = {"tool": self.tool, "outcome": self.outcome, "finding": self.finding, "errors": self.errors,
                 "seconds": round(self.seconds, 3)}
+        if self.batch != 1:  # a one-config run is written as before batches existed
+            data["batch"] = self.batch
+        return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ToolResult:
         return cls(str(data["tool"]), str(data["outcome"]), str(data.get("finding", "")),
-                   int(data.get("errors", 0)), float(data.get("seconds", 0.0)))
+                   int(data.get("errors", 0)), float(data.get("seconds", 0.0)), int(data.get("batch", 1)))
 
 
 @dataclass(frozen=True)
@@ -356,6 +378,25 @@ def request(config: Mapping[str, Any], *, head_dim: int, dtype: str = "bfloat16"
     return {"config": cfg.to_dict(), "head_dim": int(head_dim), "dtype": dtype, "cases": edge_cases(cfg), "seed": 0}
 
 
+class Check(NamedTuple):
+    """One config to check at a head dim and dtype (an item of :func:`sanitize_many`)."""
+
+    config: Mapping[str, Any]
+    head_dim: int
+    dtype: str = "bfloat16"
+
+
+def batch_request(checks: Sequence[Check]) -> dict[str, Any]:
+    """The child's JSON request for every check of ``checks``, run in turn in one process."""
+    return {"batch": [request(c.config, head_dim=c.head_dim, dtype=c.dtype) for c in checks]}
+
+
+def batch_timeout(timeout_s: float, size: int) -> float:
+    """A batch of ``size`` configs' limit: one config's, and a share of it for each other
+    (see :data:`BATCH_SHARE_PER_CONFIG`)."""
+    return timeout_s * (1 + BATCH_SHARE_PER_CONFIG * max(size - 1, 0))
+
+
 # --- running ------------------------------------------------------------------------------
 
 
@@ -441,13 +482,67 @@ def sanitize(config: Mapping[str, Any], *, head_dim: int, dtype: str = "bfloat16
     if sanitizer is None:
         raise FileNotFoundError("no compute-sanitizer on PATH or in /usr/local/cuda/bin")
     child = request(config, head_dim=head_dim, dtype=dtype)
-    # The tools run side by side, each its own child on the same GPU: a run is mostly the
-    # child's start (Python, torch, a CUDA context under the tool) and the compile, not
-    # the GPU, so four at once take about as long as one.
-    with ThreadPoolExecutor(max_workers=max(len(tools), 1)) as pool:
-        results = tuple(pool.map(lambda tool: run_tool(tool, child, sanitizer=sanitizer, timeout_s=timeout_s, env=env),
-                                 tools))
+    results = run_tools(tools, child, sanitizer=sanitizer, timeout_s=timeout_s, env=env)
     return Verdict(Config.from_dict(child["config"]), int(head_dim), dtype, results, gpu)
+
+
+def run_tools(tools: Sequence[str], child_request: Mapping[str, Any], *, sanitizer: str, timeout_s: float,
+              env: Mapping[str, str] | None) -> tuple[ToolResult, ...]:
+    """Every tool on one request, side by side; the results in ``tools``' order."""
+    # Each tool is its own child on the same GPU: a run is mostly the child's start (Python,
+    # torch, a CUDA context under the tool) and the compile, not the GPU, so four at once
+    # take about as long as one.
+    with ThreadPoolExecutor(max_workers=max(len(tools), 1)) as pool:
+        return tuple(pool.map(lambda tool: run_tool(tool, child_request, sanitizer=sanitizer, timeout_s=timeout_s,
+                                                    env=env), tools))
+
+
+def sanitize_many(checks: Sequence[Check], *, gpu: str = "", tools: Sequence[str] = TOOLS,
+                  sanitizer: str | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
+                  env: Mapping[str, str] | None = None, batch_size: int = DEFAULT_BATCH_SIZE) -> list[Verdict]:
+    """:func:`sanitize` on every check of ``checks``, ``batch_size`` configs to a child run;
+    one verdict per check, in order.
+
+    Each batch runs every tool once (side by side, as :func:`sanitize`), with a limit of
+    :func:`batch_timeout`. A batch every tool ran clean (exit 0, 0 errors) makes each of its
+    configs clean under every tool (``batch`` set, ``seconds`` the batch's share). Any other
+    outcome of any tool (a finding, a waiver, a timeout, a crash) has each config of the batch
+    checked alone by :func:`sanitize`: which config a report belongs to cannot be told
+    reliably, and a waiver is judged on one config's report. A batch of one is that check.
+
+    Raises:
+        FileNotFoundError: no compute-sanitizer (``sanitizer`` None and :func:`find_sanitizer` finds none).
+        ValueError: a bad config or tool, or ``batch_size`` < 1.
+    """
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    sanitizer = sanitizer or find_sanitizer()
+    if sanitizer is None:
+        raise FileNotFoundError("no compute-sanitizer on PATH or in /usr/local/cuda/bin")
+    verdicts: list[Verdict] = []
+    for first in range(0, len(checks), batch_size):
+        verdicts += _sanitize_batch(list(checks[first:first + batch_size]), gpu=gpu, tools=tools,
+                                    sanitizer=sanitizer, timeout_s=timeout_s, env=env)
+    return verdicts
+
+
+def _sanitize_batch(checks: list[Check], *, gpu: str, tools: Sequence[str], sanitizer: str, timeout_s: float,
+                    env: Mapping[str, str] | None) -> list[Verdict]:
+    """One batch's verdicts: every config clean when every tool ran the batch clean, else
+    each config's own :func:`sanitize`."""
+    def alone(check: Check) -> Verdict:
+        return sanitize(check.config, head_dim=check.head_dim, dtype=check.dtype, gpu=gpu, tools=tools,
+                        sanitizer=sanitizer, timeout_s=timeout_s, env=env)
+
+    if len(checks) == 1:
+        return [alone(checks[0])]
+    child = batch_request(checks)
+    results = run_tools(tools, child, sanitizer=sanitizer, timeout_s=batch_timeout(timeout_s, len(checks)), env=env)
+    if not results or any(r.outcome != CLEAN for r in results):
+        return [alone(check) for check in checks]
+    shared = tuple(ToolResult(r.tool, CLEAN, "", 0, r.seconds / len(checks), len(checks)) for r in results)
+    return [Verdict(Config.from_dict(one["config"]), int(check.head_dim), check.dtype, shared, gpu)
+            for check, one in zip(checks, child["batch"])]
 
 
 def probe_gpu(*, timeout_s: float = 120.0, python: str = sys.executable) -> dict[str, Any] | None:

@@ -6,7 +6,8 @@
 #    Triton kernel found by memcheck; a verdict cached per config, kernel and GPU;
 # 2. sanitize_tables: the runtime's defaults, then each recorded workload's 3 best configs of
 #    every kernel variant (forward, lean, one-loop, Gluon, decode) from the H200 and H100
-#    tables, best first, 6 checks at a time until the budget; verdicts cached in $OUT.
+#    tables, best first, 6 batches of 8 configs at a time (BATCH) until the budget; verdicts
+#    cached in $OUT.
 # Back in $OUT: sanitize.log, sanitize/{plan.json,findings.jsonl,findings.md}, sanitized.json
 # (the verdict cache: carry it back as FLASHTUNE_SANITIZED to skip what was checked).
 source "$(dirname "$0")/setup.sh" sanitize.log
@@ -26,6 +27,6 @@ for d in experiments/data/h200_grown experiments/data/h200_lean experiments/data
   [ -d "$d" ] && TABLES+=(--tables "$d")
 done
 timeout -k 10 "${TABLES_S:-280}" python3 docs/gpu/sanitize_tables.py "${TABLES[@]}" \
-  --top "${TOP:-3}" --jobs "${JOBS:-6}" --budget-s "$(( ${TABLES_S:-280} - 60 ))" --timeout-s 120 \
+  --top "${TOP:-3}" --jobs "${JOBS:-6}" --batch-size "${BATCH:-8}" --budget-s "$(( ${TABLES_S:-280} - 60 ))" --timeout-s 120 \
   --out "$OUT/sanitize" || echo "sanitize_tables exit $?"
 date +%T

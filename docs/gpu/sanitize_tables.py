@@ -7,9 +7,11 @@ The plan: the runtime's architecture defaults for this GPU (or ``--arch``'s spec
 per recorded workload and kernel variant (forward, lean, one-loop, Gluon, decode; fp8 apart)
 its fastest successful config, then the second fastest of each, up to ``--top``; one check per
 (config, head dim, dtype). Each is checked under compute-sanitizer's four tools
-(``flashtune.objectives.sanitize``; verdicts cached as export's are) by ``--jobs`` checks at a
-time until ``--budget-s`` is spent; the rest are listed as not checked. Written to ``--out``:
-``plan.json``, ``findings.jsonl`` (one verdict a line, as each ends), ``findings.md`` (the table). With
+(``flashtune.objectives.sanitize``; verdicts cached as export's are), ``--batch-size`` configs
+to a sanitizer run (``sanitize_many``: a batch clean under every tool vouches for its configs,
+any other outcome has each checked alone), ``--jobs`` batches at a time, until ``--budget-s``
+is spent (no batch starts after it); the rest are listed as not checked. Written to ``--out``:
+``plan.json``, ``findings.jsonl`` (one verdict a line, a batch's as it ends), ``findings.md`` (the table). With
 ``--plan-only``, or without a GPU or compute-sanitizer (exit 2, one line), only the plan.
 """
 
@@ -29,8 +31,10 @@ from flashtune.kernels.launch_plan import launch_plan
 from flashtune.kernels.space import kernel_of
 from flashtune.objectives.hardware import HardwareSpec, load_spec
 from flashtune.objectives.sanitize import (
+    DEFAULT_BATCH_SIZE,
     DEFAULT_TIMEOUT_S,
     TOOLS,
+    Check,
     Verdict,
     find_sanitizer,
     probe_gpu,
@@ -38,7 +42,7 @@ from flashtune.objectives.sanitize import (
 )
 from flashtune.objectives.types import Workload
 from flashtune.runtime.dispatching.baselines import decode_default, fallback_config
-from flashtune.runtime.storage.sanitized import SanitizedCache, checked
+from flashtune.runtime.storage.sanitized import SanitizedCache, checked_many
 
 #: Head dims and masks the defaults are taken at (the suite's, and decode against a long cache).
 DEFAULT_HEAD_DIMS = (64, 128, 256)
@@ -95,6 +99,12 @@ def plan(hardware: HardwareSpec, tables: list[Path], top: int) -> list[dict[str,
     return out
 
 
+def row_of(item: dict[str, Any], verdict: Verdict) -> dict[str, Any]:
+    """A plan item's line of findings.jsonl: its verdict, reason, seconds and each tool's result."""
+    return {**item, "verdict": "safe" if verdict.safe else "unsafe", "reason": verdict.reason or verdict.waived,
+            "seconds": verdict.seconds, "cached": verdict.cached, "tools": [r.to_dict() for r in verdict.results]}
+
+
 def markdown(rows: list[dict[str, Any]], hardware: str) -> str:
     lines = [f"# Sanitized configs on {hardware}", "",
              "| verdict | variant | head_dim | why | config | first finding | s |", "|---|---|---|---|---|---|---|"]
@@ -110,14 +120,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tables", type=Path, action="append", default=[], help="recorded tables (file or folder)")
     parser.add_argument("--top", type=int, default=3, help="configs per workload and variant (default: 3)")
     parser.add_argument("--out", type=Path, required=True, help="folder for plan.json, findings.jsonl, findings.md")
-    parser.add_argument("--jobs", type=int, default=4, help="checks at a time (default: 4)")
+    parser.add_argument("--jobs", type=int, default=4, help="batches checked at a time (default: 4)")
+    parser.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE,
+                        help=f"configs to a sanitizer run (default: {DEFAULT_BATCH_SIZE}; 1: each alone)")
     parser.add_argument("--budget-s", type=float, default=420.0, help="stop starting checks after this (default: 420)")
     parser.add_argument("--timeout-s", type=float, default=DEFAULT_TIMEOUT_S, help="one tool's run limit")
     parser.add_argument("--arch", default=None, help="plan for this shipped spec (h200, h100) instead of the GPU")
     parser.add_argument("--plan-only", action="store_true", help="write the plan and stop")
     args = parser.parse_args(argv)
-    if args.top < 1 or args.jobs < 1:
-        parser.error("--top and --jobs must be >= 1")
+    if args.top < 1 or args.jobs < 1 or args.batch_size < 1:
+        parser.error("--top, --jobs and --batch-size must be >= 1")
     args.out.mkdir(parents=True, exist_ok=True)
 
     gpu = None if args.plan_only and args.arch else probe_gpu()
@@ -140,24 +152,24 @@ def main(argv: list[str] | None = None) -> int:
     findings.write_text("")
     lock = threading.Lock()
 
-    def check(item: dict[str, Any]) -> dict[str, Any]:
+    def check(batch: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if time.monotonic() > deadline:
-            return {**item, "verdict": "not checked (budget)"}
-        verdict: Verdict = checked(item["config"], head_dim=item["head_dim"], dtype=item["dtype"],
-                                   gpu=this_gpu.fingerprint, cache=cache, tools=TOOLS, sanitizer=sanitizer,
-                                   timeout_s=args.timeout_s)
-        row = {**item, "verdict": "safe" if verdict.safe else "unsafe", "reason": verdict.reason or verdict.waived,
-               "seconds": verdict.seconds, "cached": verdict.cached,
-               "tools": [r.to_dict() for r in verdict.results]}
-        with lock:  # a line a check as it ends: a call cut short keeps what was checked
+            return [{**item, "verdict": "not checked (budget)"} for item in batch]
+        verdicts = checked_many([Check(i["config"], i["head_dim"], i["dtype"]) for i in batch],
+                                gpu=this_gpu.fingerprint, cache=cache, tools=TOOLS, sanitizer=sanitizer,
+                                timeout_s=args.timeout_s, batch_size=args.batch_size)
+        rows = [row_of(item, verdict) for item, verdict in zip(batch, verdicts)]
+        with lock:  # the lines of a batch as it ends: a call cut short keeps what was checked
             with findings.open("a") as handle:
-                handle.write(json.dumps(row, sort_keys=True) + "\n")
-            print(f"{row['verdict']:>6} {verdict.seconds:6.1f} s {item['variant']:>10} d{item['head_dim']} "
-                  f"{item['why']}: {verdict.reason or verdict.waived or 'clean'}", flush=True)
-        return row
+                handle.writelines(json.dumps(row, sort_keys=True) + "\n" for row in rows)
+            for item, verdict in zip(batch, verdicts):
+                print(f"{'safe' if verdict.safe else 'unsafe':>6} {verdict.seconds:6.1f} s {item['variant']:>10} "
+                      f"d{item['head_dim']} {item['why']}: {verdict.reason or verdict.waived or 'clean'}", flush=True)
+        return rows
 
+    batches = [items[at:at + args.batch_size] for at in range(0, len(items), args.batch_size)]
     with ThreadPoolExecutor(args.jobs) as pool:
-        rows = list(pool.map(check, items))
+        rows = [row for batch_rows in pool.map(check, batches) for row in batch_rows]
     (args.out / "findings.md").write_text(markdown(rows, this_gpu.name))
     unsafe = [r for r in rows if r["verdict"] == "unsafe"]
     served_unsafe = [r for r in unsafe if r["why"].startswith("default")]

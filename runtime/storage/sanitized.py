@@ -10,6 +10,10 @@ user's cache folder beside the default store), written as the store is: under an
 or a crash may be the machine's and is checked again next time. An unreadable file is an
 empty cache (rewritten whole at the next write).
 
+:func:`checked_many` is :func:`checked` for many configs at once: the cached ones are served,
+the others checked a batch at a time (``objectives.sanitize.sanitize_many``); the export's
+screening uses it, one round of candidates at a time.
+
 Pure Python: no torch, no triton.
 """
 
@@ -18,10 +22,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from flashtune.kernels.source_hash import kernel_source_hash
 from flashtune.kernels.space import validate_config
@@ -29,14 +33,17 @@ from flashtune.objectives.hardware import HardwareSpec
 from flashtune.objectives.sanitize import (
     CLASSIFIER_VERSION,
     CLEAN,
+    DEFAULT_BATCH_SIZE,
     DEFAULT_TIMEOUT_S,
     FINDING,
     TOOLS,
     WAIVED,
+    Check,
     Verdict,
     find_sanitizer,
     probe_gpu,
     sanitize,
+    sanitize_many,
 )
 from flashtune.runtime.storage.buckets import DENSE_KINDS
 from flashtune.runtime.storage.file_lock import exclusive_lock
@@ -48,6 +55,8 @@ FORMAT = "flashtune-sanitized"
 VERSION = 1
 #: A cache file larger than this is read as empty (and rewritten).
 MAX_BYTES = 16 * 2**20
+
+T = TypeVar("T")
 
 
 def default_cache_path() -> Path:
@@ -136,6 +145,44 @@ def checked(config: Mapping[str, Any], *, head_dim: int, dtype: str = "bfloat16"
     return verdict
 
 
+def checked_many(checks: Sequence[Check], *, gpu: str, cache: SanitizedCache | None, tools: Sequence[str] = TOOLS,
+                 batch_size: int = DEFAULT_BATCH_SIZE, **sanitize_options: Any) -> list[Verdict]:
+    """:func:`checked` on every check of ``checks``, one verdict each, in order: the cache's
+    where it has one, the others checked ``batch_size`` to a run (``sanitize_many``) and cached.
+
+    A check that recurs (the same config, head dim and dtype) is checked once; its repeats
+    are served as cached, as :func:`checked` would serve them after the first.
+    ``sanitize_options`` go to ``sanitize_many`` (``sanitizer``, ``timeout_s``, ``env``).
+
+    Raises:
+        FileNotFoundError: no compute-sanitizer, and the cache lacks a verdict.
+    """
+    keys = [verdict_key(c.config, head_dim=c.head_dim, dtype=c.dtype, gpu=gpu, tools=tools) for c in checks]
+    found: dict[str, Verdict] = {}
+    if cache is not None:
+        found = {key: hit for key in set(keys) if (hit := cache.get(key)) is not None}
+    todo: dict[str, Check] = {}
+    for key, check in zip(keys, checks):
+        if key not in found:
+            todo.setdefault(key, check)  # the first of each, in order
+    fresh: dict[str, Verdict] = {}
+    if todo:  # all cached: no sanitizer needed, as with checked()
+        verdicts = sanitize_many(list(todo.values()), gpu=gpu, tools=tools, batch_size=batch_size,
+                                 **sanitize_options)
+        fresh = dict(zip(todo, verdicts))
+    if cache is not None:
+        for key, verdict in fresh.items():
+            cache.put(key, verdict)
+    served: list[Verdict] = []
+    for key in keys:
+        if key in found:
+            served.append(found[key])
+        else:
+            served.append(fresh[key])
+            found[key] = replace(fresh[key], cached=True)  # its repeats are served as cache hits
+    return served
+
+
 
 # --- export: nothing unsafe goes into a store -----------------------------------------------
 
@@ -167,14 +214,16 @@ def not_sanitized_line(why: str, count: int) -> str:
 def screen_entries(entries: Sequence[StoreEntry], *, alternatives: Mapping[Any, Sequence[StoreEntry]] | None = None,
                    gpu: Mapping[str, Any] | None = None, sanitizer: str | None = None,
                    cache: SanitizedCache | None = None, tools: Sequence[str] = TOOLS,
-                   timeout_s: float = DEFAULT_TIMEOUT_S) -> Screening:
+                   timeout_s: float = DEFAULT_TIMEOUT_S, batch_size: int = DEFAULT_BATCH_SIZE) -> Screening:
     """Sanitize ``entries`` of the GPU this runs on; leave out the unsafe ones.
 
     An unsafe entry's bucket gets the next fastest config of ``alternatives[(entry.key,
     entry.bucket)]`` (fastest first) that is safe, up to :data:`MAX_TRIES_PER_BUCKET`
     checks; entries of other GPUs (by name) are written unchecked and said so: a verdict
     holds for the GPU that ran it. Without compute-sanitizer or a GPU nothing is checked,
-    and one line says so.
+    and one line says so. The checks run in rounds, ``batch_size`` configs to a sanitizer
+    run (:func:`checked_many`): every bucket's fastest, then the next of each bucket whose
+    configs so far were all unsafe.
 
     Args:
         gpu: the GPU's ``HardwareSpec.to_dict()``; None: asked of a child process
@@ -188,38 +237,67 @@ def screen_entries(entries: Sequence[StoreEntry], *, alternatives: Mapping[Any, 
     if spec is None:
         return Screening(list(entries), lines=[not_sanitized_line("no GPU", len(entries))])
     hardware = HardwareSpec.from_dict(dict(spec))
+    queues = {at: _candidates(entry, alternatives) for at, entry in enumerate(entries)
+              if entry.hardware == hardware.name and entry.bucket.kind in DENSE_KINDS}
+
+    def check(candidates: list[StoreEntry]) -> list[Verdict]:
+        return checked_many([Check(c.config, c.bucket.head_dim, c.bucket.dtype) for c in candidates],
+                            gpu=hardware.fingerprint, cache=cache, tools=tools, sanitizer=sanitizer,
+                            timeout_s=timeout_s, batch_size=batch_size)
+
+    tried = try_in_rounds(queues, check)
     screening = Screening([])
-    others = 0
-    packed = 0
-    for entry in entries:
-        if entry.hardware != hardware.name:
-            screening.kept.append(entry)
-            others += 1
-            continue
-        if entry.bucket.kind not in DENSE_KINDS:
-            screening.kept.append(entry)
-            packed += 1
-            continue
-        candidates = [entry, *(e for e in (alternatives or {}).get((entry.key, entry.bucket), ())
-                               if e.config != entry.config)]
-        for candidate in candidates[:MAX_TRIES_PER_BUCKET]:
-            verdict = checked(candidate.config, head_dim=candidate.bucket.head_dim, dtype=candidate.bucket.dtype,
-                              gpu=hardware.fingerprint, cache=cache, tools=tools, sanitizer=sanitizer,
-                              timeout_s=timeout_s)
-            screening.checked += 1
-            if verdict.safe:
-                screening.kept.append(candidate)
-                break
-            screening.unsafe.append((candidate, verdict))
-            screening.lines.append(f"left out {candidate.bucket.name} {candidate.config.to_dict()}: unsafe: "
-                                   f"{verdict.reason}")
+    for at, entry in enumerate(entries):
+        if at in queues:
+            _screen_one(screening, entry, queues[at], tried[at])
         else:
-            if candidates:
-                screening.lines.append(f"{entry.bucket.name}: no safe config among its {len(candidates[:MAX_TRIES_PER_BUCKET])} "
-                                       f"fastest: not exported (the runtime serves its fallback there)")
+            screening.kept.append(entry)
+    others = sum(e.hardware != hardware.name for e in entries)
+    packed = sum(e.hardware == hardware.name and e.bucket.kind not in DENSE_KINDS for e in entries)
     if others:
         screening.lines.append(not_sanitized_line(f"measured on another GPU than this {hardware.name}", others))
     if packed:
         screening.lines.append(not_sanitized_line("varlen and paged configs: the sanitizer's shapes run the dense "
                                                   "kernels", packed))
     return screening
+
+
+def _candidates(entry: StoreEntry, alternatives: Mapping[Any, Sequence[StoreEntry]] | None) -> list[StoreEntry]:
+    """``entry``, then its bucket's other configs fastest first, up to :data:`MAX_TRIES_PER_BUCKET`."""
+    others = (e for e in (alternatives or {}).get((entry.key, entry.bucket), ()) if e.config != entry.config)
+    return [entry, *others][:MAX_TRIES_PER_BUCKET]
+
+
+def try_in_rounds(queues: Mapping[Any, Sequence[T]], check: Callable[[list[T]], list[Verdict]]
+                  ) -> dict[Any, list[tuple[T, Verdict]]]:
+    """Each queue's candidates checked in order until one is safe, as one loop a queue would:
+    round ``r`` checks, in one call of ``check``, the ``r``-th candidate of every queue whose
+    candidates so far were all unsafe (so the calls can batch across queues).
+
+    Returns:
+        per queue, (candidate, verdict) for each one checked, in order.
+    """
+    tried: dict[Any, list[tuple[T, Verdict]]] = {name: [] for name in queues}
+    for rank in range(max((len(q) for q in queues.values()), default=0)):
+        due = [name for name, q in queues.items() if rank < len(q) and not any(v.safe for _, v in tried[name])]
+        if not due:
+            break
+        for name, verdict in zip(due, check([queues[name][rank] for name in due])):
+            tried[name].append((queues[name][rank], verdict))
+    return tried
+
+
+def _screen_one(screening: Screening, entry: StoreEntry, candidates: Sequence[StoreEntry],
+                tried: Sequence[tuple[StoreEntry, Verdict]]) -> None:
+    """Record one bucket's checks: its first safe candidate kept, each unsafe one said."""
+    for candidate, verdict in tried:
+        screening.checked += 1
+        if verdict.safe:
+            screening.kept.append(candidate)
+            return
+        screening.unsafe.append((candidate, verdict))
+        screening.lines.append(f"left out {candidate.bucket.name} {candidate.config.to_dict()}: unsafe: "
+                               f"{verdict.reason}")
+    if candidates:
+        screening.lines.append(f"{entry.bucket.name}: no safe config among its {len(candidates)} "
+                               f"fastest: not exported (the runtime serves its fallback there)")

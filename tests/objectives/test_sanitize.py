@@ -14,9 +14,9 @@ import sanitizer_fake  # tests/ is on sys.path (its conftest's folder)
 
 from flashtune.kernels.config import Config
 from flashtune.kernels.knobs import KERNEL_KNOBS
-from flashtune.kernels.space import SAFE_DEFAULT, TUNABLES
+from flashtune.kernels.space import SAFE_DEFAULT, TUNABLES, validate_config
 from flashtune.objectives import sanitize as sz
-from flashtune.runtime.storage.sanitized import SanitizedCache, checked, verdict_key
+from flashtune.runtime.storage.sanitized import SanitizedCache, checked, checked_many, try_in_rounds, verdict_key
 
 # Modelled on the reports NVIDIA's Compute Sanitizer documentation shows (its memcheck,
 # racecheck, initcheck and synccheck examples), with Triton kernel names and the Python
@@ -335,3 +335,135 @@ def test_an_unreadable_cache_is_empty_and_rewritten(tmp_path) -> None:
 def test_tunables_cover_the_variants_tested() -> None:
     # Guards _variants(): a new loads value is sanitized like the others.
     assert set(TUNABLES["loads"]) <= {c["loads"] for c in _variants()}
+
+
+# --- batches: one child run for many configs -------------------------------------------------
+
+SMALL_PREFILL = Config(BLOCK_M=32, BLOCK_N=32, num_warps=4, num_stages=2)
+SMALL_DECODE = Config(kernel="decode", BLOCK_N=32, num_splits=4, num_warps=4, num_stages=2, loads="pointer")
+
+
+def _run_child(request: dict) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", sz.CHILD_MODULE, json.dumps(request)], capture_output=True,
+                          text=True, timeout=300, env={**os.environ, "TRITON_INTERPRET": "1"})
+
+
+def test_the_child_runs_a_batch_of_configs_in_the_interpreter() -> None:
+    request = sz.batch_request([sz.Check(SMALL_PREFILL, 32), sz.Check(SMALL_DECODE, 32), sz.Check(SMALL_PREFILL, 64)])
+    for one in request["batch"]:  # each config's smallest case (the interpreter is slow; every case runs above)
+        one["cases"] = [min(one["cases"], key=lambda c: c["batch"] * c["q_heads"] * c["q_len"] * c["kv_len"])]
+    done = _run_child(request)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "sanitize child: 3 config(s), 3 case(s) ran on cpu" in done.stderr
+
+
+def test_a_failing_config_in_a_batch_is_exit_code_3_naming_it() -> None:
+    request = sz.batch_request([sz.Check(SMALL_PREFILL, 32), sz.Check(SMALL_PREFILL, 32)])
+    request["batch"][0]["cases"] = [dict(batch=1, q_heads=2, kv_heads=1, q_len=20, kv_len=20, causal=False)]
+    request["batch"][1]["cases"] = [dict(batch=1, q_heads=3, kv_heads=2, q_len=20, kv_len=20, causal=False)]
+    done = _run_child(request)
+    assert done.returncode == 3 and done.stderr.splitlines()[-1].startswith("config 1 case 0 ")
+
+
+def test_a_tool_result_reads_and_writes_as_before_batches() -> None:
+    alone = sz.ToolResult("memcheck", sz.CLEAN, seconds=2.0)
+    assert "batch" not in alone.to_dict()  # a one-config run's cache line is unchanged
+    old = {"tool": "memcheck", "outcome": "clean", "finding": "", "errors": 0, "seconds": 2.0}
+    assert sz.ToolResult.from_dict(old) == alone and alone.batch == 1
+    shared = sz.ToolResult("memcheck", sz.CLEAN, seconds=0.5, batch=4)
+    assert sz.ToolResult.from_dict(shared.to_dict()) == shared
+
+
+def test_a_batch_gets_more_time_than_one_config() -> None:
+    assert sz.batch_timeout(100.0, 1) == 100.0
+    assert 100.0 < sz.batch_timeout(100.0, 2) < sz.batch_timeout(100.0, 8) < 800.0
+
+
+def _tools_run(folder) -> list[str]:
+    return [r[r.index("--tool") + 1] for r in sanitizer_fake.calls(folder)]
+
+
+def _configs(n: int) -> list[Config]:
+    return [Config(BLOCK_M=64, BLOCK_N=32 * (1 + i % 2), num_warps=4, num_stages=2 + i // 2) for i in range(n)]
+
+
+def test_a_clean_batch_makes_every_config_clean_with_one_run_a_tool(tmp_path) -> None:
+    folder = tmp_path / "bin"
+    fake = str(sanitizer_fake.install(folder, report=CLEAN, exitcode=0))
+    configs = _configs(3)
+    verdicts = sz.sanitize_many([sz.Check(c, 64) for c in configs], gpu="g", sanitizer=fake, batch_size=8)
+    assert sorted(_tools_run(folder)) == sorted(sz.TOOLS)  # one run a tool for all three
+    assert [v.config for v in verdicts] == [validate_config(c) for c in configs]
+    assert all(v.safe and v.gpu == "g" and v.head_dim == 64 for v in verdicts)
+    for verdict in verdicts:
+        assert [r.tool for r in verdict.results] == list(sz.TOOLS)
+        assert all(r.outcome == sz.CLEAN and r.batch == 3 for r in verdict.results)
+    batch = json.loads(sanitizer_fake.calls(folder)[0][-1])["batch"]
+    assert [b["config"] for b in batch] == [validate_config(c).to_dict() for c in configs]
+
+
+def test_batches_are_cut_at_the_batch_size(tmp_path) -> None:
+    folder = tmp_path / "bin"
+    fake = str(sanitizer_fake.install(folder, report=CLEAN, exitcode=0))
+    verdicts = sz.sanitize_many([sz.Check(c, 64) for c in _configs(5)], tools=("memcheck",), sanitizer=fake,
+                                batch_size=2)
+    sizes = [len(json.loads(r[-1]).get("batch", [None])) for r in sanitizer_fake.calls(folder)]
+    assert sizes == [2, 2, 1] and [r.batch for v in verdicts for r in v.results] == [2, 2, 2, 2, 1]
+
+
+def test_a_finding_in_a_batch_has_each_config_checked_alone(tmp_path) -> None:
+    folder = tmp_path / "bin"
+    configs = _configs(3)
+    marker = json.dumps(validate_config(configs[1]).to_dict(), sort_keys=True)  # as the child's request has it
+    fake = str(sanitizer_fake.install(folder, report=MEMCHECK, exitcode=sz.ERROR_EXITCODE, unsafe_if=marker))
+    verdicts = sz.sanitize_many([sz.Check(c, 64) for c in configs], sanitizer=fake)
+    assert len(_tools_run(folder)) == 4 + 3 * 4  # the batch, then each config alone
+    assert [v.safe for v in verdicts] == [True, False, True]
+    assert verdicts[1].reason.startswith("compute-sanitizer memcheck: Invalid __global__ read of size 4 bytes")
+    assert all(r.batch == 1 for v in verdicts for r in v.results)  # verdicts of their own runs
+
+
+def test_a_batch_that_hangs_has_each_config_checked_alone(tmp_path) -> None:
+    folder = tmp_path / "bin"
+    fake = str(sanitizer_fake.install(folder, report=CLEAN, sleep_s=60))
+    verdicts = sz.sanitize_many([sz.Check(c, 64) for c in _configs(2)], tools=("synccheck",), sanitizer=fake,
+                                timeout_s=0.5)
+    assert len(_tools_run(folder)) == 3
+    assert [v.results[0].outcome for v in verdicts] == ["timeout", "timeout"]
+    assert verdicts[0].reason.startswith("compute-sanitizer synccheck: timeout: no end within")
+
+
+def test_cached_configs_are_not_checked_again_in_a_batch(tmp_path) -> None:
+    folder = tmp_path / "bin"
+    fake = str(sanitizer_fake.install(folder, report=CLEAN, exitcode=0))
+    cache = SanitizedCache(tmp_path / "sanitized.json")
+    a, b, c = _configs(3)
+    assert checked(a, head_dim=64, gpu="g", cache=cache, sanitizer=fake).safe
+    checks = [sz.Check(a, 64), sz.Check(b, 64), sz.Check(c, 64), sz.Check(dict(b), 64)]
+    verdicts = checked_many(checks, gpu="g", cache=cache, sanitizer=fake)
+    assert len(_tools_run(folder)) == 4 + 4  # a alone, then one batch of b and c
+    assert [json.loads(r[-1]).get("batch") is not None for r in sanitizer_fake.calls(folder)[4:]] == [True] * 4
+    assert [len(json.loads(r[-1])["batch"]) for r in sanitizer_fake.calls(folder)[4:]] == [2] * 4
+    assert [v.cached for v in verdicts] == [True, False, False, True] and all(v.safe for v in verdicts)
+    assert len(cache) == 3
+    again = checked_many(checks, gpu="g", cache=SanitizedCache(cache.path), sanitizer=fake)
+    assert all(v.cached for v in again) and len(_tools_run(folder)) == 8  # nothing run
+    assert again[1].results[0].batch == 2  # the cache keeps where a verdict came from
+
+
+def test_candidates_are_tried_in_rounds_until_one_is_safe() -> None:
+    def verdict(safe: bool) -> sz.Verdict:
+        outcome = sz.CLEAN if safe else sz.FINDING
+        return sz.Verdict(SAFE_DEFAULT, 64, "bfloat16", (sz.ToolResult("memcheck", outcome),))
+
+    safe = {"a1": False, "a2": True, "a3": True, "b1": True, "c1": False, "c2": False, "c3": False}
+    rounds: list[list[str]] = []
+
+    def check(candidates: list[str]) -> list[sz.Verdict]:
+        rounds.append(candidates)
+        return [verdict(safe[c]) for c in candidates]
+
+    tried = try_in_rounds({"a": ["a1", "a2", "a3"], "b": ["b1"], "c": ["c1", "c2", "c3"]}, check)
+    assert rounds == [["a1", "b1", "c1"], ["a2", "c2"], ["c3"]]
+    assert {name: [c for c, _ in t] for name, t in tried.items()} == {"a": ["a1", "a2"], "b": ["b1"],
+                                                                      "c": ["c1", "c2", "c3"]}

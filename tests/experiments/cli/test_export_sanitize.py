@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import sanitizer_fake
-from study_support import WORKLOAD
+from study_support import GQA_WORKLOAD, WORKLOAD
 
 from flashtune.experiments.cli.main import main
 from flashtune.experiments.study import measurers
@@ -104,3 +104,17 @@ def test_a_clean_best_is_kept_and_other_gpus_are_said_unchecked(replay_dir, h200
     assert other.kept == entries and other.lines == [
         "configs were not sanitized (measured on another GPU than this NVIDIA H100 80GB HBM3): "
         "1 entry written unchecked"]
+
+
+def test_the_buckets_are_checked_in_one_batch(replay_dir, h200, tmp_path) -> None:
+    measurements = [m for w in (WORKLOAD, GQA_WORKLOAD) for m in load_table(measurers.table_path(replay_dir, w))]
+    entries = best_entries(measurements)
+    assert len({(e.config, e.bucket.head_dim, e.bucket.dtype) for e in entries}) == 2  # two checks
+    folder = tmp_path / "bin"
+    clean = "========= COMPUTE-SANITIZER\n========= ERROR SUMMARY: 0 errors\n"
+    sanitizer = str(sanitizer_fake.install(folder, report=clean, exitcode=0))
+    screening = screen_entries(entries, alternatives=ranked_entries(measurements), gpu=h200.to_dict(),
+                               sanitizer=sanitizer, cache=SanitizedCache(tmp_path / "verdicts.json"))
+    assert screening.kept == entries and screening.checked == 2 and not screening.lines
+    runs = sanitizer_fake.calls(folder)
+    assert len(runs) == 4 and all(len(json.loads(r[-1])["batch"]) == 2 for r in runs)  # one run a tool for both
