@@ -14,9 +14,9 @@ clean, with what was waived kept beside it.
 :func:`sanitize_many` checks many configs a batch at a time: one child runs a whole batch's
 configs (``{"batch": [REQUEST, ...]}``) under each tool, so the child's start (Python, torch,
 the CUDA context under the tool), most of a one-config run, is paid once a batch. A report
-cannot be pinned on one config of a batch reliably, so only a batch clean under every tool
-vouches for its configs; any other outcome has each of its configs checked alone by
-:func:`sanitize`, and a verdict keeps the meaning it has there.
+cannot be pinned on one config of a batch reliably, so a tool vouches for a batch's configs
+only when it ran the batch clean; a tool with any other outcome runs again on each config
+alone (:func:`sanitize`), and a verdict keeps the meaning it has there.
 
 Pure Python: no torch, no triton (the child has them). The parent never touches CUDA.
 Keep shapes tiny: the sanitizer slows a kernel about 100x.
@@ -504,11 +504,11 @@ def sanitize_many(checks: Sequence[Check], *, gpu: str = "", tools: Sequence[str
     one verdict per check, in order.
 
     Each batch runs every tool once (side by side, as :func:`sanitize`), with a limit of
-    :func:`batch_timeout`. A batch every tool ran clean (exit 0, 0 errors) makes each of its
-    configs clean under every tool (``batch`` set, ``seconds`` the batch's share). Any other
-    outcome of any tool (a finding, a waiver, a timeout, a crash) has each config of the batch
-    checked alone by :func:`sanitize`: which config a report belongs to cannot be told
-    reliably, and a waiver is judged on one config's report. A batch of one is that check.
+    :func:`batch_timeout`. A tool that ran the batch clean (exit 0, 0 errors) makes each of its
+    configs clean under that tool (``batch`` set, ``seconds`` the batch's share). Any other
+    outcome of a tool (a finding, a waiver, a timeout, a crash) has that tool run again on each
+    config of the batch alone (:func:`sanitize`): which config a report belongs to cannot be
+    told reliably, and a waiver is judged on one config's report. A batch of one is that check.
 
     Raises:
         FileNotFoundError: no compute-sanitizer (``sanitizer`` None and :func:`find_sanitizer` finds none).
@@ -530,19 +530,28 @@ def _sanitize_batch(checks: list[Check], *, gpu: str, tools: Sequence[str], sani
                     env: Mapping[str, str] | None) -> list[Verdict]:
     """One batch's verdicts: every config clean when every tool ran the batch clean, else
     each config's own :func:`sanitize`."""
-    def alone(check: Check) -> Verdict:
-        return sanitize(check.config, head_dim=check.head_dim, dtype=check.dtype, gpu=gpu, tools=tools,
+    def alone(check: Check, which: Sequence[str] = tools) -> Verdict:
+        return sanitize(check.config, head_dim=check.head_dim, dtype=check.dtype, gpu=gpu, tools=which,
                         sanitizer=sanitizer, timeout_s=timeout_s, env=env)
 
     if len(checks) == 1:
         return [alone(checks[0])]
     child = batch_request(checks)
     results = run_tools(tools, child, sanitizer=sanitizer, timeout_s=batch_timeout(timeout_s, len(checks)), env=env)
-    if not results or any(r.outcome != CLEAN for r in results):
+    if not results:
         return [alone(check) for check in checks]
-    shared = tuple(ToolResult(r.tool, CLEAN, "", 0, r.seconds / len(checks), len(checks)) for r in results)
-    return [Verdict(Config.from_dict(one["config"]), int(check.head_dim), check.dtype, shared, gpu)
-            for check, one in zip(checks, child["batch"])]
+    # A tool clean on the whole batch is clean on each config; only the others run again
+    # config by config (racecheck's waiver of warp specialization, say, while memcheck,
+    # synccheck and initcheck stay vouched for by the batch).
+    shared = {r.tool: ToolResult(r.tool, CLEAN, "", 0, r.seconds / len(checks), len(checks))
+              for r in results if r.outcome == CLEAN}
+    again = tuple(tool for tool in tools if tool not in shared)
+    verdicts = []
+    for check, one in zip(checks, child["batch"]):
+        own = {r.tool: r for r in alone(check, again).results} if again else {}
+        verdicts.append(Verdict(Config.from_dict(one["config"]), int(check.head_dim), check.dtype,
+                                tuple(shared.get(tool) or own[tool] for tool in tools), gpu))
+    return verdicts
 
 
 def probe_gpu(*, timeout_s: float = 120.0, python: str = sys.executable) -> dict[str, Any] | None:

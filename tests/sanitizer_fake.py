@@ -29,7 +29,8 @@ if {run_child!r}:
     code = subprocess.call(target)
     print("========= ERROR SUMMARY: 0 errors", flush=True)
     sys.exit(code)
-if {unsafe_if!r} and {unsafe_if!r} not in args[-1]:
+tool = args[args.index("--tool") + 1]
+if ({unsafe_if!r} and {unsafe_if!r} not in args[-1]) or ({only_tool!r} and tool != {only_tool!r}):
     sys.stdout.write("========= COMPUTE-SANITIZER\\n========= ERROR SUMMARY: 0 errors\\n")
     sys.exit(0)
 sys.stdout.write({report!r})
@@ -38,14 +39,15 @@ sys.exit({exitcode!r})
 
 
 def install(folder: Path, *, report: str = "", exitcode: int = 0, run_child: bool = False,
-            sleep_s: float = 0.0, unsafe_if: str = "") -> Path:
+            sleep_s: float = 0.0, unsafe_if: str = "", only_tool: str = "") -> Path:
     """Write the fake into ``folder``; returns its path. With ``unsafe_if``, only a request
-    (the child's JSON) holding that text gets ``report``; the others a clean report."""
+    (the child's JSON) holding that text gets ``report``; with ``only_tool``, only that tool's
+    runs; the others a clean report."""
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "compute-sanitizer"
     path.write_text(_SCRIPT.format(python=sys.executable, calls=str(folder / "calls.jsonl"), sleep_s=sleep_s,
                                    run_child=run_child, report=report, exitcode=exitcode,
-                                   unsafe_if=unsafe_if))
+                                   unsafe_if=unsafe_if, only_tool=only_tool))
     path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
     return path
 

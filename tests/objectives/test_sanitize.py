@@ -467,3 +467,18 @@ def test_candidates_are_tried_in_rounds_until_one_is_safe() -> None:
     assert rounds == [["a1", "b1", "c1"], ["a2", "c2"], ["c3"]]
     assert {name: [c for c, _ in t] for name, t in tried.items()} == {"a": ["a1", "a2"], "b": ["b1"],
                                                                       "c": ["c1", "c2", "c3"]}
+
+
+def test_only_the_tool_that_was_not_clean_runs_again_config_by_config(tmp_path) -> None:
+    folder = tmp_path / "bin"
+    configs = _configs(3)
+    marker = json.dumps(validate_config(configs[2]).to_dict(), sort_keys=True)
+    fake = str(sanitizer_fake.install(folder, report=RACECHECK, exitcode=sz.ERROR_EXITCODE, unsafe_if=marker,
+                                      only_tool="racecheck"))
+    verdicts = sz.sanitize_many([sz.Check(c, 64) for c in configs], sanitizer=fake)
+    assert sorted(_tools_run(folder)) == sorted([*sz.TOOLS, *["racecheck"] * 3])  # the batch, then racecheck alone
+    assert [v.safe for v in verdicts] == [True, True, False]
+    for verdict in verdicts:
+        assert [r.tool for r in verdict.results] == list(sz.TOOLS)
+        assert [r.batch for r in verdict.results] == [3, 1, 3, 3]  # racecheck's verdicts are each config's own
+    assert verdicts[2].reason.startswith("compute-sanitizer racecheck:")
