@@ -1,8 +1,9 @@
 """``flashtune tune --sanitize-top N``: a live study's N best configs under compute-sanitizer
 before it reports a winner.
 
-Each of the N fastest successful trials is checked (``runtime.storage.sanitized.checked``:
-the four tools at edge-case shapes, cached per kernel, config and GPU); one found unsafe
+The N fastest successful trials are checked together (``runtime.storage.sanitized.checked_many``:
+the four tools at edge-case shapes, a batch of configs to a sanitizer run, cached per kernel,
+config and GPU); one found unsafe
 becomes an ``unsafe`` trial in the result the study reports (its time dropped) and in its
 MLflow child run (status, tool and first finding). The Optuna record keeps the trial as it
 was measured (a finished Optuna trial cannot change): a resumed study's strategy sees it as
@@ -18,9 +19,9 @@ from typing import Any
 
 from flashtune.experiments.tracking.tracker import mark_trial_unsafe
 from flashtune.objectives.hardware import HardwareSpec
-from flashtune.objectives.sanitize import DEFAULT_TIMEOUT_S, Verdict
+from flashtune.objectives.sanitize import DEFAULT_TIMEOUT_S, Check, Verdict
 from flashtune.objectives.types import Measurement, Status
-from flashtune.runtime.storage.sanitized import SanitizedCache, checked
+from flashtune.runtime.storage.sanitized import SanitizedCache, checked_many
 from flashtune.search.loop import Trial
 
 
@@ -41,13 +42,11 @@ def sanitize_top(result: Any, n: int, *, gpu: HardwareSpec, tracking_uri: str | 
     """
     workload = result.study.workload
     ranked = sorted((t for t in result.trials if t.measurement.ok), key=lambda t: t.cost_ms)[:n]
-    verdicts: list[Verdict] = []
+    checks = [Check(trial.config, workload.head_dim, workload.dtype) for trial in ranked]
+    verdicts = checked_many(checks, gpu=gpu.fingerprint, cache=cache if cache is not None else SanitizedCache(),
+                            sanitizer=sanitizer, timeout_s=timeout_s) if checks else []
     relabelled: dict[int, Trial] = {}
-    for trial in ranked:
-        verdict = checked(trial.config, head_dim=workload.head_dim, dtype=workload.dtype, gpu=gpu.fingerprint,
-                          cache=cache if cache is not None else SanitizedCache(), sanitizer=sanitizer,
-                          timeout_s=timeout_s)
-        verdicts.append(verdict)
+    for trial, verdict in zip(ranked, verdicts):
         if verdict.safe:
             say(f"sanitized trial {trial.number} ({trial.cost_ms:.4f} ms): clean under {len(verdict.results)} tools"
                 f"{' (cached)' if verdict.cached else ''}")
