@@ -22,6 +22,10 @@ the interpreter.
 The cumulative lengths are clamped to [0, total] (each end to at least its start) before
 use, so values the launcher could not check (inside a CUDA graph's capture) never read or
 write outside the buffers.
+
+Row offsets are 64-bit only where a buffer needs them (``WIDE_OFFSETS``, which the launcher
+sets from the buffers' sizes, never from the lengths): they cost 0.95-0.94x at 4 x 4,096
+tokens on the H100 (docs/lab/2026-12-07.md, "The varlen kernel's prologue and offsets").
 """
 
 import triton
@@ -58,6 +62,7 @@ def varlen_forward_kernel(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     IS_CAUSAL: tl.constexpr,
+    WIDE_OFFSETS: tl.constexpr,
 ):
     num_m_blocks = tl.cdiv(max_seqlen_q, BLOCK_M)
     pid_m, pid_zh = tile_coords(tl.program_id(0), num_m_blocks, batch * q_heads, IS_CAUSAL, False)
@@ -65,25 +70,32 @@ def varlen_forward_kernel(
     off_h = pid_zh % q_heads
     off_kv_h = off_h // kv_group  # grouped-query: kv_group query heads share one K/V head
 
+    # Both sequences' rows at once, before the early exit: one round trip to memory, not two.
     q_start, q_len = sequence_rows(CuSeqlensQ, off_z, total_q)
+    k_start, kv_len = sequence_rows(CuSeqlensK, off_z, total_k)
     start_m = pid_m * BLOCK_M
     if start_m >= q_len:
         # A block past this sequence's queries (the grid is sized for the longest one), or
         # an empty sequence: nothing to write.
         return
-    k_start, kv_len = sequence_rows(CuSeqlensK, off_z, total_k)
 
-    # Row offsets inside a sequence in 64-bit: one sequence's keys x the packed row stride
-    # (kv_heads x head_dim) pass 2**31 elements at about 2M keys of 8 x 128 (transformers'
-    # CUDA-graph warm-up hands one sequence the whole paged cache), and int32 would wrap.
-    stride_qm, stride_km = stride_qm.to(tl.int64), stride_km.to(tl.int64)
-    stride_vm, stride_om = stride_vm.to(tl.int64), stride_om.to(tl.int64)
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_DIM)
-    q_base = row_of_head(Q, q_start, stride_qm, off_h, stride_qh)
-    k_base = row_of_head(K, k_start, stride_km, off_kv_h, stride_kh)
-    v_base = row_of_head(V, k_start, stride_vm, off_kv_h, stride_vh)
-    o_base = row_of_head(Out, q_start, stride_om, off_h, stride_oh)
+    if WIDE_OFFSETS:
+        # A buffer of 2**31 elements or more: one sequence's keys x the packed row stride
+        # (kv_heads x head_dim) pass it at about 2M keys of 8 x 128 (transformers' CUDA-graph
+        # warm-up hands one sequence the whole paged cache), where int32 would wrap.
+        stride_qm, stride_km = stride_qm.to(tl.int64), stride_km.to(tl.int64)
+        stride_vm, stride_om = stride_vm.to(tl.int64), stride_om.to(tl.int64)
+        q_base = row_of_head(Q, q_start, stride_qm, off_h, stride_qh)
+        k_base = row_of_head(K, k_start, stride_km, off_kv_h, stride_kh)
+        v_base = row_of_head(V, k_start, stride_vm, off_kv_h, stride_vh)
+        o_base = row_of_head(Out, q_start, stride_om, off_h, stride_oh)
+    else:
+        q_base = Q + q_start * stride_qm + off_h * stride_qh
+        k_base = K + k_start * stride_km + off_kv_h * stride_kh
+        v_base = V + k_start * stride_vm + off_kv_h * stride_vh
+        o_base = Out + q_start * stride_om + off_h * stride_oh
 
     row_ok = offs_m[:, None] < q_len
     q = tl.load(q_base + offs_m[:, None] * stride_qm + offs_d[None, :], mask=row_ok, other=0.0)

@@ -189,10 +189,23 @@ def launch_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.
     batch = cu_seqlens_q.numel() - 1
     q_heads, head_dim = q.shape[1], q.shape[2]
     grid = (triton.cdiv(max_seqlen_q, int(config["BLOCK_M"])) * batch * q_heads,)
+    wide = any(last_offset(t) >= INT32_OFFSETS for t in (q, k, v, out))
     return varlen_forward_kernel[grid](
         q, k, v, out, cu_seqlens_q, cu_seqlens_k,
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), out.stride(0), out.stride(1),
         batch, q_heads, q_heads // k.shape[1], q.shape[0], k.shape[0], max_seqlen_q, scale * LOG2_E,
         HEAD_DIM=head_dim, BLOCK_M=config["BLOCK_M"], BLOCK_N=config["BLOCK_N"], IS_CAUSAL=causal,
-        num_warps=config["num_warps"], num_stages=config["num_stages"],
+        WIDE_OFFSETS=wide, num_warps=config["num_warps"], num_stages=config["num_stages"],
     )
+
+
+#: Element offsets from this on need 64-bit arithmetic in the kernel (``WIDE_OFFSETS``).
+INT32_OFFSETS = 2**31
+
+
+def last_offset(t: torch.Tensor) -> int:
+    """The element offset of ``t``'s last element from its first: decided from the buffers'
+    sizes alone, so a CUDA graph's replays (same buffers, new lengths) keep the choice right."""
+    if t.numel() == 0:
+        return 0
+    return sum((size - 1) * stride for size, stride in zip(t.shape, t.stride()))

@@ -519,11 +519,21 @@ def sanitize_many(checks: Sequence[Check], *, gpu: str = "", tools: Sequence[str
     sanitizer = sanitizer or find_sanitizer()
     if sanitizer is None:
         raise FileNotFoundError("no compute-sanitizer on PATH or in /usr/local/cuda/bin")
-    verdicts: list[Verdict] = []
-    for first in range(0, len(checks), batch_size):
-        verdicts += _sanitize_batch(list(checks[first:first + batch_size]), gpu=gpu, tools=tools,
-                                    sanitizer=sanitizer, timeout_s=timeout_s, env=env)
-    return verdicts
+    # Batches hold one kernel variant each: racecheck waives every warp-specialized kernel (a
+    # blind spot), and a waiver reruns racecheck config by config, so one such config in a
+    # batch of others would cost them all their shared racecheck run (2026-12-07, H100: mixed
+    # batches of 8 reran racecheck on all 56 configs checked).
+    groups: dict[str, list[int]] = {}
+    for i, check in enumerate(checks):
+        groups.setdefault(launch_plan(validate_config(check.config)).variant, []).append(i)
+    verdicts: dict[int, Verdict] = {}
+    for group in groups.values():
+        for first in range(0, len(group), batch_size):
+            batch = group[first:first + batch_size]
+            done = _sanitize_batch([checks[i] for i in batch], gpu=gpu, tools=tools, sanitizer=sanitizer,
+                                   timeout_s=timeout_s, env=env)
+            verdicts.update(zip(batch, done))
+    return [verdicts[i] for i in range(len(checks))]
 
 
 def _sanitize_batch(checks: list[Check], *, gpu: str, tools: Sequence[str], sanitizer: str, timeout_s: float,

@@ -16,7 +16,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from flashtune.kernels import SAFE_DEFAULT, Config, flash_attention, flash_attention_varlen
+from flashtune.kernels import SAFE_DEFAULT, Config, flash_attention, flash_attention_varlen, varlen
 from flashtune.objectives.hardware import load_spec
 
 pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="CPU interpreter suite; tests/gpu covers the GPU")
@@ -226,7 +226,7 @@ from flashtune.objectives.aot import compiling_for, resource_usage
 from flashtune.objectives.hardware import load_spec
 from flashtune.kernels._flash_fwd_varlen import varlen_forward_kernel
 out = []
-for dtype, d, bm, bn, causal, warps, stages in json.loads(sys.argv[1]):
+for dtype, d, bm, bn, causal, warps, stages, wide in json.loads(sys.argv[1]):
     q = torch.empty(100, 8, d, dtype=getattr(torch, dtype))
     k = torch.empty(120, 2, d, dtype=q.dtype)
     cu = torch.zeros(5, dtype=torch.int32)
@@ -234,7 +234,7 @@ for dtype, d, bm, bn, causal, warps, stages in json.loads(sys.argv[1]):
         kernel = varlen_forward_kernel.warmup(
             q, k, k, q, cu, cu, *q.stride()[:2], *k.stride()[:2], *k.stride()[:2], *q.stride()[:2],
             4, 8, 4, 100, 120, 40, 0.1, HEAD_DIM=d, BLOCK_M=bm, BLOCK_N=bn, IS_CAUSAL=causal,
-            num_warps=warps, num_stages=stages, grid=(1,))
+            WIDE_OFFSETS=wide, num_warps=warps, num_stages=stages, grid=(1,))
     usage = resource_usage(kernel.asm["cubin"])
     out.append([usage["REG"], (usage["STACK"] + usage["LOCAL"]) // 4, kernel.metadata.shared])
 print(json.dumps(out))
@@ -249,10 +249,13 @@ def test_compiles_for_sm90_without_spills_at_the_default_tile():
     # a sequence's start and lengths come from loads, held in vector registers, where the
     # dense kernel's lengths are arguments. A few words, not a tile's worth.
     # Then Hopper's varlen tile (64x64, 4 warps, 3 stages), which the runtime serves up to head dim 128.
+    # Each with 64-bit row offsets (buffers of 2**31 elements or more), then the 32-bit ones
+    # every smaller buffer gets.
     cases = [["bfloat16", 128, 64, 32, True, 4, 2], ["float16", 64, 64, 32, False, 4, 2],
              ["bfloat16", 256, 64, 32, True, 4, 2], ["bfloat16", 128, 64, 64, True, 4, 3],
              ["bfloat16", 64, 64, 64, False, 4, 3]]
-    most_spills = [0, 0, 4, 0, 0]
+    cases = [[*case, wide] for wide in (True, False) for case in cases]
+    most_spills = [0, 0, 4, 0, 0] * 2
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["CUDA_VISIBLE_DEVICES"] = ""
     done = subprocess.run([sys.executable, "-c", _SM90_CHILD, json.dumps(cases)], capture_output=True, text=True,
@@ -283,6 +286,23 @@ config = {"BLOCK_M": 32, "BLOCK_N": 64, "num_warps": 4, "num_stages": 1}
 out = flash_attention_varlen(q, k, v, cu_q, cu_k, 1, rows, causal=True, config=config)
 print(rows, out.float().mean().item())
 """
+
+
+def test_offsets_are_64_bit_exactly_where_a_buffer_needs_them():
+    small = torch.empty(10, 4, 32)
+    assert varlen.last_offset(small) == 9 * 128 + 3 * 32 + 31 < varlen.INT32_OFFSETS
+    rows = varlen.INT32_OFFSETS // (4 * 32) + 1  # its last row starts past 2**31 elements
+    wide = torch.empty(rows, 4, 32, device="meta")  # shape and strides, no memory
+    assert varlen.last_offset(wide) >= varlen.INT32_OFFSETS
+    assert varlen.last_offset(torch.empty(0, 4, 32)) == 0
+
+
+def test_the_64_bit_path_computes_what_the_32_bit_one_does(monkeypatch):
+    # The wide path on small buffers (the limit lowered): the same answer, bit for bit.
+    q, k, v, cu_q, cu_k = _packed(LENGTHS, LENGTHS)
+    narrow = flash_attention_varlen(q, k, v, cu_q, cu_k, 33, 33, causal=True)
+    monkeypatch.setattr(varlen, "INT32_OFFSETS", 1)
+    assert torch.equal(flash_attention_varlen(q, k, v, cu_q, cu_k, 33, 33, causal=True), narrow)
 
 
 def test_keys_past_two_to_the_31_elements_are_addressed_in_64_bit():

@@ -482,3 +482,18 @@ def test_only_the_tool_that_was_not_clean_runs_again_config_by_config(tmp_path) 
         assert [r.tool for r in verdict.results] == list(sz.TOOLS)
         assert [r.batch for r in verdict.results] == [3, 1, 3, 3]  # racecheck's verdicts are each config's own
     assert verdicts[2].reason.startswith("compute-sanitizer racecheck:")
+
+
+def test_a_batch_holds_one_kernel_variant(tmp_path) -> None:
+    """A warp-specialized config (racecheck waives it) never shares a batch with other variants."""
+    folder = tmp_path / "bin"
+    fake = str(sanitizer_fake.install(folder, report=CLEAN, exitcode=0))
+    gluon = Config(BLOCK_M=128, BLOCK_N=128, grid="persistent_zigzag", kernel="prefill", loads="gluon_pingpong",
+                   num_stages=2, num_warps=4, tile_order="head_major", use_fp8=False)
+    configs = [_configs(1)[0], gluon, _configs(2)[1]]
+    verdicts = sz.sanitize_many([sz.Check(c, 64) for c in configs], tools=("racecheck",), sanitizer=fake)
+    batches = [[b["config"] for b in json.loads(r[-1]).get("batch", [json.loads(r[-1])])]
+               for r in sanitizer_fake.calls(folder)]
+    assert sorted(map(len, batches)) == [1, 2]
+    assert [v.config for v in verdicts] == [validate_config(c) for c in configs]  # the callers' order
+    assert [r.batch for v in verdicts for r in v.results] == [2, 1, 2]

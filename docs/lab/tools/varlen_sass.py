@@ -30,7 +30,8 @@ from flashtune.objectives.types import Workload
 SEQUENCES, LENGTH, Q_HEADS, KV_HEADS = 16, 1024, 32, 8
 
 
-def varlen_sass(hw, tile: tuple[int, int, int, int], head_dim: int, causal: bool) -> tuple[str, dict]:
+def varlen_sass(hw, tile: tuple[int, int, int, int], head_dim: int, causal: bool,
+                wide: bool = False) -> tuple[str, dict]:
     """(SASS listing, resource usage) of the varlen kernel at ``tile`` compiled for ``hw``."""
     bm, bn, w, s = tile
     q = torch.empty(SEQUENCES * LENGTH, Q_HEADS, head_dim, dtype=torch.bfloat16)
@@ -40,7 +41,8 @@ def varlen_sass(hw, tile: tuple[int, int, int, int], head_dim: int, causal: bool
         kern = varlen_forward_kernel.warmup(q, k, k, q, cu, cu, *q.stride()[:2], *k.stride()[:2], *k.stride()[:2],
                                             *q.stride()[:2], SEQUENCES, Q_HEADS, Q_HEADS // KV_HEADS, q.shape[0],
                                             k.shape[0], LENGTH, 0.1, HEAD_DIM=head_dim, BLOCK_M=bm, BLOCK_N=bn,
-                                            IS_CAUSAL=causal, num_warps=w, num_stages=s, grid=(1,))
+                                            IS_CAUSAL=causal, WIDE_OFFSETS=wide, num_warps=w, num_stages=s,
+                                            grid=(1,))
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "k.cubin"
         path.write_bytes(kern.asm["cubin"])
@@ -71,6 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("tile", nargs="?", default="64,64,4,3", help="BLOCK_M,BLOCK_N,warps,stages (default 64,64,4,3)")
     parser.add_argument("--head-dim", type=int, default=128)
     parser.add_argument("--full", action="store_true", help="no causal mask")
+    parser.add_argument("--wide", action="store_true", help="64-bit row offsets (buffers of 2**31 elements or more)")
     args = parser.parse_args(argv)
     tile = tuple(int(x) for x in args.tile.split(","))
     hw, causal = load_spec("h100"), not args.full
@@ -78,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     cfg = {**SAFE_DEFAULT, "BLOCK_M": bm, "BLOCK_N": bn, "num_warps": w, "num_stages": s}
     dense = compiled_sass(cfg, Workload(SEQUENCES, Q_HEADS, KV_HEADS, LENGTH, LENGTH, args.head_dim, "bfloat16",
                                         causal), hw)
-    for name, (sass, res) in (("dense", dense), ("varlen", varlen_sass(hw, tile, args.head_dim, causal))):
+    for name, (sass, res) in (("dense", dense), ("varlen", varlen_sass(hw, tile, args.head_dim, causal, args.wide))):
         total, found = loops(sass)
         print(name, "regs", res.get("REG"), "total instr", total)
         for n, ops in found:

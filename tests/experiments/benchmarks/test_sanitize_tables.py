@@ -83,8 +83,18 @@ def test_configs_are_checked_a_batch_at_a_time(tmp_path, monkeypatch) -> None:
     assert st.main(["--tables", str(DATA / "h200_gluon"), "--top", "1", "--out", str(out), "--jobs", "2",
                     "--batch-size", "4"]) == 0
     rows = [json.loads(line) for line in (out / "findings.jsonl").read_text().splitlines()]
-    batches = -(-len(rows) // 4)
-    assert len(rows) > 4 and len(sanitizer_fake.calls(tmp_path / "bin")) == 4 * batches  # a run a tool a batch
+    batches = st.batches_of(json.loads((out / "plan.json").read_text()), 4)
+    assert len(rows) > 4 and len(sanitizer_fake.calls(tmp_path / "bin")) == 4 * len(batches)  # a run a tool a batch
     assert all(r["verdict"] == "safe" for r in rows)
-    sizes = [min(4, len(rows) - at) for at in range(0, len(rows), 4)]  # the plan's order, 4 to a batch
-    assert [r["tools"][0].get("batch", 1) for r in rows] == [size for size in sizes for _ in range(size)]
+    assert max(map(len, batches)) == 4 and all(len({i["variant"] for i in batch}) == 1 for batch in batches)
+    assert sorted(r["tools"][0].get("batch", 1) for r in rows) == sorted(len(b) for b in batches for _ in b)
+
+
+def test_batches_hold_one_variant_and_keep_the_plans_tiers() -> None:
+    items = [{"why": "default prefill", "variant": "gluon"}, {"why": "default decode", "variant": "decode"},
+             {"why": "w forward #1", "variant": "forward"}, {"why": "w gluon #1", "variant": "gluon"},
+             {"why": "x forward #1", "variant": "forward"}, {"why": "w forward #2", "variant": "forward"}]
+    got = [[i["why"] for i in batch] for batch in st.batches_of(items, 8)]
+    assert got == [["default prefill"], ["default decode"], ["w forward #1", "x forward #1"], ["w gluon #1"],
+                   ["w forward #2"]]
+    assert [len(b) for b in st.batches_of(items[2:3] * 5, 2)] == [2, 2, 1]
