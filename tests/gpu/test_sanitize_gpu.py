@@ -72,7 +72,7 @@ def test_the_hopper_defaults_are_clean_under_every_tool(hardware, tmp_path) -> N
 
 def test_the_hopper_defaults_are_clean_in_batches(hardware) -> None:
     """The batch path on the same configs: every tool once a batch, its seconds a config printed
-    (the figure docs/sanitizer.md lacks)."""
+    (docs/sanitizer.md's figure, for the defaults alone)."""
     items = hopper_defaults(hardware)
     start = time.monotonic()
     verdicts = sz.sanitize_many([sz.Check(config, head_dim) for config, head_dim in items], gpu=hardware.fingerprint)
