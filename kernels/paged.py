@@ -22,15 +22,12 @@ from flashtune.kernels.config import Config, Value
 from flashtune.kernels.decode import INTERPRETER_SMS, combine_options, decode_default_for
 from flashtune.kernels.dtypes import interpreting
 from flashtune.kernels.launch_support import LOG2_E, capturing, device_sm_count
+from flashtune.kernels.space import PAGE_SIZE_MULTIPLE as PAGE_SIZE_MULTIPLE
 from flashtune.kernels.space import PAGED_KERNEL as PAGED_KERNEL
 from flashtune.kernels.space import PAGED_KNOBS as PAGED_KNOBS
 from flashtune.kernels.space import PAGED_TUNABLES, decode_block_h, validate_paged_config
 from flashtune.kernels.varlen import check_head_tensor
 
-#: Page sizes must be whole multiples of this, the space's smallest tile (tl.dot takes 16
-#: keys at least), so that some tile always fits a page whole and the one-lookup-a-tile path
-#: is open at every page size (vLLM and transformers use 16 to 256).
-PAGE_SIZE_MULTIPLE = 16
 #: New keys written per program of the append kernel.
 APPEND_BLOCK_M = 16
 

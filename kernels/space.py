@@ -222,6 +222,11 @@ PAGED_KERNEL = "paged"
 #: The key of a paged table row's config that names the cache's page size (a workload has
 #: no field for it; the store keeps it in the bucket, runtime/storage/export.py).
 PAGE_SIZE_KEY = "page_size"
+#: Page sizes must be whole multiples of this, the space's smallest tile (tl.dot takes 16
+#: keys at least), so that some tile always fits a page whole and the one-lookup-a-tile path
+#: is open at every page size (vLLM and transformers use 16 to 256). Here, not in
+#: kernels/paged.py, so that the sweep's parent process checks --page-size without torch.
+PAGE_SIZE_MULTIPLE = 16
 
 
 def validate_paged_config(config: Mapping[str, Value]) -> Config:

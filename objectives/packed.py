@@ -98,7 +98,14 @@ def table_suffix(kernel: str, page_size: int | None = None) -> str:
     return kernel if kernel == VARLEN_KERNEL else f"{kernel}-p{check_page_size(page_size)}"
 
 
+def packed_kind(path: str | Path) -> str:
+    """The :func:`table_suffix` a table file's name carries (``varlen``, ``paged-p256``), or
+    "" for a dense table (a workload's name has no dot)."""
+    stem = Path(path).name.removesuffix(".jsonl")
+    return stem.partition(".")[2]
+
+
 def is_packed_table(path: str | Path) -> bool:
-    """Whether a table file is a packed kernel's (its name has a :func:`table_suffix`; a
-    workload's name has no dot): such tables are not the dense op's recordings of a workload."""
-    return "." in Path(path).name.removesuffix(".jsonl")
+    """Whether a table file is a packed kernel's: such tables are not the dense op's
+    recordings of a workload."""
+    return bool(packed_kind(path))

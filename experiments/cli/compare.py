@@ -139,7 +139,8 @@ def loko_report(landscapes: Sequence[Landscape], report: dict[str, Any]) -> dict
     """Leave one kernel out over the cold comparison (``loko``), with Kernel Tuner's strategies
     of the same run as peers; None where the spaces are of fewer than two kernels (our own
     tables are all one kernel, the attention kernel)."""
-    kernels = {ls.name: kernel_of(ls.name) if ls.workload is None else "attention" for ls in landscapes}
+    kernels = {ls.name: kernel_of(ls.name) if ls.workload is None else ls.packed.partition("-")[0] or "attention"
+               for ls in landscapes}
     if len(set(kernels.values())) < 2 or not report["strategies"]:
         return None
     # The default of `flashtune tune`, imported here: the tune command pulls in the study's modules.

@@ -36,6 +36,7 @@ from flashtune.experiments.study.measurers import default_replay_dirs, gpu_names
 from flashtune.kernels.config import Config
 from flashtune.kernels.space import (
     KERNEL_TUNABLES,
+    PAGE_SIZE_MULTIPLE,
     PAGED_KERNEL,
     VARLEN_KERNEL,
     all_configs,
@@ -55,10 +56,6 @@ from flashtune.runtime.storage.buckets import pow2_bucket
 DENSE = "dense"
 #: The kernels ``--kernel`` names.
 SWEPT_KERNELS = (DENSE, VARLEN_KERNEL, PAGED_KERNEL)
-#: Page sizes must be whole multiples of this (kernels/paged.py ``PAGE_SIZE_MULTIPLE``;
-#: tests/experiments/cli/test_sweep_packed.py checks the two agree, since the parent
-#: process keeps torch, which kernels/paged.py imports, unloaded).
-PAGE_SIZE_MULTIPLE = 16
 
 
 @dataclasses.dataclass(frozen=True)

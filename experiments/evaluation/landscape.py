@@ -27,6 +27,7 @@ from flashtune.kernels.space import IMPLIED
 from flashtune.objectives.feasibility import check
 from flashtune.objectives.hardware import HardwareSpec
 from flashtune.objectives.kernel_tuner_files import SUFFIXES, is_kernel_tuner_file, load_kernel_tuner, space_name
+from flashtune.objectives.packed import packed_kind
 from flashtune.objectives.replay import load_table
 from flashtune.objectives.types import Measurement, Workload
 from flashtune.search.space import SearchSpace
@@ -49,10 +50,13 @@ class Landscape:
     score_budget: int
     paths: tuple[Path, ...] = ()  # every table merged into this one (parts of one space)
     label: str = ""  # the name of a space without a workload (its file's name)
+    packed: str = ""  # a packed kernel's space of the workload: its table suffix (objectives/packed.py)
 
     @property
     def name(self) -> str:
-        return self.workload.name if self.workload is not None else self.label
+        if self.workload is None:
+            return self.label
+        return f"{self.workload.name}.{self.packed}" if self.packed else self.workload.name
 
     def cost(self, config: Config) -> float:
         """Recorded median ms, or inf for a failure or a config outside the table."""
@@ -103,10 +107,18 @@ def build_landscape(path: str | Path | Sequence[str | Path], hardware: HardwareS
         if len(workloads) != 1:
             raise ValueError(f"replay tables {[str(p) for p in paths]} hold {len(workloads)} workloads; "
                              "the tables of one landscape must be parts of one workload's space")
+        kinds = {packed_kind(p) for p in paths}
+        if len(kinds) != 1:
+            raise ValueError(f"replay tables {[str(p) for p in paths]} hold the spaces of {len(kinds)} kernels "
+                             f"({', '.join(k or 'dense' for k in sorted(kinds))}); a landscape is one kernel's")
         workload = measurements[0].workload
+        packed = kinds.pop()
         table = {m.config: m for m in measurements}
-        # Only the recorded configs are admitted: listing them spares walking the product.
-        space = SearchSpace(recorded_tunables(measurements), _constraint(table, workload, hardware), members=table)
+        # Only the recorded configs are admitted: listing them spares walking the product. A
+        # packed kernel's configs have no static feasibility model (its sweep records what
+        # failed), so its space is its recorded configs.
+        constraint = (lambda config: config in table) if packed else _constraint(table, workload, hardware)
+        space = SearchSpace(recorded_tunables(measurements), constraint, members=table)
     feasible = space.feasible_configs()
     costs = [table[c].median_ms if table[c].ok else math.inf for c in feasible]
     ok = [c for c in costs if math.isfinite(c)]
@@ -122,7 +134,7 @@ def build_landscape(path: str | Path | Sequence[str | Path], hardware: HardwareS
         workload=workload, path=path, table=table, space=space, feasible=feasible,
         optimum_ms=optimum_ms, optimum_config=optimum_config, worst_ms=worst, median_ms=median_ms,
         random_curve=curve, score_budget=scoring.score_budget(curve, median_ms, optimum_ms), paths=tuple(paths),
-        label=space_name(path),
+        label=space_name(path), packed=packed if not foreign else "",
     )
 
 
@@ -151,10 +163,11 @@ def table_files(tables: Sequence[str | Path]) -> list[Path]:
 def group_by_workload(files: Sequence[Path]) -> list[list[Path]]:
     """The files of each workload together (a space recorded in parts, e.g. one folder per
     kernel variant), workloads in the order their first file comes."""
-    groups: dict[Workload | Path, list[Path]] = {}
+    groups: dict[tuple[Workload, str] | Path, list[Path]] = {}
     for path in files:
         # A Kernel Tuner or T4 file is a whole space of its own, grouped with no other.
-        key = path if is_kernel_tuner_file(path) else load_table(path)[0].workload
+        # A packed kernel's table is its own space beside the workload's dense one.
+        key = path if is_kernel_tuner_file(path) else (load_table(path)[0].workload, packed_kind(path))
         groups.setdefault(key, []).append(path)
     return list(groups.values())
 
