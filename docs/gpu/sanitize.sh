@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Issue 44 on the lent H100/H200, in one call of about 8 minutes: nothing unsafe is served.
-#   bash docs/gpu/sanitize.sh           (carry .whl; TESTS_S, TABLES_S cut each step; TESTS_S=0 skips the tests)
+#   bash docs/gpu/sanitize.sh           (carry .whl; TESTS_S, TABLES_S cut each step; TESTS_S=0 skips the tests,
+#                                        TESTS_K=EXPR picks them: pytest -k)
 # 1. the sanitizer GPU tests (tests/gpu/test_sanitize_gpu.py): the runtime's Hopper defaults
 #    clean under memcheck, racecheck, synccheck and initcheck; a deliberately out-of-bounds
 #    Triton kernel found by memcheck; a verdict cached per config, kernel and GPU;
@@ -19,6 +20,7 @@ command -v compute-sanitizer && compute-sanitizer --version | tail -1
 date +%T
 if [ "${TESTS_S:-180}" -gt 0 ]; then  # TESTS_S=0: the tables only
   timeout -k 5 "${TESTS_S:-180}" python3 -m pytest -m gpu tests/gpu/test_sanitize_gpu.py -q -s -p no:cacheprovider \
+    ${TESTS_K:+-k "$TESTS_K"} \
     2>&1 | tail -40 || echo "tests exit $?"
 fi
 date +%T
