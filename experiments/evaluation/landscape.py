@@ -98,7 +98,7 @@ def build_landscape(path: str | Path | Sequence[str | Path], hardware: HardwareS
         raise ValueError(f"{foreign[0]}: a Kernel Tuner or T4 file is a whole space; it merges with no other table")
     if foreign:
         recorded = load_kernel_tuner(path)
-        measurements, workload = list(recorded.measurements), None
+        measurements, workload, packed = list(recorded.measurements), None, ""
         table = {m.config: m for m in measurements}
         space = SearchSpace(recorded.tunables, members=table)
     else:
@@ -134,7 +134,7 @@ def build_landscape(path: str | Path | Sequence[str | Path], hardware: HardwareS
         workload=workload, path=path, table=table, space=space, feasible=feasible,
         optimum_ms=optimum_ms, optimum_config=optimum_config, worst_ms=worst, median_ms=median_ms,
         random_curve=curve, score_budget=scoring.score_budget(curve, median_ms, optimum_ms), paths=tuple(paths),
-        label=space_name(path), packed=packed if not foreign else "",
+        label=space_name(path), packed=packed,
     )
 
 
