@@ -13,6 +13,8 @@ if __name__ == "kernels":
 
     import_the_installed_kernels()
 else:
+    import importlib
+
     from flashtune.kernels.config import Config
     from flashtune.kernels.space import (
         DECODE_MAX_Q_LEN,
@@ -25,17 +27,15 @@ else:
     )
 
     __all__ = ["Config", "DECODE_MAX_Q_LEN", "DECODE_TUNABLES", "SAFE_DEFAULT", "TUNABLES", "all_configs",
-               "flash_attention", "flash_attention_varlen", "tunables_for", "validate_config"]
+               "flash_attention", "flash_attention_varlen", "flash_attention_with_kvcache", "tunables_for",
+               "validate_config"]
+
+    # The ops, by the module that defines each: imported on first use, so that importing
+    # flashtune.kernels (configs, the space) does not pull in torch and Triton.
+    _LAZY_OPS = {"flash_attention": "flashtune.kernels.attention", "flash_attention_varlen": "flashtune.kernels.varlen",
+                 "flash_attention_with_kvcache": "flashtune.kernels.paged"}
 
     def __getattr__(name: str):
-        if name == "flash_attention":
-            # Lazy: importing flashtune.kernels (configs, the space) must not pull in torch and Triton.
-            from flashtune.kernels.attention import flash_attention
-
-            return flash_attention
-        if name == "flash_attention_varlen":
-            # Lazy, as flash_attention: it imports torch and Triton.
-            from flashtune.kernels.varlen import flash_attention_varlen
-
-            return flash_attention_varlen
+        if name in _LAZY_OPS:
+            return getattr(importlib.import_module(_LAZY_OPS[name]), name)
         raise AttributeError(f"module 'flashtune.kernels' has no attribute {name!r}")
