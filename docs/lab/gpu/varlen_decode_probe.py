@@ -13,7 +13,7 @@ query each, cached lengths log-uniform 64..8192, bf16, 32/8 heads, D128) four wa
   a key range of one shared buffer (K viewed as (batch, kv_heads, total_k, dim) with a batch stride
   of 0, ``kv_start = cu_seqlens_k[:-1]``, ``cache_seqlens = cu_seqlens_k[1:]``): what a varlen
   decode path could call without copying;
-- ``torch_varlen``: torch's ``varlen_attn`` (K/V repeated for GQA where it lacks ``enable_gqa``);
+- ``torch_varlen``: torch's ``varlen_attn`` through the benchmark's peer wrapper;
 - ``paged``: ``flash_attention_with_kvcache`` on the same keys in pages of 256, for scale.
 
     python docs/lab/gpu/varlen_decode_probe.py [--out varlen_decode.json]
@@ -65,11 +65,10 @@ def decode_ranges(q, k, v, cu_q, cu_k, max_k):
 
 
 def torch_varlen(q, k, v, cu_q, cu_k, max_k):
-    from torch.nn.attention.varlen import varlen_attn
+    """torch's varlen attention as the benchmark's peer calls it (GQA and causal by this torch's signature)."""
+    from flashtune.experiments.benchmarks.torch_varlen import torch_varlen_attention
 
-    group = q.shape[1] // k.shape[1]
-    k, v = (t.repeat_interleave(group, dim=1) for t in (k, v))
-    return varlen_attn(q, k, v, cu_q, cu_k, 1, max_k, is_causal=True)
+    return torch_varlen_attention(q, k, v, cu_q, cu_k, 1, max_k, causal=True)
 
 
 def paged(q, k, v, cu_q, cu_k, max_k, page=256):
