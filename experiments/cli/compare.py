@@ -35,6 +35,7 @@ from flashtune.experiments.evaluation.loko import hit_table, kernel_of, loko, pe
 from flashtune.experiments.evaluation.replay_batch import job_count, run_all, select_strategies, write_report
 from flashtune.experiments.study.measurers import default_replay_dirs
 from flashtune.objectives.hardware import HardwareSpec, load_spec
+from flashtune.objectives.packed import packed_kernel
 from flashtune.search import check_options, option_defaults, option_value
 
 #: Trials per run on the default tables: `flashtune tune`'s default --trials.
@@ -139,7 +140,7 @@ def loko_report(landscapes: Sequence[Landscape], report: dict[str, Any]) -> dict
     """Leave one kernel out over the cold comparison (``loko``), with Kernel Tuner's strategies
     of the same run as peers; None where the spaces are of fewer than two kernels (our own
     tables are all one kernel, the attention kernel)."""
-    kernels = {ls.name: kernel_of(ls.name) if ls.workload is None else ls.packed.partition("-")[0] or "attention"
+    kernels = {ls.name: kernel_of(ls.name) if ls.workload is None else packed_kernel(ls.optimum_config) or "attention"
                for ls in landscapes}
     if len(set(kernels.values())) < 2 or not report["strategies"]:
         return None
