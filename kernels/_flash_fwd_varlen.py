@@ -35,10 +35,13 @@ from flashtune.kernels._flash_fwd import _attend_tiles, key_ranges, normalize, t
 
 
 @triton.jit
-def sequence_rows(CuSeqlens, off_z, total):
-    """(first row, rows) of sequence ``off_z`` in a packed tensor of ``total`` rows."""
-    start = tl.minimum(tl.maximum(tl.load(CuSeqlens + off_z), 0), total)
-    end = tl.minimum(tl.maximum(tl.load(CuSeqlens + off_z + 1), start), total)
+def sequence_rows(CuSeqlens, off_z, total, RELOAD: tl.constexpr = False):
+    """(first row, rows) of sequence ``off_z`` in a packed tensor of ``total`` rows.
+
+    ``RELOAD``: read again after the key loops (volatile, so the compiler cannot reuse the
+    first read and keep it in registers; see the kernel's store)."""
+    start = tl.minimum(tl.maximum(tl.load(CuSeqlens + off_z, volatile=RELOAD), 0), total)
+    end = tl.minimum(tl.maximum(tl.load(CuSeqlens + off_z + 1, volatile=RELOAD), start), total)
     return start, end - start
 
 
@@ -90,15 +93,12 @@ def varlen_forward_kernel(
         q_base = row_of_head(Q, q_start, stride_qm, off_h, stride_qh)
         k_base = row_of_head(K, k_start, stride_km, off_kv_h, stride_kh)
         v_base = row_of_head(V, k_start, stride_vm, off_kv_h, stride_vh)
-        o_base = row_of_head(Out, q_start, stride_om, off_h, stride_oh)
     else:
         q_base = Q + q_start * stride_qm + off_h * stride_qh
         k_base = K + k_start * stride_km + off_kv_h * stride_kh
         v_base = V + k_start * stride_vm + off_kv_h * stride_vh
-        o_base = Out + q_start * stride_om + off_h * stride_oh
 
-    row_ok = offs_m[:, None] < q_len
-    q = tl.load(q_base + offs_m[:, None] * stride_qm + offs_d[None, :], mask=row_ok, other=0.0)
+    q = tl.load(q_base + offs_m[:, None] * stride_qm + offs_d[None, :], mask=offs_m[:, None] < q_len, other=0.0)
 
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
@@ -120,4 +120,14 @@ def varlen_forward_kernel(
 
     # A sequence with no keys (or rows before its first visible key) kept l = 0: zeros.
     out = normalize(acc, l_i, Out, False)
-    tl.store(o_base + offs_m[:, None] * stride_om + offs_d[None, :], out.to(Out.dtype.element_ty), mask=row_ok)
+    # The output's rows are read again rather than kept from the prologue: a loaded value
+    # holds a per-thread register through both key loops (the dense kernel's lengths are
+    # launch parameters, which do not), and those 14-24 registers cost 64x32 tiles one
+    # program an SM on the H100 (144 against the dense kernel's 126; 128 re-read).
+    q_start, q_len = sequence_rows(CuSeqlensQ, off_z, total_q, RELOAD=True)
+    if WIDE_OFFSETS:
+        o_base = row_of_head(Out, q_start, stride_om, off_h, stride_oh)
+    else:
+        o_base = Out + q_start * stride_om + off_h * stride_oh
+    tl.store(o_base + offs_m[:, None] * stride_om + offs_d[None, :], out.to(Out.dtype.element_ty),
+             mask=offs_m[:, None] < q_len)

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# 2026-12-07, fourth session, two commands on one machine (either card):
+#   PART=kernels bash docs/lab/gpu/call-2026-12-07d.sh   (about 300 s) issue 42: the varlen kernel with its
+#       output rows re-read (varlen_regs_probe.py: against the kernel before and dense, same tile), then the
+#       continuous-batching GPU tests;
+#   PART=sanitize bash docs/lab/gpu/call-2026-12-07d.sh  (about 450 s; carry [".whl", "resume"]) issue 44: the
+#       sanitizer's GPU tests and tables; on the H100 resumed from the verdicts of 2026-12-07b.
+if [ "${PART:-kernels}" = kernels ]; then
+  bash -c 'source docs/gpu/setup.sh regs.log; date +%T
+    timeout -k 10 "${PROBE_S:-240}" python3 docs/lab/gpu/varlen_regs_probe.py --out "$OUT/varlen_regs.jsonl" \
+      || echo probe exit $?
+    date +%T' 2>&1 | tail -45
+  STEPS=tests TESTS_S="${TESTS_S:-110}" bash docs/gpu/continuous-batching.sh 2>&1 | tail -20
+else
+  nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200 || echo "H100: resuming its verdicts"
+  BATCH=8 TESTS_K="batches or memcheck or cached" TESTS_S="${TESTS_S:-130}" TABLES_S="${TABLES_S:-400}" \
+    bash docs/gpu/sanitize.sh 2>&1 | tail -40
+fi
