@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # transformers' continuous batching on the op, on the lent GPU, in one call of about 8 minutes:
-#   bash docs/gpu/continuous-batching.sh      (STEPS="tests kernels bench"; TESTS_S, KERNELS_S, BENCH_S cut
+#   bash docs/gpu/continuous-batching.sh      (STEPS="tests kernels bench"; TESTS_S, KERNELS_S, BENCH_S cut; ROUNDS=2
 #                                               each step; REQUESTS=64; IMPLS=sdpa,op,op-paged, and
 #                                               torch-varlen: torch's varlen attention on the same path)
 # 1. the GPU tests: the varlen kernel in bf16 against float32 (mixed lengths, chunked prefill,
@@ -33,7 +33,7 @@ for step in ${STEPS:-tests kernels bench}; do
     kernels) timeout -k 5 "${KERNELS_S:-200}" python3 docs/lab/tools/cb_kernels.py --out "$OUT/cb_kernels.json" \
                || echo "kernels exit $?" ;;
     bench) timeout -k 10 "${BENCH_S:-330}" python3 -m flashtune.experiments.benchmarks.bench_continuous_batching \
-             --requests "${REQUESTS:-64}" --implementations "${IMPLS:-sdpa,op,op-paged}" --out "$OUT/cb.json" \
+             --requests "${REQUESTS:-64}" --implementations "${IMPLS:-sdpa,op,op-paged}" --rounds "${ROUNDS:-2}" --out "$OUT/cb.json" \
              || echo "bench exit $?" ;;
     sweep) half=$(( ${SWEEP_S:-500} / 2 ))
            timeout -k 5 "$half" flashtune sweep --kernel varlen --workload 16,32/8,1024,128,causal,bfloat16 \
