@@ -38,9 +38,10 @@ def kernel_source_hash() -> str:
 #: The packed ops' kernels and launchers, by store class: the hash their store entries carry,
 #: apart from the dense kernels' (a change to the varlen kernel makes the varlen entries stale,
 #: and leaves the dense entries served; a change to a dense kernel leaves these served). The
-#: paged op launches the dense decode kernel's combine and reads its default's rules.
+#: varlen kernel runs the prefill kernel's key loop (``_flash_fwd._attend_tiles``); the paged op
+#: launches the dense decode kernel's combine and reads its default's rules.
 PACKED_SOURCES = {
-    "varlen": tuple(Path(__file__).with_name(name) for name in ("_flash_fwd_varlen.py", "varlen.py")),
+    "varlen": tuple(Path(__file__).with_name(name) for name in ("_flash_fwd_varlen.py", "varlen.py", "_flash_fwd.py")),
     "paged": tuple(Path(__file__).with_name(name)
                    for name in ("_flash_decode_paged.py", "paged.py", "_flash_decode.py", "decode.py")),
 }

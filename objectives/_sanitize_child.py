@@ -3,8 +3,9 @@ its edge cases, then exit.
 
 ``python -m flashtune.objectives._sanitize_child REQUEST`` with REQUEST the JSON of
 ``objectives.sanitize.request`` (config, head_dim, dtype, cases, seed): every case is
-launched through ``flashtune.kernels.flash_attention`` and synchronized; exit 0 when all
-ran. Inputs are drawn on the host and copied over, so the only kernels the sanitizer sees
+launched through ``flashtune.kernels.flash_attention`` (a packed kernel's cases through
+``flash_attention_varlen`` or ``flash_attention_with_kvcache``, by the case's ``layout``) and
+synchronized; exit 0 when all ran. Inputs are drawn on the host and copied over, so the only kernels the sanitizer sees
 are the config's own (and the few torch ops its launcher runs: fp8 scales, a workspace's
 zeroing), with descriptor scratch zeroed (``zero_descriptor_scratch``). A failure is a traceback on stderr and exit code 3: the parent reads it as a crash.
 
@@ -22,6 +23,7 @@ Without a GPU the cases run on the CPU, in float32, under Triton's interpreter w
 
 from __future__ import annotations
 
+import itertools
 import json
 import sys
 import traceback
@@ -29,8 +31,9 @@ from typing import Any
 
 import torch
 
-from flashtune.kernels import flash_attention
+from flashtune.kernels import flash_attention, flash_attention_varlen, flash_attention_with_kvcache
 from flashtune.kernels.launch_support import zero_descriptor_scratch
+from flashtune.kernels.space import PAGE_SIZE_KEY
 from flashtune.objectives.hardware import HardwareSpec
 
 _DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
@@ -39,6 +42,16 @@ _DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torc
 def run_case(case: dict[str, Any], *, config: dict[str, Any], head_dim: int, dtype: torch.dtype,
              device: torch.device, generator: torch.Generator) -> None:
     """Launch one case and wait for it."""
+    layout = case.get("layout", "dense")
+    launch = {"dense": dense_case, "varlen": varlen_case, "paged": paged_case}[layout]
+    launch(case, config=config, head_dim=head_dim, dtype=dtype, device=device, generator=generator)
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def dense_case(case: dict[str, Any], *, config: dict[str, Any], head_dim: int, dtype: torch.dtype,
+               device: torch.device, generator: torch.Generator) -> None:
+    """(batch, heads, length, head_dim) inputs through ``flash_attention``."""
     b, hq, hkv, nq, nk = (int(case[k]) for k in ("batch", "q_heads", "kv_heads", "q_len", "kv_len"))
 
     def draw(heads: int, length: int) -> torch.Tensor:
@@ -48,8 +61,46 @@ def run_case(case: dict[str, Any], *, config: dict[str, Any], head_dim: int, dty
     ranges = {name: torch.tensor(case[name], dtype=torch.int32).to(device)
               for name in ("cache_seqlens", "kv_start") if case.get(name) is not None}
     flash_attention(q, k, v, causal=bool(case["causal"]), config=config, **ranges)
-    if device.type == "cuda":
-        torch.cuda.synchronize()
+
+
+def cumulative(lengths: list[int], device: torch.device) -> torch.Tensor:
+    return torch.tensor([0, *itertools.accumulate(lengths)], dtype=torch.int32).to(device)
+
+
+def varlen_case(case: dict[str, Any], *, config: dict[str, Any], head_dim: int, dtype: torch.dtype,
+                device: torch.device, generator: torch.Generator) -> None:
+    """Packed sequences through ``flash_attention_varlen``, with ``pad_rows`` rows past the
+    last sequence's queries (left unwritten by the kernel)."""
+    q_lens, k_lens = list(case["q_lens"]), list(case["k_lens"])
+
+    def draw(rows: int, heads: int) -> torch.Tensor:
+        return torch.randn(rows, heads, head_dim, generator=generator).to(device=device, dtype=dtype)
+
+    q = draw(sum(q_lens) + int(case["pad_rows"]), int(case["q_heads"]))
+    k, v = (draw(sum(k_lens), int(case["kv_heads"])) for _ in "kv")
+    flash_attention_varlen(q, k, v, cumulative(q_lens, device), cumulative(k_lens, device), max(q_lens), max(k_lens),
+                           causal=bool(case["causal"]), config=config)
+
+
+def paged_case(case: dict[str, Any], *, config: dict[str, Any], head_dim: int, dtype: torch.dtype,
+               device: torch.device, generator: torch.Generator) -> None:
+    """Queries against a page pool through ``flash_attention_with_kvcache``: each sequence's
+    pages taken in a shuffled order, its table's unused entries -1."""
+    page, lengths = int(case["page_size"]), [int(n) for n in case["cache_seqlens"]]
+    batch, q_len, hq, hkv = len(lengths), int(case["q_len"]), int(case["q_heads"]), int(case["kv_heads"])
+    needs = [-(-n // page) for n in lengths]
+    order = torch.randperm(max(sum(needs), 1), generator=generator).tolist()
+    table = torch.full((batch, max(max(needs), 1)), -1, dtype=torch.int32)
+    taken = 0
+    for b, need in enumerate(needs):
+        table[b, :need] = torch.tensor(order[taken:taken + need], dtype=torch.int32)
+        taken += need
+    pool = [torch.randn(max(sum(needs), 1), page, hkv, head_dim, generator=generator).to(device=device, dtype=dtype)
+            for _ in "kv"]
+    q = torch.randn(batch, q_len, hq, head_dim, generator=generator).to(device=device, dtype=dtype)
+    flash_attention_with_kvcache(q, pool[0], pool[1], cache_seqlens=torch.tensor(lengths, dtype=torch.int32).to(device),
+                                 block_table=table.to(device), causal=bool(case["causal"]),
+                                 config={k: v for k, v in config.items() if k != PAGE_SIZE_KEY})  # the cache's, not a knob
 
 
 def run_request(request: dict[str, Any], *, device: torch.device, label: str = "") -> bool:

@@ -41,7 +41,8 @@ from typing import Any, NamedTuple
 
 from flashtune.kernels.config import Config
 from flashtune.kernels.launch_plan import launch_plan
-from flashtune.kernels.space import kernel_of, setting, validate_config
+from flashtune.kernels.space import PAGE_SIZE_KEY, PAGED_KERNEL, VARLEN_KERNEL, kernel_of, setting
+from flashtune.objectives.packed import packed_kernel, validate_row
 
 #: compute-sanitizer's tools, in the order they run (memcheck first: the classic out-of-bounds).
 TOOLS: tuple[str, ...] = ("memcheck", "racecheck", "synccheck", "initcheck")
@@ -341,9 +342,15 @@ def edge_cases(config: Mapping[str, Any]) -> list[dict[str, Any]]:
     with fewer queries than keys (bottom-right) and with more (rows that see no key), and
     per-sequence key ranges (one sequence whole, one cut on both sides off a tile
     boundary, one empty) where the variant takes them. Decode: one query and a few
-    against a ragged cache, with the same ranges.
+    against a ragged cache, with the same ranges. The packed kernels (a config naming
+    ``kernel="varlen"`` or ``"paged"``, as their table rows do): :func:`varlen_cases`,
+    :func:`paged_cases`.
     """
-    cfg = validate_config(config)
+    cfg = validate_row(config)
+    if packed_kernel(cfg) == VARLEN_KERNEL:
+        return varlen_cases(cfg)
+    if packed_kernel(cfg) == PAGED_KERNEL:
+        return paged_cases(cfg)
     if kernel_of(cfg) == "decode":
         return [
             dict(batch=3, q_heads=8, kv_heads=2, q_len=1, kv_len=301, causal=True,
@@ -368,13 +375,52 @@ def edge_cases(config: Mapping[str, Any]) -> list[dict[str, Any]]:
 def takes_key_ranges(config: Config) -> bool:
     """As ``kernels.attention.takes_key_ranges`` (torch-free here): the decode kernel, and
     the forward variant without fp8."""
+    if packed_kernel(config) is not None:
+        return False  # their own lengths: cumulative (varlen) or per sequence (paged)
     plan = launch_plan(config)
     return plan.variant == "decode" or (plan.variant == "forward" and not plan.constexprs.get("FP8"))
 
 
+def varlen_cases(config: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The varlen kernel's cases (``layout="varlen"``): packed sequences given by their query
+    and key lengths. Mixed lengths with 1 and 0 and a ragged last tile, grouped-query heads;
+    chunked prefill (more keys than queries, a sequence with keys and no queries, rows that
+    see no key when not causal-aligned); and rows past the last sequence (transformers pads a
+    step's packed rows to a captured graph's size), which the kernel must leave unwritten."""
+    long = max(int(config["BLOCK_M"]), int(config["BLOCK_N"])) + 45  # two tiles, the last one ragged
+    return [
+        dict(layout="varlen", q_heads=8, kv_heads=2, q_lens=[long, 1, 0, 37], k_lens=[long, 1, 0, 37],
+             causal=True, pad_rows=0),
+        dict(layout="varlen", q_heads=4, kv_heads=2, q_lens=[19, long, 0], k_lens=[19 + 70, long + 3, 5],
+             causal=True, pad_rows=7),
+        dict(layout="varlen", q_heads=4, kv_heads=4, q_lens=[long, 3], k_lens=[45, 0], causal=False, pad_rows=5),
+    ]
+
+
+def paged_cases(config: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The paged kernel's cases (``layout="paged"``) at the row's page size: per-sequence cache
+    lengths ending mid-page, on a page boundary and at 0, through a shuffled block table whose
+    unused entries are -1; one query (decode) and a few (a chunk, causal), grouped-query heads."""
+    page = int(config[PAGE_SIZE_KEY])
+    return [
+        dict(layout="paged", page_size=page, q_heads=8, kv_heads=2, q_len=1,
+             cache_seqlens=[3 * page + 5, 0, page], causal=True),
+        dict(layout="paged", page_size=page, q_heads=8, kv_heads=2, q_len=3, cache_seqlens=[2 * page - 1, 7],
+             causal=True),
+        dict(layout="paged", page_size=page, q_heads=4, kv_heads=4, q_len=2, cache_seqlens=[45, page + 1],
+             causal=False),
+    ]
+
+
+def variant_of(config: Mapping[str, Any]) -> str:
+    """The kernel a config launches: ``forward``, ``lean``, ``oneloop``, ``gluon``, ``decode``
+    (``kernels.launch_plan``), or a packed kernel's name."""
+    return packed_kernel(config) or launch_plan(validate_row(config)).variant
+
+
 def request(config: Mapping[str, Any], *, head_dim: int, dtype: str = "bfloat16") -> dict[str, Any]:
     """The child's JSON request for ``config`` at ``head_dim`` and ``dtype``."""
-    cfg = validate_config(config)
+    cfg = validate_row(config)
     return {"config": cfg.to_dict(), "head_dim": int(head_dim), "dtype": dtype, "cases": edge_cases(cfg), "seed": 0}
 
 
@@ -525,7 +571,7 @@ def sanitize_many(checks: Sequence[Check], *, gpu: str = "", tools: Sequence[str
     # batches of 8 reran racecheck on all 56 configs checked).
     groups: dict[str, list[int]] = {}
     for i, check in enumerate(checks):
-        groups.setdefault(launch_plan(validate_config(check.config)).variant, []).append(i)
+        groups.setdefault(variant_of(check.config), []).append(i)
     verdicts: dict[int, Verdict] = {}
     for group in groups.values():
         for first in range(0, len(group), batch_size):

@@ -28,8 +28,9 @@ from typing import Any
 
 from flashtune.experiments.evaluation.prior_files import table_measurements
 from flashtune.kernels.launch_plan import launch_plan
-from flashtune.kernels.space import kernel_of
+from flashtune.kernels.space import PAGED_KERNEL, VARLEN_KERNEL, kernel_of
 from flashtune.objectives.hardware import HardwareSpec, load_spec
+from flashtune.objectives.packed import packed_kernel, packed_row
 from flashtune.objectives.sanitize import (
     DEFAULT_BATCH_SIZE,
     DEFAULT_TIMEOUT_S,
@@ -40,12 +41,17 @@ from flashtune.objectives.sanitize import (
     probe_gpu,
     takes_key_ranges,
 )
+from flashtune.objectives.sanitize import variant_of as kernel_variant
 from flashtune.objectives.types import Workload
 from flashtune.runtime.dispatching.baselines import decode_default, fallback_config
+from flashtune.runtime.dispatching.resolve import PACKED_DEFAULTS
 from flashtune.runtime.storage.sanitized import SanitizedCache, checked_many
 
 #: Head dims and masks the defaults are taken at (the suite's, and decode against a long cache).
 DEFAULT_HEAD_DIMS = (64, 128, 256)
+#: Page sizes the paged default is taken at: transformers' continuous batching's and vLLM's
+#: usual 16, and 256.
+DEFAULT_PAGE_SIZES = (16, 256)
 
 
 def batches_of(items: list[dict[str, Any]], size: int) -> list[list[dict[str, Any]]]:
@@ -65,13 +71,16 @@ def batches_of(items: list[dict[str, Any]], size: int) -> list[list[dict[str, An
 
 def variant_of(config: Any) -> str:
     """The kernel variant a config launches (``forward``, ``lean``, ``oneloop``, ``gluon``,
-    ``decode``), ``-fp8`` appended for fp8 configs."""
-    plan = launch_plan(config)
-    return plan.variant + ("-fp8" if plan.constexprs.get("FP8") else "")
+    ``decode``, ``varlen``, ``paged``), ``-fp8`` appended for fp8 configs."""
+    if packed_kernel(config):
+        return packed_kernel(config)
+    return kernel_variant(config) + ("-fp8" if launch_plan(config).constexprs.get("FP8") else "")
 
 
 def default_items(hardware: HardwareSpec) -> list[dict[str, Any]]:
-    """The runtime's defaults on ``hardware``: prefill per head dim and mask, and decode."""
+    """The runtime's defaults on ``hardware``: prefill per head dim and mask, and decode; then
+    the packed ops' per head dim: the varlen tile, and the paged default (one split, and
+    several with their combine) at transformers' and vLLM's usual page sizes."""
     items = []
     for head_dim in DEFAULT_HEAD_DIMS:
         for causal in (False, True):
@@ -83,6 +92,15 @@ def default_items(hardware: HardwareSpec) -> list[dict[str, Any]]:
             items += [{"config": c.to_dict(), "head_dim": head_dim, "dtype": "bfloat16", "why": why}
                       for c, why in ((prefill, "default prefill"), (ranged, "default prefill with key ranges"),
                                      (decode, "default decode"))]
+    for head_dim in DEFAULT_HEAD_DIMS:
+        varlen = PACKED_DEFAULTS[VARLEN_KERNEL](hardware, Workload(16, 32, 8, 1024, 1024, head_dim, "bfloat16", True))[0]
+        packed = [(packed_row(varlen, VARLEN_KERNEL), "default varlen")]
+        for batch, capacity in ((64, 4096), (1, 32768)):  # one split, and several with their combine
+            paged = PACKED_DEFAULTS[PAGED_KERNEL](hardware, Workload(batch, 32, 8, 1, capacity, head_dim, "bfloat16",
+                                                                     True))[0]
+            packed += [(packed_row(paged, PAGED_KERNEL, page_size=page),
+                        f"default paged ({batch} x {capacity} keys), pages of {page}") for page in DEFAULT_PAGE_SIZES]
+        items += [{"config": c.to_dict(), "head_dim": head_dim, "dtype": "bfloat16", "why": why} for c, why in packed]
     return items
 
 

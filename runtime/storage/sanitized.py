@@ -27,9 +27,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
-from flashtune.kernels.source_hash import kernel_source_hash
-from flashtune.kernels.space import validate_config
+from flashtune.kernels.space import PAGE_SIZE_KEY, PAGED_KERNEL
 from flashtune.objectives.hardware import HardwareSpec
+from flashtune.objectives.packed import packed_kernel, validate_row
 from flashtune.objectives.sanitize import (
     CLASSIFIER_VERSION,
     CLEAN,
@@ -47,7 +47,7 @@ from flashtune.objectives.sanitize import (
 )
 from flashtune.runtime.storage.buckets import DENSE_KINDS
 from flashtune.runtime.storage.file_lock import exclusive_lock
-from flashtune.runtime.storage.store import StoreEntry, _atomic_write, triton_version
+from flashtune.runtime.storage.store import StoreEntry, _atomic_write, source_hash_of, triton_version
 
 #: The environment variable naming the cache file.
 ENV_CACHE = "FLASHTUNE_SANITIZED"
@@ -71,9 +71,12 @@ def default_cache_path() -> Path:
 
 def verdict_key(config: Mapping[str, Any], *, head_dim: int, dtype: str, gpu: str,
                 tools: Sequence[str] = TOOLS, kernel_hash: str | None = None, triton: str | None = None) -> str:
-    """The cache key: a hash of everything a verdict depends on."""
-    payload = {"kernel": kernel_hash or kernel_source_hash(), "triton": triton or triton_version(), "gpu": gpu,
-               "config": validate_config(config).to_dict(), "head_dim": int(head_dim), "dtype": dtype,
+    """The cache key: a hash of everything a verdict depends on (the kernel's source hash: the
+    dense kernels' or, for a packed row's config, its kernel's own)."""
+    row = validate_row(config)
+    kernel_hash = kernel_hash or source_hash_of(packed_kernel(row) or DENSE_KINDS[0])
+    payload = {"kernel": kernel_hash, "triton": triton or triton_version(), "gpu": gpu,
+               "config": row.to_dict(), "head_dim": int(head_dim), "dtype": dtype,
                "tools": sorted(tools), "classifier": CLASSIFIER_VERSION}
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:32]
 
@@ -238,10 +241,10 @@ def screen_entries(entries: Sequence[StoreEntry], *, alternatives: Mapping[Any, 
         return Screening(list(entries), lines=[not_sanitized_line("no GPU", len(entries))])
     hardware = HardwareSpec.from_dict(dict(spec))
     queues = {at: _candidates(entry, alternatives) for at, entry in enumerate(entries)
-              if entry.hardware == hardware.name and entry.bucket.kind in DENSE_KINDS}
+              if entry.hardware == hardware.name}
 
     def check(candidates: list[StoreEntry]) -> list[Verdict]:
-        return checked_many([Check(c.config, c.bucket.head_dim, c.bucket.dtype) for c in candidates],
+        return checked_many([entry_check(c) for c in candidates],
                             gpu=hardware.fingerprint, cache=cache, tools=tools, sanitizer=sanitizer,
                             timeout_s=timeout_s, batch_size=batch_size)
 
@@ -253,13 +256,21 @@ def screen_entries(entries: Sequence[StoreEntry], *, alternatives: Mapping[Any, 
         else:
             screening.kept.append(entry)
     others = sum(e.hardware != hardware.name for e in entries)
-    packed = sum(e.hardware == hardware.name and e.bucket.kind not in DENSE_KINDS for e in entries)
     if others:
         screening.lines.append(not_sanitized_line(f"measured on another GPU than this {hardware.name}", others))
-    if packed:
-        screening.lines.append(not_sanitized_line("varlen and paged configs: the sanitizer's shapes run the dense "
-                                                  "kernels", packed))
     return screening
+
+
+def entry_check(entry: StoreEntry) -> Check:
+    """What sanitizing a store entry checks: its config at its bucket's head dim and dtype; a
+    packed entry's as its kernel's table row (``kernel`` named, a paged one with its bucket's
+    page size, which decides the kernel's page walk), so that the sanitizer runs that kernel."""
+    config = entry.config
+    if entry.bucket.kind not in DENSE_KINDS:
+        config = {**config, "kernel": entry.bucket.kind}
+        if entry.bucket.kind == PAGED_KERNEL:
+            config[PAGE_SIZE_KEY] = entry.bucket.page_size
+    return Check(config, entry.bucket.head_dim, entry.bucket.dtype)
 
 
 def _candidates(entry: StoreEntry, alternatives: Mapping[Any, Sequence[StoreEntry]] | None) -> list[StoreEntry]:

@@ -1,5 +1,5 @@
-"""compute-sanitizer on the GPU (issue 44): the runtime's Hopper defaults are clean under all
-four tools, and a deliberately out-of-bounds Triton kernel is found by memcheck (the check
+"""compute-sanitizer on the GPU (issue 44): the runtime's Hopper defaults (the packed ops'
+too) are clean under all four tools, and a deliberately out-of-bounds Triton kernel is found by memcheck (the check
 can fail). Needs a CUDA GPU and compute-sanitizer (on PATH or in /usr/local/cuda/bin).
 
     python -m pytest -m gpu tests/gpu/test_sanitize_gpu.py -q
@@ -18,7 +18,7 @@ import torch
 from flashtune.objectives import sanitize as sz
 from flashtune.objectives.types import Workload
 from flashtune.runtime.dispatching.baselines import decode_default, fallback_config
-from flashtune.runtime.storage.sanitized import SanitizedCache, checked
+from flashtune.runtime.storage.sanitized import SanitizedCache, checked, checked_many
 
 pytestmark = [
     pytest.mark.gpu,
@@ -121,3 +121,24 @@ def test_a_clean_kernel_is_clean_under_memcheck(tmp_path) -> None:
     result = sz.run_tool("memcheck", None, sanitizer=sz.find_sanitizer(), target=[sys.executable, str(script)],
                          timeout_s=300)
     assert result.clean, result
+
+
+def test_the_packed_defaults_are_clean_under_every_tool(hardware, tmp_path) -> None:
+    """What the runtime serves under continuous batching without a store: the varlen tile and
+    the paged defaults (one split and several, pages of 16 and 256), as sanitize.sh plans them,
+    on the packed kernels' own cases (packed sequences with empty and one-row ones, padded rows;
+    block tables with -1 entries, lengths mid-page)."""
+    import sanitize_tables  # docs/gpu/: the plan of bash docs/gpu/sanitize.sh
+
+    items = [i for i in sanitize_tables.default_items(hardware) if i["config"].get("kernel") in ("varlen", "paged")]
+    assert {i["config"]["kernel"] for i in items} == {"varlen", "paged"}
+    cache = SanitizedCache(tmp_path / "sanitized.json")
+    verdicts = checked_many([sz.Check(i["config"], i["head_dim"]) for i in items], gpu=hardware.fingerprint,
+                            cache=cache)
+    found = []
+    for item, verdict in zip(items, verdicts):
+        print(f"{'safe' if verdict.safe else 'UNSAFE'} {verdict.seconds:5.1f} s d{item['head_dim']} {item['why']} "
+              f"{item['config']} {verdict.reason or verdict.waived}")
+        if not verdict.safe:
+            found.append(f"d{item['head_dim']} {item['why']}: {verdict.reason}")
+    assert not found, "\n".join(found)

@@ -497,3 +497,60 @@ def test_a_batch_holds_one_kernel_variant(tmp_path) -> None:
     assert sorted(map(len, batches)) == [1, 2]
     assert [v.config for v in verdicts] == [validate_config(c) for c in configs]  # the callers' order
     assert [r.batch for v in verdicts for r in v.results] == [2, 1, 2]
+
+
+# --- the packed kernels (varlen, paged): their own cases and cache keys ----------------------
+
+#: Packed rows as their tables and the store's screening give them: the kernel named, a paged
+#: row with its cache's page size (a tile inside one page, and one over several).
+PACKED_ROWS = [Config(kernel="varlen", BLOCK_M=32, BLOCK_N=64, num_warps=4, num_stages=2),
+               Config(kernel="paged", page_size=32, BLOCK_N=16, num_splits=2, num_warps=4, num_stages=2),
+               Config(kernel="paged", page_size=16, BLOCK_N=64, num_splits=1, num_warps=4, num_stages=2)]
+PACKED_IDS = ["varlen", "paged-tile-in-a-page", "paged-tile-over-pages"]
+
+
+@pytest.mark.parametrize("config", PACKED_ROWS, ids=PACKED_IDS)
+def test_packed_kernels_get_their_own_edge_cases(config) -> None:
+    cases = sz.edge_cases(config)
+    assert {c["layout"] for c in cases} == {config["kernel"]}
+    assert sz.variant_of(config) == config["kernel"] and not sz.takes_key_ranges(config)
+    assert any(c["q_heads"] > c["kv_heads"] for c in cases) and all(c["q_heads"] % c["kv_heads"] == 0 for c in cases)
+    assert {c["causal"] for c in cases} == {True, False}
+    if config["kernel"] == "varlen":
+        tile = max(config["BLOCK_M"], config["BLOCK_N"])
+        q_lens = [n for c in cases for n in c["q_lens"]]
+        assert {0, 1} <= set(q_lens) and any(n > tile and n % tile for n in q_lens)  # empty, one row, ragged tile
+        assert any(sum(c["k_lens"]) > sum(c["q_lens"]) for c in cases)  # chunked prefill: cached keys first
+        assert any(q == 0 < k for c in cases for q, k in zip(c["q_lens"], c["k_lens"]))  # keys, no queries
+        assert any(c["pad_rows"] for c in cases)  # rows past the last sequence, as transformers pads a step
+    else:
+        page = config["page_size"]
+        assert {c["page_size"] for c in cases} == {page}
+        lengths = [n for c in cases for n in c["cache_seqlens"]]
+        assert 0 in lengths and any(n % page for n in lengths) and any(n and n % page == 0 for n in lengths)
+        assert {c["q_len"] == 1 for c in cases} == {True, False}  # decode and a chunk
+    json.dumps(sz.request(config, head_dim=64))
+
+
+@pytest.mark.parametrize("config", PACKED_ROWS, ids=PACKED_IDS)
+def test_the_child_runs_the_packed_kernels_cases_in_the_interpreter(config) -> None:
+    request = json.dumps(sz.request(config, head_dim=32))
+    done = subprocess.run([sys.executable, "-m", sz.CHILD_MODULE, request], capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "TRITON_INTERPRET": "1"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert f"{len(sz.edge_cases(config))} case(s) ran on cpu" in done.stderr
+
+
+def test_a_packed_rows_verdict_is_keyed_by_its_kernel_and_page_size() -> None:
+    from flashtune.kernels.source_hash import packed_source_hash
+
+    varlen, paged = PACKED_ROWS[0], PACKED_ROWS[1]
+    key = dict(head_dim=64, dtype="bfloat16", gpu="gpu-a")
+    assert verdict_key(varlen, **key) == verdict_key(varlen, **key, kernel_hash=packed_source_hash("varlen"))
+    assert verdict_key(paged, **key) == verdict_key(paged, **key, kernel_hash=packed_source_hash("paged"))
+    # The same tile as a dense prefill config is another kernel's verdict.
+    dense = {**SAFE_DEFAULT, **{k: varlen[k] for k in ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages")}}
+    assert verdict_key(dense, **key) != verdict_key(varlen, **key)
+    assert verdict_key(paged, **key) != verdict_key({**paged, "page_size": 64}, **key)
+    with pytest.raises(ValueError, match="page_size"):
+        verdict_key({k: v for k, v in paged.items() if k != "page_size"}, **key)

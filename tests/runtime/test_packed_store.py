@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import sanitizer_fake
 import torch
 from runtime_helpers import cfg, entry, store_warnings
 
@@ -358,11 +359,21 @@ def test_a_paged_row_without_its_page_size_is_refused(h200):
         export_best([row], "unused.json")
 
 
-def test_the_sanitizer_leaves_packed_entries_unchecked_and_says_so(h200):
+def test_the_sanitizer_checks_packed_entries_with_their_own_kernels(h200, tmp_path, monkeypatch):
+    """A varlen and a paged entry reach the sanitizer as their kernels' rows (the paged one with
+    its bucket's page size), and the real child runs those kernels' cases (the interpreter, under
+    a fake compute-sanitizer that runs the command it is given)."""
+    fake = sanitizer_fake.install(tmp_path / "bin", run_child=True)
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setenv("FLASHTUNE_SANITIZED", str(tmp_path / "sanitized.json"))
     entries = [entry(h200, VARLEN, TILE), entry(h200, _paged_bucket(), PAGED_TILE)]
-    screening = screen_entries(entries, gpu=h200.to_dict(), sanitizer="/nonexistent/compute-sanitizer")
-    assert screening.kept == entries and screening.checked == 0
-    assert any("varlen and paged" in line and "2 entries" in line for line in screening.lines)
+    screening = screen_entries(entries, gpu=h200.to_dict(), sanitizer=str(fake), tools=("memcheck",))
+    assert screening.kept == entries and screening.checked == 2 and screening.lines == []
+    requests = [json.loads(argv[-1]) for argv in sanitizer_fake.calls(tmp_path / "bin")]
+    configs = {r["config"]["kernel"]: r for request in requests for r in request.get("batch", [request])}
+    assert configs.keys() == {"varlen", "paged"} and configs["paged"]["config"]["page_size"] == PAGE
+    assert {c["layout"] for c in configs["varlen"]["cases"]} == {"varlen"}
+    assert {c["page_size"] for c in configs["paged"]["cases"]} == {PAGE}
 
 
 def test_a_paged_config_that_fails_to_launch_falls_back_to_the_exact_default(serving, h200, monkeypatch):

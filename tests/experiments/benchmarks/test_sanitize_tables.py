@@ -38,6 +38,11 @@ def test_the_plan_puts_the_defaults_first_then_each_variants_best_by_rank(tmp_pa
     keys = [(json.dumps(i["config"], sort_keys=True), i["head_dim"], i["dtype"]) for i in items]
     assert len(keys) == len(set(keys))
     assert all(i["kernel"] == "decode" for i in items if i["variant"] == "decode")
+    # The packed ops' defaults too, as their kernels' rows: the runtime serves them under continuous batching.
+    packed = [i for i in items[:n_defaults] if i["variant"] in ("varlen", "paged")]
+    assert {i["variant"] for i in packed} == {"varlen", "paged"} and all(i["kernel"] == i["variant"] for i in packed)
+    assert {i["config"]["page_size"] for i in packed if i["variant"] == "paged"} == set(st.DEFAULT_PAGE_SIZES)
+    assert {i["config"]["num_splits"] > 1 for i in packed if i["variant"] == "paged"} == {True, False}
 
 
 def test_without_a_gpu_the_plan_and_one_line(tmp_path, monkeypatch, capsys) -> None:
