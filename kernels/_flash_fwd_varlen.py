@@ -66,23 +66,30 @@ def varlen_forward_kernel(
     BLOCK_N: tl.constexpr,
     IS_CAUSAL: tl.constexpr,
     WIDE_OFFSETS: tl.constexpr,
+    PACK_GQA: tl.constexpr = 1,
 ):
-    num_m_blocks = tl.cdiv(max_seqlen_q, BLOCK_M)
-    pid_m, pid_zh = tile_coords(tl.program_id(0), num_m_blocks, batch * q_heads, IS_CAUSAL, False)
-    off_z = pid_zh // q_heads
-    off_h = pid_zh % q_heads
+    # PACK_GQA > 1 (the K/V group's size, which divides BLOCK_M): a tile's rows are BLOCK_M //
+    # PACK_GQA queries x the PACK_GQA query heads of one K/V head, row r = query r // PACK_GQA of
+    # head r % PACK_GQA, as FlashAttention 3's pack-GQA. A decode step's one query a sequence
+    # then fills PACK_GQA rows of a tile, not one, and each K/V tile is read once for the group.
+    QUERIES: tl.constexpr = BLOCK_M // PACK_GQA  # query positions a tile covers
+    head_blocks = q_heads // PACK_GQA
+    num_m_blocks = tl.cdiv(max_seqlen_q, QUERIES)
+    pid_m, pid_zh = tile_coords(tl.program_id(0), num_m_blocks, batch * head_blocks, IS_CAUSAL, False)
+    off_z = pid_zh // head_blocks
+    off_h = (pid_zh % head_blocks) * PACK_GQA  # the tile's first query head
     off_kv_h = off_h // kv_group  # grouped-query: kv_group query heads share one K/V head
 
     # Both sequences' rows at once, before the early exit: one round trip to memory, not two.
     q_start, q_len = sequence_rows(CuSeqlensQ, off_z, total_q)
     k_start, kv_len = sequence_rows(CuSeqlensK, off_z, total_k)
-    start_m = pid_m * BLOCK_M
+    start_m = pid_m * QUERIES
     if start_m >= q_len:
         # A block past this sequence's queries (the grid is sized for the longest one), or
         # an empty sequence: nothing to write.
         return
 
-    offs_m = start_m + tl.arange(0, BLOCK_M)
+    offs_m, row_heads = tile_rows(start_m, BLOCK_M, PACK_GQA)
     offs_d = tl.arange(0, HEAD_DIM)
     if WIDE_OFFSETS:
         # A buffer of 2**31 elements or more: one sequence's keys x the packed row stride
@@ -98,15 +105,19 @@ def varlen_forward_kernel(
         k_base = K + k_start * stride_km + off_kv_h * stride_kh
         v_base = V + k_start * stride_vm + off_kv_h * stride_vh
 
-    q = tl.load(q_base + offs_m[:, None] * stride_qm + offs_d[None, :], mask=offs_m[:, None] < q_len, other=0.0)
+    q_rows = offs_m[:, None] * stride_qm + offs_d[None, :]
+    if PACK_GQA > 1:
+        q_rows += row_heads[:, None] * stride_qh
+    q = tl.load(q_base + q_rows, mask=offs_m[:, None] < q_len, other=0.0)
 
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
-    causal_offset, unmasked_end, masked_end = key_ranges(start_m, q_len, kv_len, BLOCK_M, BLOCK_N, IS_CAUSAL)
+    causal_offset, unmasked_end, masked_end = key_ranges(start_m, q_len, kv_len, QUERIES, BLOCK_N, IS_CAUSAL)
 
     # The key loops take V's column stride 1 (the launcher checks head_dim is contiguous)
-    # and the bases as descriptors, which pointer loads (USE_TMA off) never read.
+    # and the bases as descriptors, which pointer loads (USE_TMA off) never read. Their
+    # causal mask reads each row's query position (offs_m), which packed rows share.
     acc, l_i, m_i = _attend_tiles(
         acc, l_i, m_i, q, k_base, v_base, stride_km, stride_vm, 1, k_base, v_base,
         offs_m, offs_d, 0, unmasked_end, kv_len, causal_offset, qk_scale,
@@ -125,9 +136,21 @@ def varlen_forward_kernel(
     # launch parameters, which do not), and those 14-24 registers cost 64x32 tiles one
     # program an SM on the H100 (144 against the dense kernel's 126; 128 re-read).
     q_start, q_len = sequence_rows(CuSeqlensQ, off_z, total_q, RELOAD=True)
+    offs_m, row_heads = tile_rows(start_m, BLOCK_M, PACK_GQA)
     if WIDE_OFFSETS:
         o_base = row_of_head(Out, q_start, stride_om, off_h, stride_oh)
     else:
         o_base = Out + q_start * stride_om + off_h * stride_oh
-    tl.store(o_base + offs_m[:, None] * stride_om + offs_d[None, :], out.to(Out.dtype.element_ty),
-             mask=offs_m[:, None] < q_len)
+    o_rows = offs_m[:, None] * stride_om + offs_d[None, :]
+    if PACK_GQA > 1:
+        o_rows += row_heads[:, None] * stride_oh
+    tl.store(o_base + o_rows, out.to(Out.dtype.element_ty), mask=offs_m[:, None] < q_len)
+
+
+@triton.jit
+def tile_rows(start_m, BLOCK_M: tl.constexpr, PACK_GQA: tl.constexpr):
+    """(query position, head within the tile's group) of each of a tile's BLOCK_M rows."""
+    rows = tl.arange(0, BLOCK_M)
+    if PACK_GQA > 1:
+        return start_m + rows // PACK_GQA, rows % PACK_GQA
+    return start_m + rows, rows * 0

@@ -183,20 +183,35 @@ def flash_attention_varlen(
 
 def launch_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, cu_seqlens_q: torch.Tensor,
                   cu_seqlens_k: torch.Tensor, max_seqlen_q: int, *, causal: bool, scale: float,
-                  config: Config) -> Any:
+                  config: Config, pack_gqa: bool | None = None) -> Any:
     """Launch the varlen kernel into ``out`` with validated inputs and config: one program
-    per query tile of ``max_seqlen_q`` for every (sequence, query head)."""
+    per query tile of ``max_seqlen_q`` for every (sequence, query head), or with ``pack_gqa``
+    for every (sequence, K/V head), a tile's rows the group's query heads of its queries
+    (where the group's size divides BLOCK_M; None: :data:`PACK_GQA`)."""
     batch = cu_seqlens_q.numel() - 1
     q_heads, head_dim = q.shape[1], q.shape[2]
-    grid = (triton.cdiv(max_seqlen_q, int(config["BLOCK_M"])) * batch * q_heads,)
+    block_m, kv_group = int(config["BLOCK_M"]), q_heads // k.shape[1]
+    group = packed_group(kv_group, block_m) if (PACK_GQA if pack_gqa is None else pack_gqa) else 1
+    grid = (triton.cdiv(max_seqlen_q, block_m // group) * batch * (q_heads // group),)
     wide = any(last_offset(t) >= INT32_OFFSETS for t in (q, k, v, out))
     return varlen_forward_kernel[grid](
         q, k, v, out, cu_seqlens_q, cu_seqlens_k,
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), out.stride(0), out.stride(1),
-        batch, q_heads, q_heads // k.shape[1], q.shape[0], k.shape[0], max_seqlen_q, scale * LOG2_E,
-        HEAD_DIM=head_dim, BLOCK_M=config["BLOCK_M"], BLOCK_N=config["BLOCK_N"], IS_CAUSAL=causal,
-        WIDE_OFFSETS=wide, num_warps=config["num_warps"], num_stages=config["num_stages"],
+        batch, q_heads, kv_group, q.shape[0], k.shape[0], max_seqlen_q, scale * LOG2_E,
+        HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=config["BLOCK_N"], IS_CAUSAL=causal,
+        WIDE_OFFSETS=wide, PACK_GQA=group, num_warps=config["num_warps"], num_stages=config["num_stages"],
     )
+
+
+#: Whether the op packs a K/V group's query heads into a tile's rows (``launch_varlen``'s
+#: ``pack_gqa``). Off until timed on a GPU: docs/lab/gpu/varlen_pack_probe.py.
+PACK_GQA = False
+
+
+def packed_group(kv_group: int, block_m: int) -> int:
+    """The query heads a packed tile holds: the K/V group's, where they divide the tile's
+    rows (a tile covers whole queries); else 1 (not packed)."""
+    return kv_group if kv_group > 1 and block_m % kv_group == 0 else 1
 
 
 #: Element offsets from this on need 64-bit arithmetic in the kernel (``WIDE_OFFSETS``).

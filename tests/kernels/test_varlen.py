@@ -104,6 +104,40 @@ def test_one_sequence_equals_the_dense_op(causal):
     assert torch.equal(out, dense[0].transpose(0, 1))
 
 
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("hq,hkv,config", [(4, 2, SMALL), (8, 1, SMALL), (8, 2, Config(BLOCK_M=64, BLOCK_N=32,
+                                                                                        num_warps=4, num_stages=1))],
+                         ids=["group2", "group8-four-queries-a-tile", "group4-64-rows"])
+def test_packed_query_heads_give_what_a_tile_per_head_gives(causal, hq, hkv, config, monkeypatch):
+    # A K/V group's query heads as a tile's rows (pack-GQA): mixed lengths with 0 and 1, a
+    # chunk with cached keys, a sequence with keys and no queries, against the reference and
+    # the unpacked tiles.
+    q_lens, k_lens = [3, 1, 16, 0, 9, 33, 0], [40, 1, 16, 7, 9, 70, 0]
+    monkeypatch.setattr(varlen, "PACK_GQA", True)
+    assert varlen.packed_group(hq // hkv, config["BLOCK_M"]) == hq // hkv
+    packed = _check(q_lens, k_lens, causal, config, hq=hq, hkv=hkv)
+    monkeypatch.setattr(varlen, "PACK_GQA", False)
+    q, k, v, cu_q, cu_k = _packed(q_lens, k_lens, hq=hq, hkv=hkv)
+    one_head = flash_attention_varlen(q, k, v, cu_q, cu_k, 33, 70, causal=causal, config=config)
+    assert torch.allclose(packed, one_head, atol=1e-6, rtol=0)
+
+
+def test_packed_tiles_leave_padding_rows_alone_and_take_64_bit_offsets(monkeypatch):
+    monkeypatch.setattr(varlen, "PACK_GQA", True)
+    q, k, v, cu_q, cu_k = _packed([5, 17], [5, 20], hq=8, hkv=2)
+    q = torch.cat([q, torch.full((3, 8, 32), 7.0)])  # 3 rows past the last sequence
+    out = torch.full_like(q, 7.0)
+    varlen.launch_varlen(q, k, v, out, cu_q, cu_k, 17, causal=True, scale=32 ** -0.5, config=SMALL)
+    assert torch.all(out[22:] == 7.0)  # never written
+    monkeypatch.setattr(varlen, "INT32_OFFSETS", 1)
+    wide = flash_attention_varlen(q, k, v, cu_q, cu_k, 17, 20, causal=True, config=SMALL)
+    assert torch.equal(wide[:22], out[:22])
+
+
+def test_a_group_that_does_not_divide_the_tile_is_not_packed():
+    assert varlen.packed_group(7, 64) == 1 and varlen.packed_group(1, 64) == 1 and varlen.packed_group(4, 32) == 4
+
+
 def test_multi_query_head_dim_64_and_a_custom_scale():
     _check([7, 0, 40], [7, 3, 40], True, SMALL, scale=0.3, hq=8, hkv=1, d=64)
 
@@ -226,7 +260,7 @@ from flashtune.objectives.aot import compiling_for, resource_usage
 from flashtune.objectives.hardware import load_spec
 from flashtune.kernels._flash_fwd_varlen import varlen_forward_kernel
 out = []
-for dtype, d, bm, bn, causal, warps, stages, wide in json.loads(sys.argv[1]):
+for dtype, d, bm, bn, causal, warps, stages, wide, pack in json.loads(sys.argv[1]):
     q = torch.empty(100, 8, d, dtype=getattr(torch, dtype))
     k = torch.empty(120, 2, d, dtype=q.dtype)
     cu = torch.zeros(5, dtype=torch.int32)
@@ -234,7 +268,7 @@ for dtype, d, bm, bn, causal, warps, stages, wide in json.loads(sys.argv[1]):
         kernel = varlen_forward_kernel.warmup(
             q, k, k, q, cu, cu, *q.stride()[:2], *k.stride()[:2], *k.stride()[:2], *q.stride()[:2],
             4, 8, 4, 100, 120, 40, 0.1, HEAD_DIM=d, BLOCK_M=bm, BLOCK_N=bn, IS_CAUSAL=causal,
-            WIDE_OFFSETS=wide, num_warps=warps, num_stages=stages, grid=(1,))
+            WIDE_OFFSETS=wide, PACK_GQA=pack, num_warps=warps, num_stages=stages, grid=(1,))
     usage = resource_usage(kernel.asm["cubin"])
     out.append([usage["REG"], (usage["STACK"] + usage["LOCAL"]) // 4, kernel.metadata.shared])
 print(json.dumps(out))
@@ -254,8 +288,11 @@ def test_compiles_for_sm90_without_spills_at_the_default_tile():
     cases = [["bfloat16", 128, 64, 32, True, 4, 2], ["float16", 64, 64, 32, False, 4, 2],
              ["bfloat16", 256, 64, 32, True, 4, 2], ["bfloat16", 128, 64, 64, True, 4, 3],
              ["bfloat16", 64, 64, 64, False, 4, 3]]
-    cases = [[*case, wide] for wide in (True, False) for case in cases]
+    cases = [[*case, wide, 1] for wide in (True, False) for case in cases]
     most_spills = [0, 0, 4, 0, 0] * 2
+    # And Hopper's tile with a group of 4 query heads packed into its rows (pack-GQA).
+    cases += [["bfloat16", 128, 64, 64, True, 4, 3, False, 4], ["bfloat16", 128, 64, 64, True, 4, 3, True, 4]]
+    most_spills += [0, 0]
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["CUDA_VISIBLE_DEVICES"] = ""
     done = subprocess.run([sys.executable, "-c", _SM90_CHILD, json.dumps(cases)], capture_output=True, text=True,
