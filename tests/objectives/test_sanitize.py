@@ -21,6 +21,13 @@ from flashtune.runtime.storage.sanitized import SanitizedCache, checked, checked
 # Modelled on the reports NVIDIA's Compute Sanitizer documentation shows (its memcheck,
 # racecheck, initcheck and synccheck examples), with Triton kernel names and the Python
 # child's own lines mixed in as they are on a real run.
+#: Packed rows as their tables and the store's screening give them: the kernel named, a paged
+#: row with its cache's page size (a tile inside one page, and one over several).
+PACKED_ROWS = [Config(kernel="varlen", BLOCK_M=32, BLOCK_N=64, num_warps=4, num_stages=2),
+               Config(kernel="paged", page_size=32, BLOCK_N=16, num_splits=2, num_warps=4, num_stages=2),
+               Config(kernel="paged", page_size=16, BLOCK_N=64, num_splits=1, num_warps=4, num_stages=2)]
+PACKED_IDS = ["varlen", "paged-tile-in-a-page", "paged-tile-over-pages"]
+
 MEMCHECK = """\
 ========= COMPUTE-SANITIZER
 /usr/lib/python3/site-packages/torch/cuda/__init__.py:61: UserWarning: something torch said
@@ -206,7 +213,7 @@ def test_the_key_range_rule_matches_the_launcher() -> None:
 
 @pytest.mark.parametrize("config", [Config(BLOCK_M=32, BLOCK_N=32, num_warps=4, num_stages=2),
                                     Config(kernel="decode", BLOCK_N=32, num_splits=4, num_warps=4, num_stages=2,
-                                           loads="pointer")], ids=["prefill", "decode"])
+                                           loads="pointer"), *PACKED_ROWS], ids=["prefill", "decode", *PACKED_IDS])
 def test_the_child_runs_every_case_in_the_interpreter(config) -> None:
     """The cases are valid calls of the op (the GPU runs them under the sanitizer)."""
     request = json.dumps(sz.request(config, head_dim=32))
@@ -501,12 +508,6 @@ def test_a_batch_holds_one_kernel_variant(tmp_path) -> None:
 
 # --- the packed kernels (varlen, paged): their own cases and cache keys ----------------------
 
-#: Packed rows as their tables and the store's screening give them: the kernel named, a paged
-#: row with its cache's page size (a tile inside one page, and one over several).
-PACKED_ROWS = [Config(kernel="varlen", BLOCK_M=32, BLOCK_N=64, num_warps=4, num_stages=2),
-               Config(kernel="paged", page_size=32, BLOCK_N=16, num_splits=2, num_warps=4, num_stages=2),
-               Config(kernel="paged", page_size=16, BLOCK_N=64, num_splits=1, num_warps=4, num_stages=2)]
-PACKED_IDS = ["varlen", "paged-tile-in-a-page", "paged-tile-over-pages"]
 
 
 @pytest.mark.parametrize("config", PACKED_ROWS, ids=PACKED_IDS)
@@ -530,15 +531,6 @@ def test_packed_kernels_get_their_own_edge_cases(config) -> None:
         assert 0 in lengths and any(n % page for n in lengths) and any(n and n % page == 0 for n in lengths)
         assert {c["q_len"] == 1 for c in cases} == {True, False}  # decode and a chunk
     json.dumps(sz.request(config, head_dim=64))
-
-
-@pytest.mark.parametrize("config", PACKED_ROWS, ids=PACKED_IDS)
-def test_the_child_runs_the_packed_kernels_cases_in_the_interpreter(config) -> None:
-    request = json.dumps(sz.request(config, head_dim=32))
-    done = subprocess.run([sys.executable, "-m", sz.CHILD_MODULE, request], capture_output=True, text=True,
-                          timeout=300, env={**os.environ, "TRITON_INTERPRET": "1"})
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert f"{len(sz.edge_cases(config))} case(s) ran on cpu" in done.stderr
 
 
 def test_a_packed_rows_verdict_is_keyed_by_its_kernel_and_page_size() -> None:
