@@ -6,15 +6,15 @@
 #       and torch's varlen attention);
 #   PART=sanitize bash docs/lab/gpu/call-2026-12-07d.sh  (about 450 s; carry [".whl", "resume"]) issue 44: the
 #       sanitizer's GPU tests and tables; on the H100 resumed from the verdicts of 2026-12-07b.
-#   PART=pack bash docs/lab/gpu/call-2026-12-07d.sh      (about 250 s) issue 42: varlen_pack_probe.py (pack-GQA
-#       against one query head a tile), then the packed kernels' defaults under the sanitizer (issue 44).
+#   PART=pack bash docs/lab/gpu/call-2026-12-07d.sh      (about 250 s) the packed kernels' defaults under the sanitizer
+#       (issue 44), then issue 42's varlen_pack_probe.py (pack-GQA against one query head a tile).
 if [ "${PART:-kernels}" = pack ]; then
   bash -c 'source docs/gpu/setup.sh pack.log; export PATH="$PATH:/usr/local/cuda/bin"; date +%T
-    timeout -k 10 "${PROBE_S:-200}" python3 docs/lab/gpu/varlen_pack_probe.py --out "$OUT/varlen_pack.jsonl" \
-      || echo probe exit $?
-    date +%T
     timeout -k 5 "${TESTS_S:-150}" python3 -m pytest -m gpu tests/gpu/test_sanitize_gpu.py -q -s -rA -k packed \
       -p no:cacheprovider 2>&1 | tail -25 || echo tests exit $?
+    date +%T
+    timeout -k 10 "${PROBE_S:-200}" python3 docs/lab/gpu/varlen_pack_probe.py --out "$OUT/varlen_pack.jsonl" \
+      || echo probe exit $?
     date +%T' 2>&1 | tail -70
 elif [ "${PART:-kernels}" = kernels ]; then
   bash -c 'source docs/gpu/setup.sh regs.log; date +%T
