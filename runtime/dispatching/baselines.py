@@ -66,8 +66,9 @@ _MEASURED = "measured here: H200 sweep winner (docs/reference.md)"
 #: experiments/data/h200_grown; docs/lab/2026-12-06.md, "A Hopper default for packed prefill").
 VARLEN_ARCH_TILES: dict[str, Config] = {"sm90": Config(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=3)}
 #: Up to this head dim only: at 256 the varlen kernel compiled for sm90 at that tile holds 255
-#: registers and spills 26-28 words with 229,376 B of shared memory (the safe tile: 250, none), and
-#: its speed there was never timed (the H100's packed timings are D128's).
+#: registers and spills 14 words (26-28 before it re-read its output rows after the key loops,
+#: 2026-12-07) with 229,376 B of shared memory (the safe tile: 244, none), and its speed there was
+#: never timed (the H100's packed timings are D128's).
 VARLEN_ARCH_TILE_MAX_HEAD_DIM = 128
 
 
