@@ -4,10 +4,13 @@ Continuous batching packs prompts end to end without padding: Q is (total_q, q_h
 head_dim), K and V are (total_k, kv_heads, head_dim), and sequence b owns rows
 [CuSeqlensQ[b], CuSeqlensQ[b + 1]) of Q and [CuSeqlensK[b], CuSeqlensK[b + 1]) of K/V.
 
-A tile is one BLOCK_M block of one sequence's queries for one query head. The launcher
-cannot size the grid per sequence without reading the lengths on the host, so it launches
-cdiv(max_seqlen_q, BLOCK_M) query blocks for every (sequence, head) and a program whose
-block starts past its sequence's length returns at once. The grid is one-dimensional
+A tile is one BLOCK_M block of one sequence's queries for one query head, or with
+``PACK_GQA`` (FlashAttention 3's pack-GQA) BLOCK_M / group queries for the group of query
+heads sharing one K/V head, so that short queries (a decode step's one) fill more of a tile
+and each K/V tile is read once for the group. The launcher cannot size the grid per sequence
+without reading the lengths on the host, so it launches cdiv(max_seqlen_q, queries a tile)
+query blocks for every (sequence, head or group) and a program whose block starts past its
+sequence's length returns at once. The grid is one-dimensional
 (tiles in head-major order, as the dense kernel's default): a 2-D grid's second axis stops
 at 65,535, which batch x heads of a serving step can pass.
 
