@@ -84,11 +84,13 @@ def varlen_case(case: dict[str, Any], *, config: dict[str, Any], head_dim: int, 
 
 def paged_case(case: dict[str, Any], *, config: dict[str, Any], head_dim: int, dtype: torch.dtype,
                device: torch.device, generator: torch.Generator) -> None:
-    """Queries against a page pool through ``flash_attention_with_kvcache``: each sequence's
-    pages taken in a shuffled order, its table's unused entries -1."""
+    """Queries against a page pool through ``flash_attention_with_kvcache``, ``new_keys`` keys
+    a sequence appended first: each sequence's pages (its cached and new keys') taken in a
+    shuffled order, its table's unused entries -1."""
     page, lengths = int(case["page_size"]), [int(n) for n in case["cache_seqlens"]]
     batch, q_len, hq, hkv = len(lengths), int(case["q_len"]), int(case["q_heads"]), int(case["kv_heads"])
-    needs = [-(-n // page) for n in lengths]
+    new = int(case.get("new_keys", 0))
+    needs = [-(-(n + new) // page) for n in lengths]
     order = torch.randperm(max(sum(needs), 1), generator=generator).tolist()
     table = torch.full((batch, max(max(needs), 1)), -1, dtype=torch.int32)
     taken = 0
@@ -98,7 +100,10 @@ def paged_case(case: dict[str, Any], *, config: dict[str, Any], head_dim: int, d
     pool = [torch.randn(max(sum(needs), 1), page, hkv, head_dim, generator=generator).to(device=device, dtype=dtype)
             for _ in "kv"]
     q = torch.randn(batch, q_len, hq, head_dim, generator=generator).to(device=device, dtype=dtype)
-    flash_attention_with_kvcache(q, pool[0], pool[1], cache_seqlens=torch.tensor(lengths, dtype=torch.int32).to(device),
+    appended = [torch.randn(batch, new, hkv, head_dim, generator=generator).to(device=device, dtype=dtype)
+                for _ in "kv"] if new else [None, None]
+    flash_attention_with_kvcache(q, pool[0], pool[1], *appended,
+                                 cache_seqlens=torch.tensor(lengths, dtype=torch.int32).to(device),
                                  block_table=table.to(device), causal=bool(case["causal"]),
                                  config={k: v for k, v in config.items() if k != PAGE_SIZE_KEY})  # the cache's, not a knob
 

@@ -400,15 +400,17 @@ def varlen_cases(config: Mapping[str, Any]) -> list[dict[str, Any]]:
 def paged_cases(config: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The paged kernel's cases (``layout="paged"``) at the row's page size: per-sequence cache
     lengths ending mid-page, on a page boundary and at 0, through a shuffled block table whose
-    unused entries are -1; one query (decode) and a few (a chunk, causal), grouped-query heads."""
+    unused entries are -1; one query (decode) and a few (a chunk, causal), grouped-query heads;
+    new keys appended into the pages first (``new_keys``: the serving path's decode step), one
+    set crossing into a new page."""
     page = int(config[PAGE_SIZE_KEY])
     return [
         dict(layout="paged", page_size=page, q_heads=8, kv_heads=2, q_len=1,
-             cache_seqlens=[3 * page + 5, 0, page], causal=True),
+             cache_seqlens=[3 * page + 5, 0, page], causal=True, new_keys=0),
         dict(layout="paged", page_size=page, q_heads=8, kv_heads=2, q_len=3, cache_seqlens=[2 * page - 1, 7],
-             causal=True),
+             causal=True, new_keys=3),
         dict(layout="paged", page_size=page, q_heads=4, kv_heads=4, q_len=2, cache_seqlens=[45, page + 1],
-             causal=False),
+             causal=False, new_keys=0),
     ]
 
 

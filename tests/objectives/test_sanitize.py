@@ -530,6 +530,8 @@ def test_packed_kernels_get_their_own_edge_cases(config) -> None:
         lengths = [n for c in cases for n in c["cache_seqlens"]]
         assert 0 in lengths and any(n % page for n in lengths) and any(n and n % page == 0 for n in lengths)
         assert {c["q_len"] == 1 for c in cases} == {True, False}  # decode and a chunk
+        crossing = [c for c in cases if c["new_keys"]]  # the append, into a page it opens
+        assert any((n + c["new_keys"] - 1) // page > (n - 1) // page for c in crossing for n in c["cache_seqlens"] if n)
     json.dumps(sz.request(config, head_dim=64))
 
 
