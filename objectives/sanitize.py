@@ -384,12 +384,13 @@ def takes_key_ranges(config: Config) -> bool:
 def varlen_cases(config: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The varlen kernel's cases (``layout="varlen"``): packed sequences given by their query
     and key lengths. Mixed lengths with 1 and 0 and a ragged last tile, grouped-query heads;
-    chunked prefill (more keys than queries, a sequence with keys and no queries, rows that
-    see no key when not causal-aligned); and rows past the last sequence (transformers pads a
-    step's packed rows to a captured graph's size), which the kernel must leave unwritten."""
-    long = max(int(config["BLOCK_M"]), int(config["BLOCK_N"])) + 45  # two tiles, the last one ragged
+    more queries than keys under the causal mask (rows that see no key); chunked prefill (more
+    keys than queries, a sequence with keys and no queries), a sequence with no keys; and rows
+    past the last sequence (transformers pads a step's packed rows to a captured graph's size),
+    which the kernel must leave unwritten."""
+    long = max(int(config["BLOCK_M"]), int(config["BLOCK_N"])) + 45  # past a tile, the last one ragged
     return [
-        dict(layout="varlen", q_heads=8, kv_heads=2, q_lens=[long, 1, 0, 37], k_lens=[long, 1, 0, 37],
+        dict(layout="varlen", q_heads=8, kv_heads=2, q_lens=[long, 1, 0, 37, 20], k_lens=[long, 1, 0, 37, 4],
              causal=True, pad_rows=0),
         dict(layout="varlen", q_heads=4, kv_heads=2, q_lens=[19, long, 0], k_lens=[19 + 70, long + 3, 5],
              causal=True, pad_rows=7),
@@ -401,16 +402,19 @@ def paged_cases(config: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The paged kernel's cases (``layout="paged"``) at the row's page size: per-sequence cache
     lengths ending mid-page, on a page boundary and at 0, through a shuffled block table whose
     unused entries are -1; one query (decode) and a few (a chunk, causal), grouped-query heads;
-    new keys appended into the pages first (``new_keys``: the serving path's decode step), one
-    set crossing into a new page."""
+    new keys appended into the pages first (``new_keys``): the serving path's decode step (one
+    query, its key appended) and a chunk's, each opening a new page somewhere; and more queries
+    than keys under the causal mask (rows that see no key)."""
     page = int(config[PAGE_SIZE_KEY])
     return [
         dict(layout="paged", page_size=page, q_heads=8, kv_heads=2, q_len=1,
-             cache_seqlens=[3 * page + 5, 0, page], causal=True, new_keys=0),
+             cache_seqlens=[3 * page + 5, 0, page], causal=True, new_keys=1),
         dict(layout="paged", page_size=page, q_heads=8, kv_heads=2, q_len=3, cache_seqlens=[2 * page - 1, 7],
              causal=True, new_keys=3),
         dict(layout="paged", page_size=page, q_heads=4, kv_heads=4, q_len=2, cache_seqlens=[45, page + 1],
              causal=False, new_keys=0),
+        dict(layout="paged", page_size=page, q_heads=4, kv_heads=2, q_len=4, cache_seqlens=[2, page],
+             causal=True, new_keys=0),
     ]
 
 

@@ -40,6 +40,7 @@ from flashtune.objectives.sanitize import (
     WAIVED,
     Check,
     Verdict,
+    edge_cases,
     find_sanitizer,
     probe_gpu,
     sanitize,
@@ -74,10 +75,15 @@ def verdict_key(config: Mapping[str, Any], *, head_dim: int, dtype: str, gpu: st
     """The cache key: a hash of everything a verdict depends on (the kernel's source hash: the
     dense kernels' or, for a packed row's config, its kernel's own)."""
     row = validate_row(config)
-    kernel_hash = kernel_hash or source_hash_of(packed_kernel(row) or DENSE_KINDS[0])
+    packed = packed_kernel(row)
+    kernel_hash = kernel_hash or source_hash_of(packed or DENSE_KINDS[0])
     payload = {"kernel": kernel_hash, "triton": triton or triton_version(), "gpu": gpu,
                "config": row.to_dict(), "head_dim": int(head_dim), "dtype": dtype,
                "tools": sorted(tools), "classifier": CLASSIFIER_VERSION}
+    if packed:
+        # The packed kernels' cases are young: what the sanitizer ran is part of their verdict,
+        # so a case added later checks them again. (The dense keys stay as they were.)
+        payload["cases"] = edge_cases(row)
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:32]
 
 

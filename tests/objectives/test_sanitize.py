@@ -18,9 +18,6 @@ from flashtune.kernels.space import SAFE_DEFAULT, TUNABLES, validate_config
 from flashtune.objectives import sanitize as sz
 from flashtune.runtime.storage.sanitized import SanitizedCache, checked, checked_many, try_in_rounds, verdict_key
 
-# Modelled on the reports NVIDIA's Compute Sanitizer documentation shows (its memcheck,
-# racecheck, initcheck and synccheck examples), with Triton kernel names and the Python
-# child's own lines mixed in as they are on a real run.
 #: Packed rows as their tables and the store's screening give them: the kernel named, a paged
 #: row with its cache's page size (a tile inside one page, and one over several).
 PACKED_ROWS = [Config(kernel="varlen", BLOCK_M=32, BLOCK_N=64, num_warps=4, num_stages=2),
@@ -28,6 +25,9 @@ PACKED_ROWS = [Config(kernel="varlen", BLOCK_M=32, BLOCK_N=64, num_warps=4, num_
                Config(kernel="paged", page_size=16, BLOCK_N=64, num_splits=1, num_warps=4, num_stages=2)]
 PACKED_IDS = ["varlen", "paged-tile-in-a-page", "paged-tile-over-pages"]
 
+# Modelled on the reports NVIDIA's Compute Sanitizer documentation shows (its memcheck,
+# racecheck, initcheck and synccheck examples), with Triton kernel names and the Python
+# child's own lines mixed in as they are on a real run.
 MEMCHECK = """\
 ========= COMPUTE-SANITIZER
 /usr/lib/python3/site-packages/torch/cuda/__init__.py:61: UserWarning: something torch said
@@ -524,6 +524,7 @@ def test_packed_kernels_get_their_own_edge_cases(config) -> None:
         assert any(sum(c["k_lens"]) > sum(c["q_lens"]) for c in cases)  # chunked prefill: cached keys first
         assert any(q == 0 < k for c in cases for q, k in zip(c["q_lens"], c["k_lens"]))  # keys, no queries
         assert any(c["pad_rows"] for c in cases)  # rows past the last sequence, as transformers pads a step
+        assert any(c["causal"] and 0 < k < q for c in cases for q, k in zip(c["q_lens"], c["k_lens"]))  # unseeing rows
     else:
         page = config["page_size"]
         assert {c["page_size"] for c in cases} == {page}
@@ -532,6 +533,8 @@ def test_packed_kernels_get_their_own_edge_cases(config) -> None:
         assert {c["q_len"] == 1 for c in cases} == {True, False}  # decode and a chunk
         crossing = [c for c in cases if c["new_keys"]]  # the append, into a page it opens
         assert any((n + c["new_keys"] - 1) // page > (n - 1) // page for c in crossing for n in c["cache_seqlens"] if n)
+        assert any(c["q_len"] == c["new_keys"] == 1 for c in cases)  # a decode step: one query, its key appended
+        assert any(c["causal"] and 0 < n + c["new_keys"] < c["q_len"] for c in cases for n in c["cache_seqlens"])
     json.dumps(sz.request(config, head_dim=64))
 
 
@@ -546,5 +549,10 @@ def test_a_packed_rows_verdict_is_keyed_by_its_kernel_and_page_size() -> None:
     dense = {**SAFE_DEFAULT, **{k: varlen[k] for k in ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages")}}
     assert verdict_key(dense, **key) != verdict_key(varlen, **key)
     assert verdict_key(paged, **key) != verdict_key({**paged, "page_size": 64}, **key)
+    # What the sanitizer ran is part of a packed verdict: other cases, another key (a dense one keeps its own).
+    before, dense_before, cases = verdict_key(paged, **key), verdict_key(dense, **key), sz.paged_cases
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(sz, "paged_cases", lambda config: [dict(c, q_heads=16) for c in cases(config)])
+        assert verdict_key(paged, **key) != before and verdict_key(dense, **key) == dense_before
     with pytest.raises(ValueError, match="page_size"):
         verdict_key({k: v for k, v in paged.items() if k != "page_size"}, **key)
