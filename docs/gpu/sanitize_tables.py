@@ -41,7 +41,6 @@ from flashtune.objectives.sanitize import (
     probe_gpu,
     takes_key_ranges,
 )
-from flashtune.objectives.sanitize import variant_of as kernel_variant
 from flashtune.objectives.types import Workload
 from flashtune.runtime.dispatching.baselines import decode_default, fallback_config
 from flashtune.runtime.dispatching.resolve import PACKED_DEFAULTS
@@ -74,7 +73,8 @@ def variant_of(config: Any) -> str:
     ``decode``, ``varlen``, ``paged``), ``-fp8`` appended for fp8 configs."""
     if packed_kernel(config):
         return packed_kernel(config)
-    return kernel_variant(config) + ("-fp8" if launch_plan(config).constexprs.get("FP8") else "")
+    plan = launch_plan(config)
+    return plan.variant + ("-fp8" if plan.constexprs.get("FP8") else "")
 
 
 def default_items(hardware: HardwareSpec) -> list[dict[str, Any]]:

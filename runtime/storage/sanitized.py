@@ -27,9 +27,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
-from flashtune.kernels.space import PAGE_SIZE_KEY, PAGED_KERNEL
+from flashtune.kernels.space import PAGED_KERNEL
 from flashtune.objectives.hardware import HardwareSpec
-from flashtune.objectives.packed import packed_kernel, validate_row
+from flashtune.objectives.packed import packed_kernel, packed_row, validate_row
 from flashtune.objectives.sanitize import (
     CLASSIFIER_VERSION,
     CLEAN,
@@ -271,11 +271,9 @@ def entry_check(entry: StoreEntry) -> Check:
     """What sanitizing a store entry checks: its config at its bucket's head dim and dtype; a
     packed entry's as its kernel's table row (``kernel`` named, a paged one with its bucket's
     page size, which decides the kernel's page walk), so that the sanitizer runs that kernel."""
-    config = entry.config
-    if entry.bucket.kind not in DENSE_KINDS:
-        config = {**config, "kernel": entry.bucket.kind}
-        if entry.bucket.kind == PAGED_KERNEL:
-            config[PAGE_SIZE_KEY] = entry.bucket.page_size
+    kind, config = entry.bucket.kind, entry.config
+    if kind not in DENSE_KINDS:
+        config = packed_row(config, kind, page_size=entry.bucket.page_size if kind == PAGED_KERNEL else None)
     return Check(config, entry.bucket.head_dim, entry.bucket.dtype)
 
 

@@ -509,7 +509,6 @@ def test_a_batch_holds_one_kernel_variant(tmp_path) -> None:
 # --- the packed kernels (varlen, paged): their own cases and cache keys ----------------------
 
 
-
 @pytest.mark.parametrize("config", PACKED_ROWS, ids=PACKED_IDS)
 def test_packed_kernels_get_their_own_edge_cases(config) -> None:
     cases = sz.edge_cases(config)
