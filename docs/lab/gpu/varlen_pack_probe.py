@@ -25,16 +25,11 @@ import os
 import random
 
 import torch
-from varlen_regs_probe import EQUAL, HEAD_DIM, KV_HEADS, Q_HEADS, TILES, rounds
+from varlen_regs_probe import EQUAL, HEAD_DIM, KV_HEADS, Q_HEADS, TILES, rounds, tile_config
 
-from flashtune.kernels.space import SAFE_DEFAULT
 from flashtune.kernels.varlen import launch_varlen
 
 HOPPER, SAFE = (64, 64, 4, 3), (64, 32, 4, 2)
-
-
-def tile_config(tile):
-    return {**SAFE_DEFAULT, "BLOCK_M": tile[0], "BLOCK_N": tile[1], "num_warps": tile[2], "num_stages": tile[3]}
 
 
 def packed_batch(q_lens, k_lens):

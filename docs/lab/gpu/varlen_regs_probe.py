@@ -112,6 +112,11 @@ def held_rows_kernel(
     tl.store(o_base + offs_m[:, None] * stride_om + offs_d[None, :], out.to(Out.dtype.element_ty), mask=row_ok)
 
 
+def tile_config(tile) -> dict:
+    """(BLOCK_M, BLOCK_N, num_warps, num_stages) as a config of pointer loads."""
+    return {**SAFE_DEFAULT, "BLOCK_M": tile[0], "BLOCK_N": tile[1], "num_warps": tile[2], "num_stages": tile[3]}
+
+
 @contextlib.contextmanager
 def held_kernel():
     """The op with the held kernel launched in place of the product one."""
@@ -172,8 +177,7 @@ def main(argv=None) -> int:
             pq, pk, pv = (x.transpose(1, 2).reshape(-1, x.shape[1], HEAD_DIM).contiguous() for x in (q, k, v))
             cu = torch.arange(0, sequences + 1, dtype=torch.int32, device="cuda") * length
             for tile in TILES:
-                config = {**SAFE_DEFAULT, "BLOCK_M": tile[0], "BLOCK_N": tile[1], "num_warps": tile[2],
-                          "num_stages": tile[3]}
+                config = tile_config(tile)
 
                 def packed():
                     return flash_attention_varlen(pq, pk, pv, cu, cu, length, length, causal=True, config=config,
@@ -193,8 +197,7 @@ def main(argv=None) -> int:
         cu = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32, device="cuda")
         from flashtune.experiments.benchmarks.torch_varlen import available, torch_varlen_attention
         for tile in TILES:
-            config = {**SAFE_DEFAULT, "BLOCK_M": tile[0], "BLOCK_N": tile[1], "num_warps": tile[2],
-                      "num_stages": tile[3]}
+            config = tile_config(tile)
 
             def mixed():
                 return flash_attention_varlen(q, k, v, cu, cu, longest, longest, causal=True, config=config,
