@@ -121,6 +121,7 @@ def flash_attention_varlen(
     scale: float | None = None,
     config: Mapping[str, Value] | None = None,
     check_lengths: bool = True,
+    pack_gqa: bool | None = None,
 ) -> torch.Tensor:
     """Scaled dot-product attention, forward, over packed sequences of different lengths.
 
@@ -148,6 +149,8 @@ def flash_attention_varlen(
         config: the kernel's tile (``VARLEN_TUNABLES``: BLOCK_M, BLOCK_N, num_warps,
             num_stages; a prefill config of pointer loads is accepted too). None: the
             prefill kernel's safe default tile.
+        pack_gqa: a tile's rows hold a K/V group's query heads (:func:`launch_varlen`);
+            None: :data:`PACK_GQA`. The same output either way.
 
     Returns:
         (total_q, q_heads, head_dim) in q's dtype.
@@ -177,7 +180,7 @@ def flash_attention_varlen(
     if batch == 0 or max_seqlen_q == 0 or q.shape[0] == 0:
         return out  # no query rows: nothing to launch
     launch_varlen(q, k, v, out, cu_seqlens_q.contiguous(), cu_seqlens_k.contiguous(), max_seqlen_q,
-                  causal=causal, scale=scale_value, config=cfg)
+                  causal=causal, scale=scale_value, config=cfg, pack_gqa=pack_gqa)
     return out
 
 

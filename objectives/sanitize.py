@@ -387,7 +387,7 @@ def varlen_cases(config: Mapping[str, Any]) -> list[dict[str, Any]]:
     more queries than keys under the causal mask (rows that see no key); chunked prefill (more
     keys than queries, a sequence with keys and no queries), a sequence with no keys; and rows
     past the last sequence (transformers pads a step's packed rows to a captured graph's size),
-    which the kernel must leave unwritten."""
+    which the kernel must leave unwritten; and the same with pack-GQA's tiles."""
     long = max(int(config["BLOCK_M"]), int(config["BLOCK_N"])) + 45  # past a tile, the last one ragged
     return [
         dict(layout="varlen", q_heads=8, kv_heads=2, q_lens=[long, 1, 0, 37, 20], k_lens=[long, 1, 0, 37, 4],
@@ -395,6 +395,10 @@ def varlen_cases(config: Mapping[str, Any]) -> list[dict[str, Any]]:
         dict(layout="varlen", q_heads=4, kv_heads=2, q_lens=[19, long, 0], k_lens=[19 + 70, long + 3, 5],
              causal=True, pad_rows=7),
         dict(layout="varlen", q_heads=4, kv_heads=4, q_lens=[long, 3], k_lens=[45, 0], causal=False, pad_rows=5),
+        # pack-GQA (a group's 4 query heads in one tile's rows): a decode step's one query, a
+        # chunk, an empty sequence and padding rows, whichever way the op launches today.
+        dict(layout="varlen", q_heads=8, kv_heads=2, q_lens=[1, long, 0, 1], k_lens=[70, long + 9, 3, 1],
+             causal=True, pad_rows=6, pack_gqa=True),
     ]
 
 
