@@ -27,10 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from flashtune.experiments.evaluation.prior_files import table_measurements
-from flashtune.kernels.launch_plan import launch_plan
 from flashtune.kernels.space import PAGED_KERNEL, VARLEN_KERNEL, kernel_of
 from flashtune.objectives.hardware import HardwareSpec, load_spec
-from flashtune.objectives.packed import packed_kernel, packed_row
+from flashtune.objectives.packed import packed_row
 from flashtune.objectives.sanitize import (
     DEFAULT_BATCH_SIZE,
     DEFAULT_TIMEOUT_S,
@@ -40,6 +39,7 @@ from flashtune.objectives.sanitize import (
     find_sanitizer,
     probe_gpu,
     takes_key_ranges,
+    variant_of,
 )
 from flashtune.objectives.types import Workload
 from flashtune.runtime.dispatching.baselines import decode_default, fallback_config
@@ -54,27 +54,14 @@ DEFAULT_PAGE_SIZES = (16, 256)
 
 
 def batches_of(items: list[dict[str, Any]], size: int) -> list[list[dict[str, Any]]]:
-    """The plan cut into batches of ``size`` or fewer, each of one kernel variant, tier by tier
-    in the plan's order (the defaults, then every variant's best, then its second, ...).
-
-    One variant a batch: racecheck waives every warp-specialized kernel (a blind spot), and a
-    waiver reruns racecheck config by config, so one such config in a batch of others costs
-    them their shared racecheck run (2026-12-07, H100: mixed batches of 8 reran it on all 56
-    configs checked)."""
+    """The plan cut into batches of ``size`` or fewer, each of one kernel variant (as
+    ``sanitize_many`` batches, for racecheck's waiver), tier by tier in the plan's order (the
+    defaults, then every variant's best, then its second, ...)."""
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for item in items:
         tier = "default" if item["why"].startswith("default") else item["why"].rsplit("#", 1)[-1]
         groups.setdefault((tier, item["variant"]), []).append(item)
     return [group[at:at + size] for group in groups.values() for at in range(0, len(group), size)]
-
-
-def variant_of(config: Any) -> str:
-    """The kernel variant a config launches (``forward``, ``lean``, ``oneloop``, ``gluon``,
-    ``decode``, ``varlen``, ``paged``), ``-fp8`` appended for fp8 configs."""
-    if packed_kernel(config):
-        return packed_kernel(config)
-    plan = launch_plan(config)
-    return plan.variant + ("-fp8" if plan.constexprs.get("FP8") else "")
 
 
 def default_items(hardware: HardwareSpec) -> list[dict[str, Any]]:
