@@ -122,6 +122,21 @@ def test_packed_query_heads_give_what_a_tile_per_head_gives(causal, hq, hkv, con
     assert torch.allclose(packed, one_head, atol=1e-6, rtol=0)
 
 
+@pytest.mark.parametrize("flag,argument,packed", [(True, False, False), (False, True, True), (True, None, True),
+                                                  (False, None, False)])
+def test_the_pack_gqa_argument_overrides_the_ops_flag(flag, argument, packed, monkeypatch):
+    # The sanitizer's cases name the path they run, whatever the op launches today.
+    groups = []
+    real = varlen.packed_group  # consulted only where a launch packs
+    monkeypatch.setattr(varlen, "packed_group", lambda *a: groups.append(real(*a)) or groups[-1])
+    monkeypatch.setattr(varlen, "PACK_GQA", flag)
+    q, k, v, cu_q, cu_k = _packed([5, 1], [9, 4], hq=8, hkv=2)
+    out = flash_attention_varlen(q, k, v, cu_q, cu_k, 5, 9, causal=True, config=SMALL, pack_gqa=argument)
+    assert groups == ([4] if packed else [])
+    one_head = flash_attention_varlen(q, k, v, cu_q, cu_k, 5, 9, causal=True, config=SMALL, pack_gqa=False)
+    assert torch.allclose(out, one_head, atol=1e-6, rtol=0)
+
+
 def test_packed_tiles_leave_padding_rows_alone_and_take_64_bit_offsets(monkeypatch):
     monkeypatch.setattr(varlen, "PACK_GQA", True)
     q, k, v, cu_q, cu_k = _packed([5, 17], [5, 20], hq=8, hkv=2)
