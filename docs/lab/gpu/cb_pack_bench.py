@@ -12,11 +12,11 @@ from flashtune.runtime.integrations.hf_continuous_batching import register, varl
 
 
 def packed_varlen_attention(*args, **kwargs):
-    varlen_kernel.PACK_GQA = True
+    shipped, varlen_kernel.PACK_GQA = varlen_kernel.PACK_GQA, True
     try:
         return varlen_attention(*args, **kwargs)
     finally:
-        varlen_kernel.PACK_GQA = False
+        varlen_kernel.PACK_GQA = shipped
 
 
 bench.IMPLEMENTATIONS["op-packgqa"] = lambda: register("flash_packgqa", varlen=packed_varlen_attention)
