@@ -18,9 +18,10 @@ Once a program knows its sequence's rows, the tile is the dense kernel's: the sa
 ranges (an unmasked loop over key blocks every row sees, then a masked one over the
 diagonal band and the ragged tail), the same online softmax in fp32 (base 2) and the same
 normalization, with causal aligned bottom-right per sequence (query i sees key j when
-j <= i + k_len - q_len) and rows that see no key writing zeros. Only pointer loads: tensor
-descriptors would have to be made per sequence, and this kernel must run on any GPU and in
-the interpreter.
+j <= i + k_len - q_len) and rows that see no key writing zeros. The causal band is its own
+loop (``attend_causal_band``), the same but for one compare a key that causality makes
+redundant. Only pointer loads: tensor descriptors would have to be made per sequence, and this
+kernel must run on any GPU and in the interpreter.
 
 The cumulative lengths are clamped to [0, total] (each end to at least its start) before
 use, so values the launcher could not check (inside a CUDA graph's capture) never read or
@@ -126,11 +127,17 @@ def varlen_forward_kernel(
         offs_m, offs_d, 0, unmasked_end, kv_len, causal_offset, qk_scale,
         BLOCK_N, False, IS_CAUSAL, False, False, False,
     )
-    acc, l_i, m_i = _attend_tiles(
-        acc, l_i, m_i, q, k_base, v_base, stride_km, stride_vm, 1, k_base, v_base,
-        offs_m, offs_d, unmasked_end, masked_end, kv_len, causal_offset, qk_scale,
-        BLOCK_N, True, IS_CAUSAL, False, False, False,
-    )
+    if IS_CAUSAL:
+        acc, l_i, m_i = attend_causal_band(
+            acc, l_i, m_i, q, k_base, v_base, stride_km, stride_vm, offs_m, offs_d,
+            unmasked_end, masked_end, kv_len, causal_offset, qk_scale, BLOCK_N,
+        )
+    else:
+        acc, l_i, m_i = _attend_tiles(
+            acc, l_i, m_i, q, k_base, v_base, stride_km, stride_vm, 1, k_base, v_base,
+            offs_m, offs_d, unmasked_end, masked_end, kv_len, causal_offset, qk_scale,
+            BLOCK_N, True, IS_CAUSAL, False, False, False,
+        )
 
     # A sequence with no keys (or rows before its first visible key) kept l = 0: zeros.
     out = normalize(acc, l_i, Out, False)
@@ -148,6 +155,40 @@ def varlen_forward_kernel(
     if PACK_GQA > 1:
         o_rows += row_heads[:, None] * stride_oh
     tl.store(o_base + o_rows, out.to(Out.dtype.element_ty), mask=offs_m[:, None] < q_len)
+
+
+@triton.jit
+def attend_causal_band(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, offs_m, offs_d, lo, hi, kv_len,
+                       causal_offset, qk_scale, BLOCK_N: tl.constexpr):
+    """The prefill kernel's masked key loop (``_attend_tiles`` with ``MASKED``, causal, pointer
+    loads) with the causal mask alone on the scores.
+
+    The dense kernel's ``cols < kv_len`` costs it one compare per 16 keys, because its lengths
+    are launch parameters specialized as multiples of 16; a packed sequence's length is a loaded
+    value, so there it is one compare per key (562 SASS instructions a loop at 64x64 w4 s3 on
+    sm90, dense 532). It is redundant on the scores: a query row i < q_len sees keys
+    j <= i + kv_len - q_len <= kv_len - 1, so causality alone masks every key past the sequence
+    for every row that is stored (rows past q_len are padding, never written). The loads keep
+    it: keys past the sequence are another sequence's or past the buffer, read as zeros.
+    """
+    offs_n = tl.arange(0, BLOCK_N)
+    for start_n in tl.range(lo, hi, BLOCK_N):
+        start_n = tl.multiple_of(start_n, BLOCK_N)
+        cols = start_n + offs_n
+        k = tl.load(k_base + cols[None, :] * stride_kn + offs_d[:, None], mask=cols[None, :] < kv_len, other=0.0)
+        v = tl.load(v_base + cols[:, None] * stride_vn + offs_d[None, :], mask=cols[:, None] < kv_len, other=0.0)
+        qk = tl.dot(q, k) * qk_scale
+        qk = tl.where(cols[None, :] <= offs_m[:, None] + causal_offset, qk, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(qk, 1))
+        # A row with no visible key so far keeps m = -inf: subtract 0, so exp2 gives 0, not NaN.
+        m_sub = tl.where(m_new == float("-inf"), 0.0, m_new)
+        p = tl.math.exp2(qk - m_sub[:, None])
+        alpha = tl.math.exp2(m_i - m_sub)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None]
+        acc = tl.dot(p.to(v.dtype), v, acc)
+        m_i = m_new
+    return acc, l_i, m_i
 
 
 @triton.jit

@@ -183,6 +183,23 @@ def test_a_padded_step_leaves_its_padding_rows_alone():
     torch.testing.assert_close(out[:9], ref, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("causal", [False, True])
+def test_keys_past_a_sequence_never_reach_its_rows_even_non_finite_ones(causal):
+    # The causal band masks scores by causality alone (it implies key < keys for every stored
+    # row); the keys after a ragged sequence, another sequence's or padding, must still never
+    # be read into it: here they are inf and NaN, which a zero weight would not cancel.
+    q, k, v, cu_q, cu_k = _packed([5, 3, 20], [21, 3, 45])
+    ref = _reference(q, k, v, cu_q, cu_k, causal)
+    k, v = k.clone(), v.clone()
+    k[21:24], v[21:24] = float("inf"), float("nan")  # the second sequence's keys
+    k[24 + 45 - 1] = float("nan")  # the last key of the third sequence: seen by its last query only
+    out = flash_attention_varlen(q, k, v, cu_q, cu_k, 20, 45, causal=causal, config=SMALL)
+    torch.testing.assert_close(out[:5], ref[:5], atol=1e-5, rtol=1e-5)
+    if causal:  # the third sequence's rows before its last see no NaN key
+        torch.testing.assert_close(out[8:27], ref[8:27], atol=1e-5, rtol=1e-5)
+        assert out[27].isnan().all()
+
+
 def test_unchecked_lengths_are_clamped_to_the_buffers():
     # check_lengths=False reads nothing on the host: lengths past the buffers must still
     # keep every access inside them (the kernel clamps), and the sequences inside are right.
