@@ -42,10 +42,18 @@ from flashtune.kernels._flash_fwd import _attend_tiles, key_ranges, normalize, t
 def sequence_rows(CuSeqlens, off_z, total, RELOAD: tl.constexpr = False):
     """(first row, rows) of sequence ``off_z`` in a packed tensor of ``total`` rows.
 
-    ``RELOAD``: read again after the key loops (volatile, so the compiler cannot reuse the
-    first read and keep it in registers; see the kernel's store)."""
-    start = tl.minimum(tl.maximum(tl.load(CuSeqlens + off_z, volatile=RELOAD), 0), total)
-    end = tl.minimum(tl.maximum(tl.load(CuSeqlens + off_z + 1, volatile=RELOAD), start), total)
+    ``RELOAD``: read again after the key loops (see the kernel's store), with a cache modifier
+    the first read lacks, so the compiler cannot reuse that read and keep it in registers
+    (sm90: the same registers as a volatile read, 168 at 64x64 w4 s3), and SM-scoped, so it
+    may hit L1 (LDG.E.STRONG.SM; a volatile read is LDG.E.STRONG.SYS, which goes to L2)."""
+    if RELOAD:
+        first = tl.load(CuSeqlens + off_z, cache_modifier=".ca")
+        last = tl.load(CuSeqlens + off_z + 1, cache_modifier=".ca")
+    else:
+        first = tl.load(CuSeqlens + off_z)
+        last = tl.load(CuSeqlens + off_z + 1)
+    start = tl.minimum(tl.maximum(first, 0), total)
+    end = tl.minimum(tl.maximum(last, start), total)
     return start, end - start
 
 
