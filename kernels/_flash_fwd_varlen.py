@@ -96,7 +96,10 @@ def varlen_forward_kernel(
     q_start, q_len = sequence_rows(CuSeqlensQ, off_z, total_q)
     k_start, kv_len = sequence_rows(CuSeqlensK, off_z, total_k)
     start_m = pid_m * QUERIES
-    if start_m >= q_len:
+    # kv_len is never negative (clamped): its test only keeps the keys' reads above the branch,
+    # where the compiler otherwise sinks them past it (sm90 SASS), a second round trip before
+    # the first key tile.
+    if (start_m >= q_len) | (kv_len < 0):
         # A block past this sequence's queries (the grid is sized for the longest one), or
         # an empty sequence: nothing to write.
         return

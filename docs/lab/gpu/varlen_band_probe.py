@@ -1,18 +1,24 @@
-"""2026-12-07 (sixth session) lab probe: the packed prefill kernel whose causal band masks the scores by
-causality alone ("product", kernels/_flash_fwd_varlen.py, ``attend_causal_band``) against the kernel
-before ("held": the band through the prefill kernel's ``_attend_tiles``, which also compares every key
-with the sequence's length; copied below as it was at fae2584), and the dense kernel with the same tile.
+"""2026-12-07 (sixth session) lab probe: the packed prefill kernel as changed on the CPU this session
+("product", kernels/_flash_fwd_varlen.py) against the kernel before ("held", copied below as it was at
+fae2584), and the dense kernel with the same tile on the same tokens. Three changes, from sm90 SASS
+compiled on the CPU (docs/lab/tools/varlen_sass.py), none timed before this probe:
 
-Why: compiled for sm90 on the CPU, the band's loop is 562 SASS instructions at Hopper's tile (64x64 w4
-s3) against dense's 532, 21 more ISETPs: a packed length is a loaded value, so ``cols < kv_len`` is one
-compare a key, where the dense kernel's length, a launch parameter specialized as a multiple of 16,
-takes one per 16 keys. Causality alone implies it for every stored row, so the product drops it: 523
-instructions (5-10 % fewer on each of the 8 tiles), registers within +-1 except 128x64 w8 s3 (167 ->
-174, one program an SM either way). Outputs are bit-identical (``max_abs_diff``). The cells where the
-band is a large share of the keys (64 x 256 tokens: 4 band blocks against 6 unmasked at 64x64) are
-where packed prefill stayed below dense (0.97x at the served tile on the H100, 2026-12-07d).
+1. The causal band masks the scores by causality alone (``attend_causal_band``): a packed length is a
+   loaded value, so ``cols < kv_len`` was one compare a key, where the dense kernel's length, a launch
+   parameter specialized as a multiple of 16, takes one per 16 keys. Causality implies it for every
+   stored row. The band's loop at Hopper's tile (64x64 w4 s3): 562 SASS instructions -> 521 (dense
+   532); 5-10 % fewer on each of the 8 tiles.
+2. The rows re-read after the loops with an SM-scoped load (LDG.E.STRONG.SM, may hit L1), not a
+   volatile one (LDG.E.STRONG.SYS, L2).
+3. The keys' cumulative lengths read before the early exit, with the queries' (the compiler had sunk
+   them past it: a second round trip to memory before the first key tile).
 
-The measurement, the cells and the table are varlen_regs_probe.py's, with this kernel held:
+Registers: 128 / 168 at 64x32 w4 s2 / Hopper's tile, as before; +-4 elsewhere, no program an SM lost.
+Outputs bit-identical (``max_abs_diff``). The cells where the band and the prologue are a large share
+of a tile's work (64 x 256 tokens) are where packed prefill stayed below dense (0.97x at the served tile
+on the H100, 2026-12-07d).
+
+The measurement, the cells and the table are varlen_regs_probe.py's, with this "held" kernel:
 
     python docs/lab/gpu/varlen_band_probe.py [--out FILE] [--rounds 3]     (a CUDA GPU; bf16, 32/8 heads, D128)
 """
