@@ -79,6 +79,7 @@ def varlen_forward_kernel(
     IS_CAUSAL: tl.constexpr,
     WIDE_OFFSETS: tl.constexpr,
     PACK_GQA: tl.constexpr = 1,
+    BY_TOKENS: tl.constexpr = False,
 ):
     # PACK_GQA > 1 (the K/V group's size, which divides BLOCK_M): a tile's rows are BLOCK_M //
     # PACK_GQA queries x the PACK_GQA query heads of one K/V head, row r = query r // PACK_GQA of
@@ -86,22 +87,31 @@ def varlen_forward_kernel(
     # then fills PACK_GQA rows of a tile, not one, and each K/V tile is read once for the group.
     QUERIES: tl.constexpr = BLOCK_M // PACK_GQA  # query positions a tile covers
     head_blocks = q_heads // PACK_GQA
-    num_m_blocks = tl.cdiv(max_seqlen_q, QUERIES)
-    pid_m, pid_zh = tile_coords(tl.program_id(0), num_m_blocks, batch * head_blocks, IS_CAUSAL, False)
-    off_z = pid_zh // head_blocks
-    off_h = (pid_zh % head_blocks) * PACK_GQA  # the tile's first query head
+    if BY_TOKENS:
+        # The grid is sized by the packed rows, not by the longest sequence (see
+        # ``tile_slots``): a tile finds its sequence among the cumulative lengths.
+        slot, pid_zh = tile_coords(tl.program_id(0), total_q // QUERIES + batch, head_blocks, IS_CAUSAL, False)
+        off_z = slot_sequence(CuSeqlensQ, batch, total_q, slot, QUERIES)
+        off_h = pid_zh * PACK_GQA
+    else:
+        num_m_blocks = tl.cdiv(max_seqlen_q, QUERIES)
+        pid_m, pid_zh = tile_coords(tl.program_id(0), num_m_blocks, batch * head_blocks, IS_CAUSAL, False)
+        off_z = pid_zh // head_blocks
+        off_h = (pid_zh % head_blocks) * PACK_GQA  # the tile's first query head
     off_kv_h = off_h // kv_group  # grouped-query: kv_group query heads share one K/V head
 
     # Both sequences' rows at once, before the early exit: one round trip to memory, not two.
     q_start, q_len = sequence_rows(CuSeqlensQ, off_z, total_q)
     k_start, kv_len = sequence_rows(CuSeqlensK, off_z, total_k)
+    if BY_TOKENS:
+        pid_m = slot - first_slot(q_start, off_z, QUERIES)  # negative only for lengths that decrease
     start_m = pid_m * QUERIES
     # kv_len is never negative (clamped): its test only keeps the keys' reads above the branch,
     # where the compiler otherwise sinks them past it (sm90 SASS), a second round trip before
     # the first key tile.
-    if (start_m >= q_len) | (kv_len < 0):
-        # A block past this sequence's queries (the grid is sized for the longest one), or
-        # an empty sequence: nothing to write.
+    if (start_m < 0) | (start_m >= q_len) | (kv_len < 0):
+        # A block past this sequence's queries (the grid is sized for the longest one, or a
+        # slot between two sequences), or an empty sequence: nothing to write.
         return
 
     offs_m, row_heads = tile_rows(start_m, BLOCK_M, PACK_GQA)
@@ -200,6 +210,30 @@ def attend_causal_band(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, o
         acc = tl.dot(p.to(v.dtype), v, acc)
         m_i = m_new
     return acc, l_i, m_i
+
+
+@triton.jit
+def first_slot(start, sequence, QUERIES: tl.constexpr):
+    """The first tile slot of the sequence whose rows start at ``start``: slots run by packed
+    row, one extra per sequence before it, so that each sequence's tiles fit before the next
+    one's (a sequence of n rows from row s takes cdiv(n, QUERIES) <= (s + n) // QUERIES -
+    s // QUERIES + 1 slots), and all of them in total_q // QUERIES + batch."""
+    return start // QUERIES + sequence
+
+
+@triton.jit
+def slot_sequence(CuSeqlensQ, batch, total_q, slot, QUERIES: tl.constexpr, SEARCH: tl.constexpr = 128):
+    """The sequence whose tiles hold slot ``slot``: the last one whose first slot is at most it,
+    counted over the cumulative lengths SEARCH at a time (one coalesced read for up to SEARCH
+    sequences). Lengths that decrease give some sequence in [0, batch), never an index
+    outside the buffers (its rows are clamped as any sequence's)."""
+    count = tl.zeros([], dtype=tl.int32)
+    for lo in range(0, batch, SEARCH):
+        b = lo + tl.arange(0, SEARCH)
+        inside = b < batch
+        start = tl.minimum(tl.maximum(tl.load(CuSeqlensQ + b, mask=inside, other=0), 0), total_q)
+        count += tl.sum((inside & (first_slot(start, b, QUERIES) <= slot)).to(tl.int32), axis=0)
+    return tl.minimum(tl.maximum(count - 1, 0), batch - 1)
 
 
 @triton.jit

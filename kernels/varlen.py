@@ -122,6 +122,7 @@ def flash_attention_varlen(
     config: Mapping[str, Value] | None = None,
     check_lengths: bool = True,
     pack_gqa: bool | None = None,
+    grid_by: str | None = None,
 ) -> torch.Tensor:
     """Scaled dot-product attention, forward, over packed sequences of different lengths.
 
@@ -151,6 +152,8 @@ def flash_attention_varlen(
             prefill kernel's safe default tile.
         pack_gqa: a tile's rows hold a K/V group's query heads (:func:`launch_varlen`);
             None: :data:`PACK_GQA`. The same output either way.
+        grid_by: how many tiles the launch has (:func:`tiles_by`: "longest", "tokens" or
+            "auto"); None: :data:`GRID_BY`. The same output either way.
 
     Returns:
         (total_q, q_heads, head_dim) in q's dtype.
@@ -172,6 +175,8 @@ def flash_attention_varlen(
     check_max_seqlen("max_seqlen_k", max_seqlen_k, lengths_k, "keys")
     if not isinstance(causal, bool):
         raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
+    if grid_by is not None and grid_by not in GRIDS_BY:
+        raise ValueError(f"grid_by must be one of {list(GRIDS_BY)} or None, got {grid_by!r}")
     scale_value = resolve_scale(scale, q.shape[2])
     cfg = VARLEN_DEFAULT if config is None else validate_varlen_config(config)
 
@@ -180,30 +185,59 @@ def flash_attention_varlen(
     if batch == 0 or max_seqlen_q == 0 or q.shape[0] == 0:
         return out  # no query rows: nothing to launch
     launch_varlen(q, k, v, out, cu_seqlens_q.contiguous(), cu_seqlens_k.contiguous(), max_seqlen_q,
-                  causal=causal, scale=scale_value, config=cfg, pack_gqa=pack_gqa)
+                  causal=causal, scale=scale_value, config=cfg, pack_gqa=pack_gqa, grid_by=grid_by)
     return out
 
 
 def launch_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, cu_seqlens_q: torch.Tensor,
                   cu_seqlens_k: torch.Tensor, max_seqlen_q: int, *, causal: bool, scale: float,
-                  config: Config, pack_gqa: bool | None = None) -> Any:
+                  config: Config, pack_gqa: bool | None = None, grid_by: str | None = None) -> Any:
     """Launch the varlen kernel into ``out`` with validated inputs and config: one program
-    per query tile of ``max_seqlen_q`` for every (sequence, query head), or with ``pack_gqa``
-    for every (sequence, K/V head), a tile's rows the group's query heads of its queries
-    (where the group's size divides BLOCK_M; None: :data:`PACK_GQA`)."""
+    per query tile (:func:`tiles_by`) for every query head, or with ``pack_gqa`` for every
+    K/V head, a tile's rows the group's query heads of its queries (where the group's size
+    divides BLOCK_M; None: :data:`PACK_GQA`)."""
     batch = cu_seqlens_q.numel() - 1
     q_heads, head_dim = q.shape[1], q.shape[2]
     block_m, kv_group = int(config["BLOCK_M"]), q_heads // k.shape[1]
     group = packed_group(kv_group, block_m) if (PACK_GQA if pack_gqa is None else pack_gqa) else 1
-    grid = (triton.cdiv(max_seqlen_q, block_m // group) * batch * (q_heads // group),)
+    tiles, by_tokens = tiles_by(GRID_BY if grid_by is None else grid_by, max_seqlen_q, q.shape[0], batch,
+                                block_m // group)
+    grid = (tiles * (q_heads // group),)
     wide = any(last_offset(t) >= INT32_OFFSETS for t in (q, k, v, out))
     return varlen_forward_kernel[grid](
         q, k, v, out, cu_seqlens_q, cu_seqlens_k,
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), out.stride(0), out.stride(1),
         batch, q_heads, kv_group, q.shape[0], k.shape[0], max_seqlen_q, scale * LOG2_E,
         HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=config["BLOCK_N"], IS_CAUSAL=causal,
-        WIDE_OFFSETS=wide, PACK_GQA=group, num_warps=config["num_warps"], num_stages=config["num_stages"],
+        WIDE_OFFSETS=wide, PACK_GQA=group, BY_TOKENS=by_tokens, num_warps=config["num_warps"],
+        num_stages=config["num_stages"],
     )
+
+
+#: How the op sizes the varlen kernel's grid (:func:`tiles_by`). "longest" until timed on a GPU:
+#: docs/lab/gpu/varlen_grid_probe.py.
+GRID_BY = "longest"
+GRIDS_BY = ("longest", "tokens", "auto")
+
+
+def tiles_by(grid_by: str, max_seqlen_q: int, total_q: int, batch: int, queries: int) -> tuple[int, bool]:
+    """(query tiles a head, whether they are slots by packed rows) of a launch whose tiles cover
+    ``queries`` query positions.
+
+    "longest": cdiv(max_seqlen_q, queries) tiles for every sequence, the tiles past a shorter
+    sequence's rows exiting at once: every sequence pays for the longest one. A continuous
+    batch's step that prefills one long chunk beside many decoding sequences launches
+    mostly such programs, and transformers pads a CUDA-graph step's ``max_seqlen_q`` to all
+    its rows. "tokens": total_q // queries + batch slots, in packed-row order (the kernel's
+    ``first_slot``), each tile finding its sequence among the cumulative lengths: at most one
+    idle slot a sequence, for one more read in each tile's prologue. "auto": "tokens" where it
+    launches at most half the programs "longest" does. From shapes and host integers only, so a
+    captured graph's replays keep the choice.
+    """
+    longest, tokens = triton.cdiv(max_seqlen_q, queries) * batch, total_q // queries + batch
+    if grid_by == "tokens" or (grid_by == "auto" and 2 * tokens <= longest):
+        return tokens, True
+    return longest, False
 
 
 #: Whether the op packs a K/V group's query heads into a tile's rows (``launch_varlen``'s

@@ -71,7 +71,8 @@ def varlen_case(case: dict[str, Any], *, config: dict[str, Any], head_dim: int, 
                 device: torch.device, generator: torch.Generator) -> None:
     """Packed sequences through ``flash_attention_varlen``, with ``pad_rows`` rows past the
     last sequence's queries (left unwritten by the kernel), a K/V group's query heads in one
-    tile where ``pack_gqa`` (whatever the op launches now: a case names what it runs)."""
+    tile where ``pack_gqa``, tiles by packed rows where ``grid_by="tokens"`` (whatever the op
+    launches now: a case names what it runs)."""
     q_lens, k_lens = list(case["q_lens"]), list(case["k_lens"])
 
     def draw(rows: int, heads: int) -> torch.Tensor:
@@ -80,7 +81,8 @@ def varlen_case(case: dict[str, Any], *, config: dict[str, Any], head_dim: int, 
     q = draw(sum(q_lens) + int(case["pad_rows"]), int(case["q_heads"]))
     k, v = (draw(sum(k_lens), int(case["kv_heads"])) for _ in "kv")
     flash_attention_varlen(q, k, v, cumulative(q_lens, device), cumulative(k_lens, device), max(q_lens), max(k_lens),
-                           causal=bool(case["causal"]), config=config, pack_gqa=bool(case.get("pack_gqa", False)))
+                           causal=bool(case["causal"]), config=config, pack_gqa=bool(case.get("pack_gqa", False)),
+                           grid_by=str(case.get("grid_by", "longest")))
 
 
 def paged_case(case: dict[str, Any], *, config: dict[str, Any], head_dim: int, dtype: torch.dtype,

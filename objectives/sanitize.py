@@ -387,7 +387,8 @@ def varlen_cases(config: Mapping[str, Any]) -> list[dict[str, Any]]:
     more queries than keys under the causal mask (rows that see no key); chunked prefill (more
     keys than queries, a sequence with keys and no queries), a sequence with no keys; and rows
     past the last sequence (transformers pads a step's packed rows to a captured graph's size),
-    which the kernel must leave unwritten; and the same with pack-GQA's tiles."""
+    which the kernel must leave unwritten; and the same with pack-GQA's tiles, and with tiles by
+    packed rows (a chunk among decoding sequences, ``grid_by="tokens"``)."""
     long = max(int(config["BLOCK_M"]), int(config["BLOCK_N"])) + 45  # past a tile, the last one ragged
     return [
         dict(layout="varlen", q_heads=8, kv_heads=2, q_lens=[long, 1, 0, 37, 20], k_lens=[long, 1, 0, 37, 4],
@@ -399,6 +400,12 @@ def varlen_cases(config: Mapping[str, Any]) -> list[dict[str, Any]]:
         # chunk, an empty sequence and padding rows, whichever way the op launches today.
         dict(layout="varlen", q_heads=8, kv_heads=2, q_lens=[1, long, 0, 1], k_lens=[70, long + 9, 3, 1],
              causal=True, pad_rows=6, pack_gqa=True),
+        # Tiles by packed rows, each finding its sequence in the cumulative lengths: a chunk among
+        # decoding sequences (the step "auto" takes them for), packed and not.
+        dict(layout="varlen", q_heads=8, kv_heads=2, q_lens=[1, 1, long, 0, 1], k_lens=[50, 1, long + 20, 3, 9],
+             causal=True, pad_rows=4, grid_by="tokens"),
+        dict(layout="varlen", q_heads=8, kv_heads=2, q_lens=[1, long, 1], k_lens=[33, long, 70],
+             causal=True, pad_rows=0, pack_gqa=True, grid_by="tokens"),
     ]
 
 

@@ -149,6 +149,56 @@ def test_packed_tiles_leave_padding_rows_alone_and_take_64_bit_offsets(monkeypat
     assert torch.equal(wide[:22], out[:22])
 
 
+#: A continuous batch's step: one chunk among decoding sequences, empty ones, rows whose start
+#: is not a tile's.
+STEP_Q = [1, 0, 2] * 6 + [45, 1, 3]
+STEP_K = [9, 4, 2] * 6 + [60, 1, 3]
+
+
+@pytest.mark.parametrize("pack", [False, True])
+@pytest.mark.parametrize("causal", [False, True])
+def test_tiles_by_packed_rows_give_what_tiles_by_the_longest_give(causal, pack):
+    q, k, v, cu_q, cu_k = _packed(STEP_Q, STEP_K, hq=8, hkv=2)
+    q = torch.cat([q, torch.full((5, 8, 32), 7.0)])  # rows past the last sequence: never written
+    rows = sum(STEP_Q)
+    longest = flash_attention_varlen(q, k, v, cu_q, cu_k, 45, 60, causal=causal, config=SMALL, pack_gqa=pack,
+                                     grid_by="longest")
+    out = flash_attention_varlen(q, k, v, cu_q, cu_k, 45, 60, causal=causal, config=SMALL, pack_gqa=pack,
+                                 grid_by="tokens")
+    assert torch.equal(out[:rows], longest[:rows])
+    torch.testing.assert_close(out[:rows], _reference(q[:rows], k, v, cu_q, cu_k, causal), atol=1e-5, rtol=1e-5)
+
+
+def test_a_slot_finds_its_sequence_past_the_first_search_block():
+    # The kernel reads the cumulative lengths 128 sequences at a time: 153 take two reads.
+    q_lens, k_lens = [1, 0, 2] * 50 + [45, 1, 3], [9, 4, 2] * 50 + [60, 1, 3]
+    q, k, v, cu_q, cu_k = _packed(q_lens, k_lens, hq=1, hkv=1)
+    by = {g: flash_attention_varlen(q, k, v, cu_q, cu_k, 45, 60, causal=True, config=SMALL, grid_by=g)
+          for g in ("longest", "tokens")}
+    assert torch.equal(by["tokens"], by["longest"]) and torch.count_nonzero(by["tokens"][-49:]) > 0
+
+
+def test_the_grid_follows_the_longest_sequence_or_the_packed_rows():
+    # 64 sequences, one of 2,048 queries: by the longest, 64 x 32 tiles of 64 rows; by packed
+    # rows, (2,048 + 63) // 64 + 64 slots. "auto" takes the rows where they halve the programs.
+    assert varlen.tiles_by("longest", 2048, 2111, 64, 64) == (2048, False)
+    assert varlen.tiles_by("tokens", 2048, 2111, 64, 64) == (96, True)
+    assert varlen.tiles_by("auto", 2048, 2111, 64, 64) == (96, True)
+    # Equal lengths, 64 x 256: the longest's 256 tiles against 320 slots.
+    assert varlen.tiles_by("auto", 256, 64 * 256, 64, 64) == (256, False)
+    assert varlen.tiles_by("auto", 64, 64, 64, 64) == (64, False)  # a decode step: 1 tile a sequence
+
+
+def test_unchecked_lengths_stay_inside_the_buffers_with_tiles_by_packed_rows():
+    # Lengths that decrease (unchecked) send a slot's search to some sequence; its rows are clamped.
+    q, k, v, _, _ = _packed([12], [10])
+    bad_q = torch.tensor([0, 9, 3, 40, 2], dtype=torch.int32)
+    bad_k = torch.tensor([0, 8, 90, 1, 5], dtype=torch.int32)
+    out = flash_attention_varlen(q, k, v, bad_q, bad_k, 40, 90, causal=True, config=SMALL, check_lengths=False,
+                                 grid_by="tokens")
+    assert torch.isfinite(out[:9]).all()
+
+
 def test_a_group_that_does_not_divide_the_tile_is_not_packed():
     assert varlen.packed_group(7, 64) == 1 and varlen.packed_group(1, 64) == 1 and varlen.packed_group(4, 32) == 4
 
@@ -269,6 +319,7 @@ def test_bad_inputs_name_the_argument(changes, error, match):
         (dict(config=dict(BLOCK_M=32)), ValueError, r"config: missing key\(s\) \['BLOCK_N', 'num_warps', 'num_sta"),
         (dict(causal=1), TypeError, "causal must be a bool, got int"),
         (dict(scale=-1.0), ValueError, "scale must be a positive finite number, got -1.0"),
+        (dict(grid_by="rows"), ValueError, r"grid_by must be one of \['longest', 'tokens', 'auto'\] or None, got 'rows'"),
     ],
 )
 def test_bad_keywords_name_the_argument(keywords, error, match):
@@ -292,7 +343,7 @@ from flashtune.objectives.aot import compiling_for, resource_usage
 from flashtune.objectives.hardware import load_spec
 from flashtune.kernels._flash_fwd_varlen import varlen_forward_kernel
 out = []
-for dtype, d, bm, bn, causal, warps, stages, wide, pack in json.loads(sys.argv[1]):
+for dtype, d, bm, bn, causal, warps, stages, wide, pack, tokens in json.loads(sys.argv[1]):
     q = torch.empty(100, 8, d, dtype=getattr(torch, dtype))
     k = torch.empty(120, 2, d, dtype=q.dtype)
     cu = torch.zeros(5, dtype=torch.int32)
@@ -300,7 +351,7 @@ for dtype, d, bm, bn, causal, warps, stages, wide, pack in json.loads(sys.argv[1
         kernel = varlen_forward_kernel.warmup(
             q, k, k, q, cu, cu, *q.stride()[:2], *k.stride()[:2], *k.stride()[:2], *q.stride()[:2],
             4, 8, 4, 100, 120, 40, 0.1, HEAD_DIM=d, BLOCK_M=bm, BLOCK_N=bn, IS_CAUSAL=causal,
-            WIDE_OFFSETS=wide, PACK_GQA=pack, num_warps=warps, num_stages=stages, grid=(1,))
+            WIDE_OFFSETS=wide, PACK_GQA=pack, BY_TOKENS=tokens, num_warps=warps, num_stages=stages, grid=(1,))
     usage = resource_usage(kernel.asm["cubin"])
     out.append([usage["REG"], (usage["STACK"] + usage["LOCAL"]) // 4, kernel.metadata.shared])
 print(json.dumps(out))
@@ -320,16 +371,20 @@ def test_compiles_for_sm90_without_spills_at_the_default_tile():
     cases = [["bfloat16", 128, 64, 32, True, 4, 2], ["float16", 64, 64, 32, False, 4, 2],
              ["bfloat16", 256, 64, 32, True, 4, 2], ["bfloat16", 128, 64, 64, True, 4, 3],
              ["bfloat16", 64, 64, 64, False, 4, 3]]
-    cases = [[*case, wide, 1] for wide in (True, False) for case in cases]
+    cases = [[*case, wide, 1, False] for wide in (True, False) for case in cases]
     most_spills = [0, 0, 0, 0, 0] * 2
     # Registers at most what keeps the programs an SM of 4 warps (4 at 128, 3 at 168): the rows
     # re-read after the loops, not held through them (held, the first 32-bit case took 144
     # and missed its fourth program); the 64-bit cases only must not spill.
     most_registers = [255] * 5 + [128, 128, 255, 168, 128]
     # And Hopper's tile with a group of 4 query heads packed into its rows (pack-GQA).
-    cases += [["bfloat16", 128, 64, 64, True, 4, 3, False, 4], ["bfloat16", 128, 64, 64, True, 4, 3, True, 4]]
+    cases += [["bfloat16", 128, 64, 64, True, 4, 3, False, 4, False], ["bfloat16", 128, 64, 64, True, 4, 3, True, 4, False]]
     most_spills += [0, 0]
     most_registers += [168, 255]
+    # And the tiles by packed rows, whose prologue searches the cumulative lengths.
+    cases += [["bfloat16", 128, 64, 64, True, 4, 3, False, 1, True], ["bfloat16", 128, 64, 64, True, 4, 3, False, 4, True]]
+    most_spills += [0, 0]
+    most_registers += [168, 168]
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["CUDA_VISIBLE_DEVICES"] = ""
     done = subprocess.run([sys.executable, "-c", _SM90_CHILD, json.dumps(cases)], capture_output=True, text=True,
