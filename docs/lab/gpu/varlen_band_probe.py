@@ -33,7 +33,15 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import varlen_regs_probe as probe
 
 from flashtune.kernels._flash_fwd import _attend_tiles, key_ranges, normalize, tile_coords
-from flashtune.kernels._flash_fwd_varlen import row_of_head, sequence_rows, tile_rows
+from flashtune.kernels._flash_fwd_varlen import row_of_head, tile_rows
+
+
+@triton.jit
+def sequence_rows(CuSeqlens, off_z, total, RELOAD: tl.constexpr = False):
+    """kernels/_flash_fwd_varlen.py's, as it was at fae2584: the re-read is volatile."""
+    start = tl.minimum(tl.maximum(tl.load(CuSeqlens + off_z, volatile=RELOAD), 0), total)
+    end = tl.minimum(tl.maximum(tl.load(CuSeqlens + off_z + 1, volatile=RELOAD), start), total)
+    return start, end - start
 
 
 @triton.jit(do_not_specialize=["batch", "total_q", "total_k", "max_seqlen_q"])
