@@ -46,14 +46,9 @@ def sequence_rows(CuSeqlens, off_z, total, RELOAD: tl.constexpr = False):
     the first read lacks, so the compiler cannot reuse that read and keep it in registers
     (sm90: the same registers as a volatile read, 168 at 64x64 w4 s3), and SM-scoped, so it
     may hit L1 (LDG.E.STRONG.SM; a volatile read is LDG.E.STRONG.SYS, which goes to L2)."""
-    if RELOAD:
-        first = tl.load(CuSeqlens + off_z, cache_modifier=".ca")
-        last = tl.load(CuSeqlens + off_z + 1, cache_modifier=".ca")
-    else:
-        first = tl.load(CuSeqlens + off_z)
-        last = tl.load(CuSeqlens + off_z + 1)
-    start = tl.minimum(tl.maximum(first, 0), total)
-    end = tl.minimum(tl.maximum(last, start), total)
+    modifier: tl.constexpr = ".ca" if RELOAD else ""
+    start = tl.minimum(tl.maximum(tl.load(CuSeqlens + off_z, cache_modifier=modifier), 0), total)
+    end = tl.minimum(tl.maximum(tl.load(CuSeqlens + off_z + 1, cache_modifier=modifier), start), total)
     return start, end - start
 
 
@@ -104,12 +99,15 @@ def varlen_forward_kernel(
     q_start, q_len = sequence_rows(CuSeqlensQ, off_z, total_q)
     k_start, kv_len = sequence_rows(CuSeqlensK, off_z, total_k)
     if BY_TOKENS:
-        pid_m = slot - first_slot(q_start, off_z, QUERIES)  # negative only for lengths that decrease
+        pid_m = slot - first_slot(q_start, off_z, QUERIES)
     start_m = pid_m * QUERIES
+    nothing_to_write = start_m >= q_len
+    if BY_TOKENS:
+        nothing_to_write |= start_m < 0  # a slot before its sequence: only for lengths that decrease
     # kv_len is never negative (clamped): its test only keeps the keys' reads above the branch,
     # where the compiler otherwise sinks them past it (sm90 SASS), a second round trip before
     # the first key tile.
-    if (start_m < 0) | (start_m >= q_len) | (kv_len < 0):
+    if nothing_to_write | (kv_len < 0):
         # A block past this sequence's queries (the grid is sized for the longest one, or a
         # slot between two sequences), or an empty sequence: nothing to write.
         return
