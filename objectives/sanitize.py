@@ -432,8 +432,8 @@ def paged_cases(config: Mapping[str, Any]) -> list[dict[str, Any]]:
 def variant_of(config: Mapping[str, Any]) -> str:
     """The kernel a config launches: ``forward``, ``lean``, ``oneloop``, ``gluon``, ``decode``
     (``kernels.launch_plan``), ``-fp8`` appended for fp8 configs; or a packed kernel's name."""
-    if packed_kernel(config):
-        return packed_kernel(config)
+    if kernel := packed_kernel(config):
+        return kernel
     plan = launch_plan(validate_row(config))
     return plan.variant + ("-fp8" if plan.constexprs.get("FP8") else "")
 
